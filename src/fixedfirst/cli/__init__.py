@@ -1,0 +1,1 @@
+"""The `fixedfirst` command line: one module per subcommand."""

@@ -1,0 +1,56 @@
+"""Arguments shared by several subcommands: a config file with `--set` overrides, depth lists."""
+
+from __future__ import annotations
+
+import argparse
+
+from fixedfirst.config import RunConfig, load_config
+from fixedfirst.errors import UserError
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    parser.add_argument(
+        "config",
+        nargs=None if required else "?",
+        metavar="CONFIG.toml",
+        help="run configuration (TOML with [model] [schedule] [train] [data] [eval])",
+    )
+    add_set_argument(parser)
+
+
+def add_set_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override one configuration value, e.g. --set schedule.k0=4 (repeatable)",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    return load_config(args.config, args.overrides)
+
+
+def parse_depths(text: str) -> list[int]:
+    """'1..16,32,64' -> [1, 2, ..., 16, 32, 64]; every depth must be >= 1."""
+    depths: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if ".." in part:
+                lo, hi = (int(x) for x in part.split("..", 1))
+                if hi < lo:
+                    raise ValueError
+                depths.extend(range(lo, hi + 1))
+            else:
+                depths.append(int(part))
+        except ValueError:
+            raise UserError(
+                f"--depths {text!r}: expected comma-separated depths or ranges, e.g. 1..16,32,64"
+            ) from None
+    bad = [d for d in depths if d < 1]
+    if bad:
+        raise UserError(f"--depths {text!r}: depths must be >= 1, got {bad[0]}")
+    return sorted(set(depths))

@@ -1,0 +1,102 @@
+"""`fixedfirst compute`: what a configuration costs under the compute model, and what it saves."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from fixedfirst.cli.arguments import add_config_arguments, config_from_args
+from fixedfirst.compute import (
+    UNIFORM_REFERENCE,
+    flop_model,
+    modeled_savings,
+    plan_budget,
+    schedule_flops,
+)
+from fixedfirst.schedules import Schedule, describe
+
+SHOWN_DEPTHS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    parser.set_defaults(run=run)
+
+
+def parameter_counts(config) -> dict[str, int]:
+    """Parameter counts without building the model (meta device: no memory, no init)."""
+    import torch
+
+    from fixedfirst.model import LoopedTransformer
+
+    with torch.device("meta"):
+        return LoopedTransformer(config.model).parameter_counts()
+
+
+def report(config) -> dict:
+    t = config.train
+    budget = plan_budget(config)
+    fm = flop_model(config.model, t.seq_len)
+    schedule = Schedule(config.schedule, t.seed)
+    uniform = schedule_flops(
+        Schedule(UNIFORM_REFERENCE, t.seed), fm, budget.total_steps, t.tokens_per_step, t.grad_depth
+    )
+    stages = [
+        {
+            "phase": s.phase,
+            "steps": s.steps,
+            "depth": str(s.dist),
+            "mean_depth": s.dist.mean,
+            "flops": t.tokens_per_step
+            * s.steps
+            * s.dist.expectation(lambda k: fm.train(k, t.grad_depth)),
+        }
+        for s in schedule.stages(budget.total_steps)
+    ]
+    return {
+        "schedule": describe(config.schedule),
+        "parameters": parameter_counts(config),
+        "seq_len": t.seq_len,
+        "forward_flops_per_token": {str(k): fm.forward(k) for k in SHOWN_DEPTHS},
+        "train_flops_per_token": {str(k): fm.train(k, t.grad_depth) for k in SHOWN_DEPTHS},
+        "non_recurrent_ratio": fm.non_recurrent_ratio,
+        "steps": budget.total_steps,
+        "tokens": budget.tokens,
+        "compute_matched": budget.compute_matched,
+        "stages": stages,
+        "schedule_flops": budget.flops,
+        "uniform_flops": uniform,
+        "modeled_savings": modeled_savings(config, budget.total_steps),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    r = report(config)
+    if args.json:
+        print(json.dumps(r, indent=2))
+        return 0
+    p = r["parameters"]
+    print(f"schedule: {r['schedule']}")
+    print(
+        "parameters: "
+        + ", ".join(f"{k} {v / 1e6:.2f}M" for k, v in p.items() if k != "total")
+        + f"; total {p['total'] / 1e6:.2f}M"
+    )
+    print(f"FLOPs per token at seq_len {r['seq_len']} (forward / training):")
+    for k in SHOWN_DEPTHS:
+        fwd, trn = r["forward_flops_per_token"][str(k)], r["train_flops_per_token"][str(k)]
+        print(f"  K={k:<3d} {fwd:.3e} / {trn:.3e}")
+    print(f"non-recurrent work / one core iteration: {r['non_recurrent_ratio']:.3f}")
+    matched = " (planned from train.flops)" if r["compute_matched"] else ""
+    print(f"budget: {r['steps']} steps, {r['tokens']:.4g} tokens{matched}")
+    for s in r["stages"]:
+        print(
+            f"  {s['phase']:<10s} {s['steps']:>8d} steps  {s['depth']:<28s} "
+            f"mean K {s['mean_depth']:.2f}  {s['flops']:.3e} FLOPs"
+        )
+    print(f"schedule training FLOPs:   {r['schedule_flops']:.4e}")
+    print(f"uniform 1..16 at same tokens: {r['uniform_flops']:.4e}")
+    print(f"modeled savings: {100 * r['modeled_savings']:.1f}%")
+    return 0

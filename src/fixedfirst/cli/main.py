@@ -1,0 +1,42 @@
+"""Entry point of the `fixedfirst` command: parse, dispatch, and turn user errors into one line."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from fixedfirst.errors import UserError
+
+# subcommand -> module under fixedfirst.cli with `register(subparsers)` and `run(args)`.
+# Imported lazily per command so that `fixedfirst --help` stays quick.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "compute": ("compute_cmd", "modeled FLOPs of a configuration and its savings vs uniform"),
+    "config-reference": ("reference_cmd", "print every configuration key with its default"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fixedfirst",
+        description="Train and study adaptive-depth looped transformers (fixed-first schedules).",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, summary) in COMMANDS.items():
+        mod = importlib.import_module(f"fixedfirst.cli.{module}")
+        mod.register(subparsers.add_parser(name, help=summary, description=summary))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code = args.run(args)
+    except UserError as e:
+        print(f"fixedfirst {args.command}: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print(f"fixedfirst {args.command}: interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code or 0)

@@ -1,0 +1,167 @@
+"""The compute model: modeled FLOPs of a looped transformer and of a depth schedule (DESIGN.md §5).
+
+Forward FLOPs per token at depth K:
+
+    F(K) = P + K * C + R
+    P = prelude   = sum over prelude layers of (2 * matmul params + A)
+    C = iteration = 2 * adapter params + sum over core layers of (2 * matmul params + A)
+    R = readout   = sum over coda layers of (2 * matmul params + A) + 2 * head params
+    A = attention = 4 * T * d per layer application per token
+
+Factors: 2 = one multiply and one add per weight per token. Matmul params of a layer are
+q, k, v, output (4 d^2) and the MLP (3 d h for SwiGLU, 2 d h for GELU); norms, rotary, softmax and
+the embedding lookup are not matmuls and are not counted. A = 4 T d: QK^T (2 T d) and the weighted
+sum of values (2 T d) per query over all T keys of the training sequence. We do NOT halve it for
+causality, as torch's FlopCounterMode and the PaLM MFU convention do not, so the model can be
+checked against FlopCounterMode.
+
+Training FLOPs per token: 3 * F(K) (forward, then a backward that costs twice the forward: the
+gradients with respect to inputs and to weights). With truncated backprop through the last s
+iterations, the first K - s iterations run forward only: 3 * F(K) - 2 * (K - s) * C.
+
+A schedule's cost over a run is tokens_per_step * E[sum over steps of train(K_step)], computed
+exactly from the schedule's stages. Modeled savings = 1 - cost(schedule) / cost(uniform 1..16) at
+the same token budget. Since cost is linear in K, savings of fixed-first with a uniform finish is
+switch * (8.5 - K0) / ((P + R) / C + 8.5): the paper's three figures pin (P + R) / C near 1.1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fixedfirst.config import ModelConfig, RunConfig, ScheduleConfig
+from fixedfirst.errors import UserError
+from fixedfirst.schedules import Schedule
+
+
+@dataclass(frozen=True)
+class FlopModel:
+    """Forward FLOPs per token of each piece of the model at one sequence length."""
+
+    prelude: float
+    iteration: float
+    readout: float
+
+    def forward(self, depth: int) -> float:
+        return self.prelude + depth * self.iteration + self.readout
+
+    def train(self, depth: int, grad_depth: int | None = None) -> float:
+        free = 0 if grad_depth is None else max(0, depth - grad_depth)
+        return 3 * self.forward(depth) - 2 * free * self.iteration
+
+    def eval_all_depths(self, depths: list[int]) -> float:
+        """One pass of the recurrence to max(depths) with a readout at every requested depth."""
+        return self.prelude + max(depths) * self.iteration + len(set(depths)) * self.readout
+
+    @property
+    def non_recurrent_ratio(self) -> float:
+        """(prelude + readout) / one core iteration: the a/b of DESIGN.md §5."""
+        return (self.prelude + self.readout) / self.iteration
+
+
+def layer_matmul_params(config: ModelConfig) -> int:
+    d, h = config.d_model, config.hidden_size
+    mlp = (3 if config.mlp == "swiglu" else 2) * d * h
+    return 4 * d * d + mlp
+
+
+def flop_model(config: ModelConfig, seq_len: int) -> FlopModel:
+    """Per-token forward FLOPs of prelude, one core iteration and readout at sequence length T."""
+    d = config.d_model
+    layer = 2 * layer_matmul_params(config) + 4 * seq_len * d
+    adapter = 2 * (2 * d * d) if config.injection == "concat" else 0
+    return FlopModel(
+        prelude=config.n_prelude * layer,
+        iteration=adapter + config.n_core * layer,
+        readout=config.n_coda * layer + 2 * d * config.vocab_size,
+    )
+
+
+UNIFORM_REFERENCE = ScheduleConfig(kind="uniform", k_min=1, k_max=16)
+"""The schedule savings are measured against: uniform K in 1..16 (Geiping et al. 2025)."""
+
+
+def schedule_flops(
+    schedule: Schedule,
+    flops: FlopModel,
+    total_steps: int,
+    tokens_per_step: int,
+    grad_depth: int | None = None,
+) -> float:
+    """Exact expected modeled training FLOPs of a run of `total_steps` optimizer steps."""
+    per_token = schedule.expected_total(lambda k: flops.train(k, grad_depth), total_steps)
+    return tokens_per_step * per_token
+
+
+def plan_steps(
+    schedule: Schedule,
+    flops: FlopModel,
+    flop_budget: float,
+    tokens_per_step: int,
+    grad_depth: int | None = None,
+) -> int:
+    """The most optimizer steps whose expected modeled cost stays within `flop_budget`.
+
+    This is how compute-matched runs are planned: a cheaper schedule gets more tokens.
+    """
+
+    def cost(steps: int) -> float:
+        return schedule_flops(schedule, flops, steps, tokens_per_step, grad_depth)
+
+    if cost(1) > flop_budget:
+        raise UserError(
+            f"train.flops = {flop_budget:.3g} is below the cost of a single step "
+            f"({cost(1):.3g} FLOPs); raise the FLOP budget or lower train.batch_size"
+        )
+    lo, hi = 1, 2
+    while cost(hi) <= flop_budget:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:  # cost(lo) <= budget < cost(hi)
+        mid = (lo + hi) // 2
+        if cost(mid) <= flop_budget:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a run will spend: steps, tokens and modeled training FLOPs."""
+
+    total_steps: int
+    tokens: int
+    flops: float
+    compute_matched: bool
+
+
+def plan_budget(config: RunConfig) -> Budget:
+    """Resolve `train.tokens` (or, when set, `train.flops`) into a number of optimizer steps."""
+    t = config.train
+    schedule = Schedule(config.schedule, t.seed)
+    fm = flop_model(config.model, t.seq_len)
+    if t.flops is not None:
+        steps = plan_steps(schedule, fm, t.flops, t.tokens_per_step, t.grad_depth)
+    else:
+        steps = t.tokens // t.tokens_per_step
+        if steps < 1:
+            raise UserError(
+                f"train.tokens = {t.tokens} is less than one step of batch_size * seq_len = "
+                f"{t.tokens_per_step} tokens; raise train.tokens"
+            )
+    cost = schedule_flops(schedule, fm, steps, t.tokens_per_step, t.grad_depth)
+    return Budget(steps, steps * t.tokens_per_step, cost, t.flops is not None)
+
+
+def modeled_savings(config: RunConfig, total_steps: int | None = None) -> float:
+    """1 - cost(schedule) / cost(uniform 1..16), both over the same token budget."""
+    t = config.train
+    steps = total_steps if total_steps is not None else plan_budget(config).total_steps
+    fm = flop_model(config.model, t.seq_len)
+    ours = schedule_flops(
+        Schedule(config.schedule, t.seed), fm, steps, t.tokens_per_step, t.grad_depth
+    )
+    ref = schedule_flops(
+        Schedule(UNIFORM_REFERENCE, t.seed), fm, steps, t.tokens_per_step, t.grad_depth
+    )
+    return 1.0 - ours / ref

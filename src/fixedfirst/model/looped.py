@@ -1,0 +1,252 @@
+"""The looped ("middle-loop") transformer: an untied prelude, a shared core run K times, a coda.
+
+    tokens -> embed -> prelude -> e
+    s_0 ~ initial state
+    s_k = core(adapter(concat(s_{k-1}, e)))          for k = 1..K    (input injection)
+    logits = head(norm(coda(norm(s_K))))
+
+This is the architecture of Geiping et al. 2025 (Huginn) and Saunshi et al. 2025; McLeish et al.
+2025 retrofit pretrained models into it. One set of weights serves any depth K: cheap at small K,
+better at large K. Evaluation at many depths shares one pass of the recurrence
+(`logits_by_depth`): the state after k iterations is exactly what a depth-k forward computes, so
+the coda and head are simply applied at every requested k on the way up.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fixedfirst.config import ModelConfig
+from fixedfirst.errors import UserError
+from fixedfirst.model.kv_cache import KVCache
+from fixedfirst.model.layers import Block, RMSNorm, RotaryEmbedding
+
+
+def check_depth(depth: object) -> int:
+    """Depth must be an integer >= 1: K = 0 would skip the core entirely."""
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise UserError(f"depth must be an integer >= 1, got {depth!r}")
+    return depth
+
+
+class LoopedTransformer(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        d = config.d_model
+        self.embed = nn.Embedding(config.vocab_size, d)
+        self.prelude = nn.ModuleList(Block(config) for _ in range(config.n_prelude))
+        self.adapter = nn.Linear(2 * d, d, bias=False) if config.injection == "concat" else None
+        self.core = nn.ModuleList(Block(config) for _ in range(config.n_core))
+        self.core_norm = RMSNorm(d)  # the norm between the recurrence and the coda
+        self.coda = nn.ModuleList(Block(config) for _ in range(config.n_coda))
+        self.out_norm = RMSNorm(d)
+        self.head = nn.Linear(d, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.head.weight = self.embed.weight
+        self.rotary = RotaryEmbedding(config.head_dim, config.max_seq_len, config.rope_base)
+        # The evaluation initial state: one fixed draw per position, so that the same tokens give
+        # the same NLL every time and cached decoding sees the same state as a full forward.
+        self.state_std = math.sqrt(2 / (5 * d))
+        eval_state = torch.empty(config.max_seq_len, d)
+        torch.nn.init.trunc_normal_(
+            eval_state,
+            std=self.state_std,
+            a=-3 * self.state_std,
+            b=3 * self.state_std,
+            generator=torch.Generator().manual_seed(config.eval_seed),
+        )
+        self.register_buffer("eval_state", eval_state, persistent=False)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        """GPT-2 style: N(0, 0.02), residual output projections scaled by 1/sqrt(2 * layers)."""
+        n_layers = self.config.n_prelude + self.config.n_core + self.config.n_coda
+        for name, p in self.named_parameters():
+            if p.dim() < 2:
+                continue
+            std = 0.02
+            if name.endswith(("attn.out.weight", "mlp.down.weight")):
+                std /= math.sqrt(2 * n_layers)
+            nn.init.normal_(p, mean=0.0, std=std)
+
+    # -- the four pieces -------------------------------------------------------------------------
+
+    def _prelude(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        x = self.embed(tokens)
+        for i, block in enumerate(self.prelude):
+            x = block(x, self.rotary, cache.layer("prelude", i) if cache is not None else None)
+        return x
+
+    def _initial_state(self, e: torch.Tensor, start: int, deterministic: bool) -> torch.Tensor:
+        if self.config.state_init == "zeros":
+            return torch.zeros_like(e)
+        if deterministic:
+            T = e.shape[1]
+            return self.eval_state[start : start + T].to(e.dtype).expand_as(e)
+        s = torch.empty_like(e)
+        std = self.state_std
+        return torch.nn.init.trunc_normal_(s, std=std, a=-3 * std, b=3 * std)
+
+    def _iteration(
+        self, state: torch.Tensor, e: torch.Tensor, index: int, cache: KVCache | None = None
+    ) -> torch.Tensor:
+        """One application of the core block with input injection."""
+        x = self.adapter(torch.cat([state, e], dim=-1)) if self.adapter is not None else state + e
+        for i, block in enumerate(self.core):
+            x = block(x, self.rotary, cache.layer("core", index, i) if cache is not None else None)
+        return x
+
+    def _readout(self, state: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        x = self.core_norm(state)
+        for i, block in enumerate(self.coda):
+            x = block(x, self.rotary, cache.layer("coda", i) if cache is not None else None)
+        return self.head(self.out_norm(x))
+
+    # -- public API ------------------------------------------------------------------------------
+
+    def forward(
+        self, tokens: torch.Tensor, depth: int, grad_depth: int | None = None
+    ) -> torch.Tensor:
+        """Logits (B, T, vocab) after `depth` core iterations.
+
+        grad_depth: truncated backprop (Huginn): only the last `grad_depth` iterations carry
+        gradients; the earlier ones run under no_grad. None means full backprop.
+        """
+        check_depth(depth)
+        e = self._prelude(tokens)
+        state = self._initial_state(e, 0, deterministic=not self.training)
+        n_free = 0 if grad_depth is None else max(0, depth - grad_depth)
+        if n_free:
+            with torch.no_grad():
+                for i in range(n_free):
+                    state = self._iteration(state, e, i)
+        for i in range(n_free, depth):
+            state = self._iteration(state, e, i)
+        return self._readout(state)
+
+    @torch.no_grad()
+    def logits_by_depth(
+        self, tokens: torch.Tensor, depths: Iterable[int]
+    ) -> Iterator[tuple[int, torch.Tensor]]:
+        """Yield (depth, logits) for every requested depth, ascending, from ONE pass of the core.
+
+        Cost: prelude + max(depths) core iterations + len(depths) readouts, instead of the sum
+        over depths of separate forwards. Uses the evaluation initial state, so the logits equal
+        those of `forward(tokens, depth)` in eval mode.
+        """
+        wanted = sorted({check_depth(d) for d in depths})
+        if not wanted:
+            raise UserError("logits_by_depth needs at least one depth")
+        e = self._prelude(tokens)
+        state = self._initial_state(e, 0, deterministic=True)
+        targets = set(wanted)
+        for i in range(wanted[-1]):
+            state = self._iteration(state, e, i)
+            if i + 1 in targets:
+                yield i + 1, self._readout(state)
+
+    def nll_by_depth(
+        self,
+        tokens: torch.Tensor,
+        targets: torch.Tensor,
+        depths: Iterable[int],
+        ignore_index: int = -100,
+    ) -> dict[int, float]:
+        """Mean next-token NLL (nats) at each requested depth, from one pass of the recurrence."""
+        depths = list(depths)
+        losses: dict[int, float] = {}
+        for depth, logits in self.logits_by_depth(tokens, depths):
+            loss = F.cross_entropy(
+                logits.flatten(0, 1).float(), targets.flatten(), ignore_index=ignore_index
+            )
+            losses[depth] = loss.item()
+        return {d: losses[d] for d in depths}
+
+    @torch.no_grad()
+    def decode_step(self, tokens: torch.Tensor, depth: int, cache: KVCache) -> torch.Tensor:
+        """Process the next tokens (B, T) after what `cache` holds; return their logits."""
+        start = cache.length
+        e = self._prelude(tokens, cache)
+        state = self._initial_state(e, start, deterministic=True)
+        for i in range(depth):
+            state = self._iteration(state, e, i, cache)
+        logits = self._readout(state, cache)
+        cache.length += tokens.shape[1]
+        return logits
+
+    @torch.no_grad()
+    def stream(
+        self,
+        prompt: torch.Tensor,
+        max_new_tokens: int,
+        depth: int,
+        temperature: float = 0.0,
+        generator: torch.Generator | None = None,
+    ) -> Iterator[torch.Tensor]:
+        """Yield the next token (B, 1) one at a time, decoding with a per-iteration KV cache."""
+        check_depth(depth)
+        if prompt.dim() != 2 or prompt.shape[1] == 0:
+            raise UserError("prompt must be a (batch, length) tensor with length >= 1")
+        total = prompt.shape[1] + max_new_tokens
+        if total > self.config.max_seq_len:
+            raise UserError(
+                f"prompt + new tokens = {total} exceeds model.max_seq_len = "
+                f"{self.config.max_seq_len}"
+            )
+        cache = KVCache()
+        logits = self.decode_step(prompt, depth, cache)
+        for n in range(max_new_tokens):
+            token = sample_next(logits[:, -1], temperature, generator)
+            yield token
+            if n + 1 < max_new_tokens:
+                logits = self.decode_step(token, depth, cache)
+
+    def generate(
+        self,
+        prompt: torch.Tensor,
+        max_new_tokens: int,
+        depth: int,
+        temperature: float = 0.0,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """prompt (B, T) -> (B, T + max_new_tokens). temperature 0 is greedy (argmax)."""
+        new = list(self.stream(prompt, max_new_tokens, depth, temperature, generator))
+        return torch.cat([prompt, *new], dim=1)
+
+    def parameter_counts(self) -> dict[str, int]:
+        """Parameters per part; a tied head counts under `embedding` only. Independent of depth."""
+        groups = {
+            "embedding": [self.embed],
+            "prelude": [self.prelude],
+            "core": [m for m in (self.adapter, self.core) if m is not None],
+            "coda": [self.core_norm, self.coda, self.out_norm],
+            "head": [self.head],
+        }
+        seen: set[int] = set()
+        counts: dict[str, int] = {}
+        for name, modules in groups.items():
+            n = 0
+            for module in modules:
+                for p in module.parameters():
+                    if id(p) not in seen:
+                        seen.add(id(p))
+                        n += p.numel()
+            counts[name] = n
+        counts["total"] = sum(counts.values())
+        return counts
+
+
+def sample_next(
+    logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """(B, V) logits -> (B, 1) tokens: argmax at temperature 0, else a softmax sample."""
+    if temperature <= 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator)

@@ -1,0 +1,48 @@
+"""The command line: help for every command, and the compute report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fixedfirst.cli.main import COMMANDS, main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("command", [None, *COMMANDS])
+def test_help(capsys, command):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"] if command is None else [command, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage: fixedfirst" in out
+    if command is None:
+        assert all(name in out for name in COMMANDS)
+
+
+def test_compute_json(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compute", str(ROOT / "configs" / "paper-200m.toml"), "--json"])
+    assert exit_info.value.code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {"schedule_flops", "uniform_flops", "modeled_savings"} <= set(report)
+    assert report["modeled_savings"] == pytest.approx(
+        1 - report["schedule_flops"] / report["uniform_flops"]
+    )
+    assert sum(s["steps"] for s in report["stages"]) == report["steps"]
+
+
+def test_config_reference_lists_every_key(capsys):
+    from dataclasses import fields
+
+    from fixedfirst.config import SECTIONS
+
+    with pytest.raises(SystemExit):
+        main(["config-reference", "--markdown"])
+    out = capsys.readouterr().out
+    for section in SECTIONS:
+        for f in fields(section):
+            assert f"`{f.name}`" in out

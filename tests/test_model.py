@@ -1,0 +1,183 @@
+"""The looped transformer: causality, the recurrence, one-pass depth evaluation, cached decoding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fixedfirst.errors import UserError
+from fixedfirst.model import KVCache, LoopedTransformer
+from tests.conftest import tiny_model_config
+
+VARIANTS = [
+    {},
+    {"norm": "sandwich"},
+    {"injection": "add", "mlp": "gelu"},
+    {"state_init": "zeros", "tie_embeddings": True},
+    {"n_prelude": 0, "n_coda": 0},
+]
+
+
+def build(**overrides) -> LoopedTransformer:
+    torch.manual_seed(0)
+    return LoopedTransformer(tiny_model_config(**overrides)).eval()
+
+
+@pytest.mark.parametrize("overrides", VARIANTS)
+def test_causal(overrides):
+    model = build(**overrides)
+    x = torch.randint(0, 61, (2, 20))
+    y = x.clone()
+    y[:, 12] = (y[:, 12] + 1) % 61
+    a, b = model(x, 3), model(y, 3)
+    torch.testing.assert_close(a[:, :12], b[:, :12])
+    assert not torch.allclose(a[:, 12:], b[:, 12:])
+
+
+@pytest.mark.parametrize("overrides", VARIANTS)
+def test_forward_equals_hand_unroll(overrides):
+    model = build(**overrides)
+    x = torch.randint(0, 61, (2, 16))
+    depth = 3
+    h = model.embed(x)
+    for block in model.prelude:
+        h = block(h, model.rotary)
+    if model.config.state_init == "zeros":
+        s = torch.zeros_like(h)
+    else:
+        s = model.eval_state[:16].expand_as(h)
+    for _ in range(depth):
+        s = model.adapter(torch.cat([s, h], -1)) if model.adapter is not None else s + h
+        for block in model.core:
+            s = block(s, model.rotary)
+    out = model.core_norm(s)
+    for block in model.coda:
+        out = block(out, model.rotary)
+    expected = model.head(model.out_norm(out))
+    torch.testing.assert_close(model(x, depth), expected)
+
+
+@pytest.mark.parametrize("overrides", VARIANTS)
+def test_nll_by_depth_equals_separate_forwards(overrides):
+    model = build(**overrides)
+    x = torch.randint(0, 61, (3, 24))
+    depths = [1, 2, 5, 9]
+    one_pass = model.nll_by_depth(x[:, :-1], x[:, 1:], depths)
+    assert list(one_pass) == depths
+    for d in depths:
+        logits = model(x[:, :-1], d)
+        separate = F.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten()).item()
+        assert abs(one_pass[d] - separate) < 1e-5
+
+
+def test_nll_by_depth_honours_ignore_index(tiny_model):
+    x = torch.randint(0, 61, (2, 12))
+    targets = x[:, 1:].clone()
+    targets[:, :5] = -100
+    got = tiny_model.nll_by_depth(x[:, :-1], targets, [2])[2]
+    logits = tiny_model(x[:, :-1], 2)[:, 5:]
+    want = F.cross_entropy(logits.flatten(0, 1), x[:, 6:].flatten()).item()
+    assert abs(got - want) < 1e-5
+
+
+@pytest.mark.parametrize("overrides", [{}, {"norm": "sandwich"}])
+def test_large_depths_stay_finite(overrides):
+    model = build(**overrides)
+    x = torch.randint(0, 61, (2, 16))
+    for depth, logits in model.logits_by_depth(x, [1, 16, 32, 64]):
+        assert torch.isfinite(logits).all(), depth
+
+
+def test_evaluation_is_reproducible_training_is_random(tiny_model):
+    x = torch.randint(0, 61, (2, 16))
+    first = tiny_model.nll_by_depth(x[:, :-1], x[:, 1:], [4])
+    assert tiny_model.nll_by_depth(x[:, :-1], x[:, 1:], [4]) == first
+    torch.testing.assert_close(tiny_model(x, 4), tiny_model(x, 4), rtol=0, atol=0)
+    tiny_model.train()
+    assert not torch.equal(tiny_model(x, 4), tiny_model(x, 4))  # fresh initial state each call
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True])
+def test_bad_depth_is_a_user_error(tiny_model, bad):
+    x = torch.randint(0, 61, (1, 4))
+    with pytest.raises(UserError, match="depth must be an integer >= 1"):
+        tiny_model(x, bad)
+    with pytest.raises(UserError):
+        list(tiny_model.logits_by_depth(x, [1, bad]))
+
+
+def test_truncated_backprop_only_reaches_last_iterations():
+    model = build()
+    model.train()
+    x = torch.randint(0, 61, (2, 12))
+    torch.manual_seed(1)
+    model(x, 5, grad_depth=5).sum().backward()
+    full = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    torch.manual_seed(1)
+    model(x, 5).sum().backward()
+    for n, p in model.named_parameters():  # grad_depth >= depth is full backprop
+        torch.testing.assert_close(p.grad, full[n])
+    model.zero_grad()
+    torch.manual_seed(1)
+    out = model(x, 5, grad_depth=1)
+    assert out.requires_grad
+    out.sum().backward()
+    core_grad = model.core[0].mlp.down.weight.grad
+    assert core_grad is not None
+    assert not torch.allclose(core_grad, full["core.0.mlp.down.weight"])
+
+
+def test_parameter_counts_cover_every_parameter_once():
+    for overrides in VARIANTS:
+        model = build(**overrides)
+        counts = model.parameter_counts()
+        assert counts["total"] == sum(p.numel() for p in model.parameters())
+        assert sum(v for k, v in counts.items() if k != "total") == counts["total"]
+        if overrides.get("tie_embeddings"):
+            assert counts["head"] == 0
+        # Depth is not a parameter: the same tensors serve every depth, and each gets a gradient
+        # at depth 1 and at depth 7 alike.
+        for depth in (1, 7):
+            model.zero_grad()
+            model(torch.randint(0, 61, (1, 8)), depth).sum().backward()
+            assert all(p.grad is not None for p in model.parameters())
+
+
+@pytest.mark.parametrize("overrides", VARIANTS)
+def test_cached_decoding_equals_full_recomputation(overrides):
+    model = build(**overrides)
+    x = torch.randint(0, 61, (2, 30))
+    full = model(x, 4)
+    cache = KVCache()
+    parts = [model.decode_step(x[:, :10], 4, cache), model.decode_step(x[:, 10:11], 4, cache)]
+    parts.append(model.decode_step(x[:, 11:30], 4, cache))
+    torch.testing.assert_close(torch.cat(parts, 1), full, atol=1e-5, rtol=1e-5)
+    cfg = model.config
+    assert cache.num_entries == cfg.n_prelude + 4 * cfg.n_core + cfg.n_coda
+
+
+@pytest.mark.parametrize("depth", [1, 3, 6])
+def test_greedy_generation_equals_argmax_recomputation(depth):
+    model = build()
+    prompt = torch.randint(0, 61, (3, 7))
+    generated = model.generate(prompt, max_new_tokens=12, depth=depth)
+    seq = prompt
+    for _ in range(12):
+        nxt = model(seq, depth)[:, -1].argmax(-1, keepdim=True)
+        seq = torch.cat([seq, nxt], 1)
+    assert torch.equal(generated, seq)
+
+
+def test_sampling_is_seeded_and_length_is_checked(tiny_model):
+    prompt = torch.randint(0, 61, (1, 5))
+    a = tiny_model.generate(
+        prompt, 10, 2, temperature=1.0, generator=torch.Generator().manual_seed(3)
+    )
+    b = tiny_model.generate(
+        prompt, 10, 2, temperature=1.0, generator=torch.Generator().manual_seed(3)
+    )
+    assert torch.equal(a, b)
+    with pytest.raises(UserError, match="max_seq_len"):
+        tiny_model.generate(prompt, 200, 2)

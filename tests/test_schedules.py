@@ -1,0 +1,104 @@
+"""Depth schedules: pure functions of (seed, step), exact switch points, exact expectations."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from fixedfirst.config import ScheduleConfig
+from fixedfirst.schedules import PoissonLogNormal, Schedule, Uniform
+
+ALL = [
+    ScheduleConfig(kind="fixed", depth=3),
+    ScheduleConfig(kind="uniform"),
+    ScheduleConfig(kind="poisson-lognormal", mean=6.0),
+    ScheduleConfig(kind="progressive", mean=8.5, warmup=0.5),
+    ScheduleConfig(kind="fixed-first", k0=2, switch=0.67),
+    ScheduleConfig(kind="fixed-first", k0=4, switch=0.8, finish="poisson-lognormal"),
+]
+
+
+@pytest.mark.parametrize("config", ALL, ids=lambda c: c.kind)
+def test_depth_is_a_pure_function_of_seed_and_step(config):
+    total = 300
+    forward = [Schedule(config, seed=5).depth(s, total) for s in range(total)]
+    backward = [Schedule(config, seed=5).depth(s, total) for s in reversed(range(total))]
+    assert forward == backward[::-1]
+    assert Schedule(config, seed=5).depths(total) == forward
+    other_seed = Schedule(config, seed=6).depths(total)
+    if config.kind != "fixed":
+        assert other_seed != forward
+    assert all(1 <= k <= max(config.k_max, config.depth) for k in forward)
+
+
+@pytest.mark.parametrize(
+    ("total", "switch", "first_finish"),
+    [(100, 0.67, 67), (3, 0.67, 3), (10, 0.8, 8), (7, 0.0, 0), (7, 1.0, 7)],
+)
+def test_fixed_first_switches_at_exactly_the_right_step(total, switch, first_finish):
+    schedule = Schedule(ScheduleConfig(kind="fixed-first", k0=4, switch=switch), seed=0)
+    assert schedule.switch_step(total) == first_finish
+    for step in range(total):
+        stage = schedule.stage_at(step, total)
+        assert stage.phase == ("fixed" if step < switch * total else "finish")
+        if stage.phase == "fixed":
+            assert schedule.depth(step, total) == 4
+
+
+def test_uniform_and_pln_sampled_means_match_formulas():
+    rng = np.random.default_rng(0)
+    u = Uniform(1, 16)
+    assert u.mean == pytest.approx(8.5)
+    assert np.mean([u.sample(rng) for _ in range(40000)]) == pytest.approx(8.5, abs=0.06)
+    # Without a binding clip, E[K] = mean (E[rate] = mean - 1).
+    pln = PoissonLogNormal(mean_depth=5.0, sigma=0.5, k_max=200)
+    assert sum(pln.pmf().values()) == pytest.approx(1.0, abs=1e-12)
+    assert pln.mean == pytest.approx(5.0, abs=1e-9)
+    samples = [pln.sample(rng) for _ in range(40000)]
+    assert np.mean(samples) == pytest.approx(5.0, abs=0.05)
+    # With the clip at 16, the exact pmf still matches a sampled histogram.
+    clipped = PoissonLogNormal(mean_depth=8.5, sigma=0.5, k_max=16)
+    samples = np.array([clipped.sample(rng) for _ in range(40000)])
+    assert clipped.mean < 8.5
+    assert samples.mean() == pytest.approx(clipped.mean, abs=0.05)
+    for k, p in clipped.pmf().items():
+        assert np.mean(samples == k) == pytest.approx(p, abs=0.01)
+
+
+def test_progressive_ramps_to_its_mean():
+    config = ScheduleConfig(kind="progressive", mean=8.0, warmup=0.5, ramp="sqrt")
+    schedule = Schedule(config)
+    total = 1000
+    means = [schedule.progressive_mean(s, total) for s in range(total)]
+    assert means[0] == 1
+    assert means == sorted(means)
+    assert all(m == 8.0 for m in means[500:])
+    x = 250 / 500  # the formula max(1, ceil(mean * (1 - sqrt(1 - x)))) at the middle of the ramp
+    assert means[250] == max(1, math.ceil(8.0 * (1 - math.sqrt(1 - x))))
+    stages = schedule.stages(total)
+    assert stages[0].start == 0 and stages[-1].end == total
+    assert all(a.end == b.start for a, b in itertools.pairwise(stages))
+
+
+@pytest.mark.parametrize("config", ALL, ids=lambda c: c.kind)
+def test_expected_cost_equals_the_average_over_steps(config):
+    cost = lambda k: 3.0 + 2.0 * k  # noqa: E731 - a cost linear in depth, like the FLOP model
+    total = 4000
+    schedule = Schedule(config, seed=1)
+    exact = schedule.expected_total(cost, total)
+    realised = sum(cost(k) for k in schedule.depths(total))
+    assert realised == pytest.approx(exact, rel=0.02)
+    if config.kind == "fixed":
+        assert realised == exact
+
+
+def test_stages_cover_the_run_without_gaps():
+    for config in ALL:
+        for total in (1, 2, 17, 1000):
+            stages = Schedule(config).stages(total)
+            assert stages[0].start == 0 and stages[-1].end == total
+            assert all(a.end == b.start for a, b in itertools.pairwise(stages))
+            assert sum(s.steps for s in stages) == total
