@@ -22,6 +22,5 @@ def test_readme_config_reference_is_current():
     )
     end = readme.index("<!-- config-reference:end -->")
     assert readme[start:end] == generated, (
-        "README configuration reference is stale: paste the output of "
-        "`fixedfirst config-reference --markdown` between the markers"
+        "README configuration reference is stale: run `python scripts/update_readme_reference.py`"
     )

@@ -228,7 +228,10 @@ class TrainConfig:
     checkpoint_every: int = 0
     """Steps between checkpoints (0: only at the switch and at the end)."""
     keep_checkpoints: int = 3
-    """Periodic checkpoints kept (the switch checkpoint is always kept)."""
+    """Periodic checkpoints kept (the switch checkpoint and snapshots are always kept)."""
+    snapshots: list[float] = field(default_factory=list)
+    """Fractions of the run's modeled FLOP budget at which a checkpoint is kept for later
+    evaluation, e.g. [0.15, 0.45] (the end of the run is always checkpointed)."""
 
     def __post_init__(self) -> None:
         s = self.SECTION
@@ -267,6 +270,8 @@ class TrainConfig:
         _require(self.log_every >= 1, f"{s}.log_every", f"must be >= 1, got {self.log_every}")
         _require(self.checkpoint_every >= 0, f"{s}.checkpoint_every", "must be >= 0")
         _require(self.keep_checkpoints >= 1, f"{s}.keep_checkpoints", "must be >= 1")
+        bad = [f for f in self.snapshots if not 0.0 < f <= 1.0]
+        _require(not bad, f"{s}.snapshots", f"fractions must be in (0, 1], got {bad}")
 
     @property
     def micro_batch(self) -> int:
@@ -288,8 +293,40 @@ class DataConfig:
     `fixedfirst prepare` at `path`. `bios`: the synthetic biography task."""
     path: str | None = None
     """`tokens`: the prepared data directory."""
+    seed: int = 0
+    """Seed of the data itself (the synthetic language, the bios people); the order in which
+    training visits it follows train.seed."""
+    people: int = 1000
+    """`bios`: number of fictional people."""
+    first_names: int = 400
+    """`bios`: size of the first-name pool."""
+    middle_names: int = 400
+    """`bios`: size of the middle-name pool."""
+    last_names: int = 1000
+    """`bios`: size of the last-name pool."""
+    cities: int = 200
+    """`bios`: birth-city pool size."""
+    universities: int = 300
+    """`bios`: university pool size."""
+    majors: int = 100
+    """`bios`: major pool size."""
+    employers: int = 263
+    """`bios`: employer pool size."""
 
     def __post_init__(self) -> None:
+        s = self.SECTION
+        for name in (
+            "people",
+            "first_names",
+            "middle_names",
+            "last_names",
+            "cities",
+            "universities",
+            "majors",
+            "employers",
+        ):
+            value = getattr(self, name)
+            _require(value >= 1, f"{s}.{name}", f"must be >= 1, got {value}")
         if self.kind == "tokens":
             _require(
                 self.path is not None,
