@@ -11,6 +11,8 @@ from fixedfirst.errors import UserError
 # subcommand -> module under fixedfirst.cli with `register(subparsers)` and `run(args)`.
 # Imported lazily per command so that `fixedfirst --help` stays quick.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("train_cmd", "train a looped transformer with a depth schedule"),
+    "eval": ("eval_cmd", "validation NLL of a run at many serving depths"),
     "compute": ("compute_cmd", "modeled FLOPs of a configuration and its savings vs uniform"),
     "config-reference": ("reference_cmd", "print every configuration key with its default"),
 }

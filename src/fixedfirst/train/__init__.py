@@ -1,0 +1,1 @@
+"""Training: the loop, its optimizer, checkpoints, metrics and progress display."""

@@ -1,0 +1,216 @@
+"""Crash-proof checkpoints: `RUN/checkpoints/step-NNNNNNN/`.
+
+Each checkpoint directory holds
+    model.safetensors   the weights (safetensors: loading never runs code)
+    trainer.pt          optimizer state, RNG states and the data position, loaded with
+                        torch.load(weights_only=True), which refuses pickled code
+    meta.json           step, tokens, FLOPs, wall-clock, tags, the metrics-file length and a
+                        SHA-256 of every file above
+
+It is written into `.tmp-step-NNNNNNN/`, flushed to disk, then renamed into place; a directory
+without a valid meta.json is never considered. A crash at any moment therefore leaves the previous
+checkpoint loadable, and a flipped byte is caught by the checksum. Periodic checkpoints beyond
+`keep` are deleted oldest first; tagged ones (the switch point, FLOP snapshots, the end) are kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_model, save_model
+from torch import nn
+
+from fixedfirst.errors import UserError
+
+FORMAT_VERSION = 1
+MODEL_FILE, TRAINER_FILE, META_FILE = "model.safetensors", "trainer.pt", "meta.json"
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_file(path: Path, write: Callable[[Path], None]) -> str:
+    write(path)
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+    return sha256(path)
+
+
+@dataclass
+class Checkpoint:
+    """A complete checkpoint directory and its metadata."""
+
+    path: Path
+    meta: dict[str, Any] = field(repr=False)
+
+    @property
+    def step(self) -> int:
+        return int(self.meta["step"])
+
+    @property
+    def tags(self) -> list[str]:
+        return list(self.meta.get("tags", []))
+
+    def verify(self) -> None:
+        """Raise UserError naming the first missing or corrupt file."""
+        for name, digest in self.meta["files"].items():
+            file = self.path / name
+            if not file.is_file():
+                raise UserError(f"checkpoint {self.path}: {name} is missing")
+            if sha256(file) != digest:
+                raise UserError(f"checkpoint {self.path}: {name} is corrupt (checksum mismatch)")
+
+    def load_model(self, model: nn.Module) -> None:
+        """Load the weights into `model`; a model of another shape is a UserError."""
+        try:
+            missing, unexpected = load_model(model, self.path / MODEL_FILE, strict=False)
+        except (SafetensorError, RuntimeError, OSError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(
+                f"checkpoint {self.path}: weights do not fit this model ({first})"
+            ) from None
+        if missing or unexpected:
+            names = ", ".join(sorted(missing)[:3] + sorted(unexpected)[:3])
+            raise UserError(
+                f"checkpoint {self.path}: weights do not fit this model (mismatched: {names})"
+            )
+
+    def load_trainer_state(self) -> dict[str, Any]:
+        try:
+            return torch.load(self.path / TRAINER_FILE, map_location="cpu", weights_only=True)
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(
+                f"checkpoint {self.path}: cannot load {TRAINER_FILE} ({first})"
+            ) from None
+
+
+def read_checkpoint(path: Path) -> Checkpoint | None:
+    """The checkpoint at `path`, or None when it is not a complete one (no/unreadable meta)."""
+    try:
+        meta = json.loads((path / META_FILE).read_text())
+        int(meta["step"])
+        dict(meta["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return Checkpoint(path, meta)
+
+
+class CheckpointManager:
+    def __init__(self, directory: Path, keep: int = 3) -> None:
+        self.directory = directory
+        self.keep = keep
+
+    def all(self) -> list[Checkpoint]:
+        """Complete checkpoints, oldest first (not verified: see `latest_valid`)."""
+        if not self.directory.is_dir():
+            return []
+        found = []
+        for p in self.directory.glob("step-*"):
+            ckpt = read_checkpoint(p) if p.is_dir() else None
+            if ckpt is not None:
+                found.append(ckpt)
+        return sorted(found, key=lambda c: c.step)
+
+    def at_step(self, step: int) -> Checkpoint:
+        for ckpt in self.all():
+            if ckpt.step == step:
+                return ckpt
+        steps = ", ".join(str(c.step) for c in self.all()) or "none"
+        raise UserError(f"no checkpoint at step {step} in {self.directory} (available: {steps})")
+
+    def with_tag(self, tag: str) -> Checkpoint | None:
+        for ckpt in reversed(self.all()):
+            if tag in ckpt.tags:
+                return ckpt
+        return None
+
+    def latest_valid(self, warn: Callable[[str], None] = print) -> Checkpoint | None:
+        """The newest checkpoint whose files pass their checksums; older ones are fallbacks."""
+        for ckpt in reversed(self.all()):
+            try:
+                ckpt.verify()
+            except UserError as e:
+                warn(f"warning: {e}; falling back to the previous checkpoint")
+                continue
+            return ckpt
+        return None
+
+    def remove_partial(self) -> None:
+        """Delete leftovers of checkpoints whose writing was interrupted."""
+        if self.directory.is_dir():
+            for p in self.directory.glob(".tmp-step-*"):
+                shutil.rmtree(p, ignore_errors=True)
+
+    def save(
+        self,
+        step: int,
+        model: nn.Module,
+        trainer_state: dict[str, Any],
+        meta: dict[str, Any],
+        tags: list[str],
+    ) -> Checkpoint:
+        name = f"step-{step:07d}"
+        final = self.directory / name
+        existing = read_checkpoint(final) if final.is_dir() else None
+        if existing is not None:  # same step saved again (e.g. switch and end): merge the tags
+            tags = sorted(set(existing.tags) | set(tags))
+        tmp = self.directory / f".tmp-{name}"
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            files = {
+                MODEL_FILE: _write_file(tmp / MODEL_FILE, lambda p: save_model(model, str(p))),
+                TRAINER_FILE: _write_file(
+                    tmp / TRAINER_FILE, lambda p: torch.save(trainer_state, p)
+                ),
+            }
+            full_meta = {
+                "format": FORMAT_VERSION,
+                **meta,
+                "step": step,
+                "tags": sorted(set(tags)),
+                "files": files,
+            }
+            _write_file(tmp / META_FILE, lambda p: p.write_text(json.dumps(full_meta, indent=2)))
+            _fsync_dir(tmp)
+            if existing is not None:
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            _fsync_dir(self.directory)
+        except OSError as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise UserError(
+                f"cannot write checkpoint {final} ({e.strerror or e}); the previous checkpoint "
+                "is intact; free disk space or fix permissions, then resume with --resume"
+            ) from None
+        self._prune()
+        return Checkpoint(final, full_meta)
+
+    def _prune(self) -> None:
+        periodic = [c for c in self.all() if set(c.tags) <= {"periodic", "paused"}]
+        for ckpt in periodic[: max(0, len(periodic) - self.keep)]:
+            shutil.rmtree(ckpt.path, ignore_errors=True)

@@ -1,0 +1,50 @@
+"""Validation NLL at many serving depths, averaged over fixed held-out batches."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from fixedfirst.data.source import Batch
+from fixedfirst.model import LoopedTransformer
+
+SERVING_RANGE = range(1, 17)
+"""The paper's "mean serving NLL" averages NLL over serving depths 1..16."""
+
+
+def autocast(device: torch.device, dtype: torch.dtype):
+    """bf16 autocast where asked for; a no-op context for fp32."""
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def validation_nll(
+    model: LoopedTransformer,
+    batches: list[Batch],
+    depths: list[int],
+    device: torch.device,
+    dtype: torch.dtype = torch.float32,
+) -> dict[int, float]:
+    """Mean NLL per depth over `batches` (each batch weighted equally), one pass per batch."""
+    was_training = model.training
+    model.eval()
+    totals = dict.fromkeys(depths, 0.0)
+    try:
+        for batch in batches:
+            b = batch.to(device)
+            with autocast(device, dtype):
+                nll = model.nll_by_depth(b.inputs, b.targets, depths)
+            for d in depths:
+                totals[d] += nll[d]
+    finally:
+        model.train(was_training)
+    return {d: totals[d] / len(batches) for d in depths}
+
+
+def mean_serving_nll(nll_by_depth: dict[int, float]) -> float | None:
+    """Mean over depths 1..16, when all of them were measured."""
+    if all(d in nll_by_depth for d in SERVING_RANGE):
+        return sum(nll_by_depth[d] for d in SERVING_RANGE) / len(SERVING_RANGE)
+    return None

@@ -1,0 +1,59 @@
+"""`RUN/metrics.jsonl`: one JSON object per line, appended as the run goes.
+
+Training lines carry `"kind": "train"`, evaluation lines `"kind": "eval"`. Each checkpoint records
+the file's length at the moment it was written; resuming truncates the file back to that length,
+so a resumed run's metrics are exactly those of an uninterrupted one (no duplicated steps).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN/inf: write them as strings so the file stays standard JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+class MetricsLog:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def size(self) -> int:
+        return self.path.stat().st_size if self.path.exists() else 0
+
+    def truncate(self, size: int) -> None:
+        if self.path.exists() and self.path.stat().st_size > size:
+            with open(self.path, "r+b") as f:
+                f.truncate(size)
+
+    def write(self, records: list[dict[str, Any]]) -> None:
+        if not records:
+            return
+        text = "".join(json.dumps(_clean(r)) + "\n" for r in records)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def read_metrics(path: str | Path, kind: str | None = None) -> list[dict[str, Any]]:
+    """All records of a metrics file, optionally only those of one kind."""
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                record = json.loads(line)
+                if kind is None or record.get("kind") == kind:
+                    records.append(record)
+    return records

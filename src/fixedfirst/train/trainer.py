@@ -1,0 +1,409 @@
+"""The training loop: one depth per optimizer step from the schedule, budgets, checkpoints, metrics.
+
+A run is planned before the first step: the token budget (or, with `train.flops`, the number of
+steps whose expected modeled cost fits the FLOP budget) fixes `total_steps`, and with it every
+step's depth, learning rate and phase. Each step draws its depth from the schedule (a pure
+function of seed and step), runs `batch_size / micro_batch` micro-batches at that depth, clips and
+steps AdamW. Losses stay on the device between log lines: the host waits for the device only when
+a line is written, a checkpoint is taken, or an evaluation runs.
+
+Everything a resumed run needs (weights, optimizer, RNG, data position, counters, the metrics
+file's length) is in each checkpoint, so N steps straight through and k steps plus a resume give
+the same weights and the same metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from fixedfirst.compute import Budget, flop_model, plan_budget
+from fixedfirst.config import RunConfig
+from fixedfirst.data.source import Batch, BatchSource, build_source
+from fixedfirst.errors import UserError
+from fixedfirst.hardware import measured_peak_flops, resolve_device, resolve_dtype
+from fixedfirst.model import LoopedTransformer
+from fixedfirst.schedules import Schedule, describe
+from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
+from fixedfirst.train.evaluation import autocast, mean_serving_nll, validation_nll
+from fixedfirst.train.metrics import MetricsLog
+from fixedfirst.train.optim import build_optimizer, lr_at
+from fixedfirst.train.progress import Progress
+from fixedfirst.train.run_dir import RunDir, check_resume
+
+
+class TrainingDiverged(UserError):
+    """The loss became NaN or infinite."""
+
+
+@dataclass
+class PhaseTotals:
+    steps: int = 0
+    tokens: int = 0
+    flops: float = 0.0
+    wall: float = 0.0
+
+
+@dataclass
+class Counters:
+    """Progress of the run so far; saved in every checkpoint."""
+
+    step: int = 0
+    tokens: int = 0
+    flops: float = 0.0
+    wall: float = 0.0
+    phases: dict[str, PhaseTotals] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "tokens": self.tokens,
+            "flops": self.flops,
+            "wall": self.wall,
+            "phases": {k: vars(v) for k, v in self.phases.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Counters:
+        phases = {k: PhaseTotals(**v) for k, v in d.get("phases", {}).items()}
+        return cls(int(d["step"]), int(d["tokens"]), float(d["flops"]), float(d["wall"]), phases)
+
+
+@dataclass
+class PendingStep:
+    """A finished step whose loss is still on the device."""
+
+    step: int
+    depth: int
+    phase: str
+    lr: float
+    loss: torch.Tensor
+    grad_norm: torch.Tensor
+
+
+class Trainer:
+    def __init__(
+        self,
+        config: RunConfig,
+        out: str,
+        resume: bool = False,
+        quiet: bool = False,
+    ) -> None:
+        self.config = config
+        self.run = RunDir(out)
+        self.quiet = quiet
+        self.rank, self.world_size, self.is_main = 0, 1, True
+        t = config.train
+        if resume:
+            check_resume(self.run.saved_config(), config)
+        else:
+            self.run.check_new()
+
+        self.budget: Budget = plan_budget(config)
+        self.schedule = Schedule(config.schedule, t.seed)
+        self.flops_model = flop_model(config.model, t.seq_len)
+        self.device = resolve_device(t.device)
+        self.dtype = resolve_dtype(t.precision, self.device)
+        self.source: BatchSource = build_source(config)
+        if self.source.vocab_size > config.model.vocab_size:
+            raise UserError(
+                f"model.vocab_size = {config.model.vocab_size} is smaller than the data's "
+                f"vocabulary ({self.source.vocab_size}); set model.vocab_size >= "
+                f"{self.source.vocab_size}"
+            )
+        local = t.batch_size // self.world_size
+        if t.batch_size % self.world_size or local % t.micro_batch:
+            raise UserError(
+                f"train.batch_size = {t.batch_size} must split into {self.world_size} rank(s) "
+                f"of whole micro-batches of {t.micro_batch}"
+            )
+        self.micro_steps = local // t.micro_batch
+
+        torch.manual_seed(t.seed)
+        self.model = LoopedTransformer(config.model).to(self.device)
+        if t.compile:
+            for block in (*self.model.prelude, *self.model.core, *self.model.coda):
+                block.compile()
+        self.optimizer = build_optimizer(self.model, t)
+        self.checkpoints = CheckpointManager(self.run.checkpoints_path, t.keep_checkpoints)
+        self.metrics = MetricsLog(self.run.metrics_path)
+        self.counters = Counters()
+        self.val_batches = self.source.validation_batches(config.eval.batches, t.micro_batch)
+        self.peak_flops = measured_peak_flops(self.device.type, self.dtype) * self.world_size
+        self.switch_step = self.schedule.switch_step(self.budget.total_steps)
+        self.snapshot_flops = sorted(f * self.budget.flops for f in t.snapshots)
+
+        # The training-time randomness (the initial recurrent state) starts from a state that
+        # depends on the seed only, whatever the set-up above consumed; a resume restores it.
+        torch.manual_seed(t.seed + 1)
+        if resume:
+            self._restore()
+        if self.is_main:
+            self.run.write_config(config)
+
+    # -- checkpoints -----------------------------------------------------------------------------
+
+    def _trainer_state(self) -> dict[str, Any]:
+        cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "rng_torch": torch.get_rng_state(),
+            "rng_cuda": cuda_rng,
+            "data": self.source.state_dict(),
+        }
+
+    def _save(self, tags: list[str]) -> Checkpoint | None:
+        if not self.is_main:
+            return None
+        meta = {
+            **self.counters.to_dict(),
+            "total_steps": self.budget.total_steps,
+            "metrics_bytes": self.metrics.size(),
+            "world_size": self.world_size,
+            "schedule": describe(self.config.schedule),
+        }
+        return self.checkpoints.save(
+            self.counters.step, self.model, self._trainer_state(), meta, tags
+        )
+
+    def _restore(self) -> None:
+        self.checkpoints.remove_partial()
+        ckpt = self.checkpoints.latest_valid(warn=self._say)
+        if ckpt is None:
+            if self.checkpoints.all():
+                raise UserError(
+                    f"no loadable checkpoint in {self.checkpoints.directory}: every one is "
+                    "corrupt; start a new run with another --out"
+                )
+            self.metrics.truncate(0)  # nothing saved yet: start over cleanly
+            self._say(f"resume: {self.run.path} has no checkpoint yet; starting from step 0")
+            return
+        ckpt.load_model(self.model)
+        state = ckpt.load_trainer_state()
+        try:
+            self.optimizer.load_state_dict(state["optimizer"])
+            torch.set_rng_state(state["rng_torch"])
+            if state["rng_cuda"] and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(state["rng_cuda"])
+            self.source.load_state_dict(state["data"])
+        except (KeyError, ValueError, RuntimeError, TypeError) as e:
+            raise UserError(f"checkpoint {ckpt.path}: trainer state does not fit ({e})") from None
+        self.counters = Counters.from_dict(ckpt.meta)
+        self.metrics.truncate(int(ckpt.meta["metrics_bytes"]))
+        self._say(f"resume: continuing from {ckpt.path.name} (step {ckpt.step})")
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def _say(self, line: str) -> None:
+        if self.is_main and not self.quiet:
+            print(line, flush=True)
+
+    def _loss(self, batch: Batch, depth: int) -> torch.Tensor:
+        with autocast(self.device, self.dtype):
+            logits = self.model(batch.inputs, depth, self.config.train.grad_depth)
+        return F.cross_entropy(
+            logits.float().flatten(0, 1), batch.targets.flatten(), ignore_index=-100
+        )
+
+    def _train_step(self, step: int, depth: int) -> tuple[torch.Tensor, torch.Tensor]:
+        t = self.config.train
+        batch = self.source.next_batch(t.batch_size, self.rank, self.world_size).to(self.device)
+        total_loss = torch.zeros((), device=self.device)
+        for i in range(self.micro_steps):
+            rows = slice(i * t.micro_batch, (i + 1) * t.micro_batch)
+            loss = self._loss(Batch(batch.inputs[rows], batch.targets[rows]), depth)
+            (loss / self.micro_steps).backward()
+            total_loss += loss.detach() / self.micro_steps
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        max_norm = t.grad_clip if t.grad_clip > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return total_loss, grad_norm
+
+    def _flush(self, pending: list[PendingStep], interval: tuple[int, float, float]) -> None:
+        """Bring pending losses to the host (one sync), stop on a non-finite one, log lines."""
+        if not pending:
+            return
+        values = torch.stack([torch.stack([p.loss, p.grad_norm.float()]) for p in pending])
+        values = values.cpu().tolist()
+        for p, (loss, _) in zip(pending, values, strict=True):
+            if not math.isfinite(loss):
+                raise TrainingDiverged(
+                    f"loss became {loss} at step {p.step + 1} (depth {p.depth}); the last good "
+                    f"checkpoint is kept in {self.checkpoints.directory}; lower train.lr or "
+                    "raise train.warmup, then start a new run"
+                )
+        tokens, flops, seconds = interval
+        seconds = max(seconds, 1e-9)
+        records = []
+        for p, (loss, grad_norm) in zip(pending, values, strict=True):
+            done = p.step + 1
+            if done % self.config.train.log_every and done != self.budget.total_steps:
+                continue
+            records.append(
+                {
+                    "kind": "train",
+                    "step": done,
+                    "tokens": done * self.config.train.tokens_per_step,
+                    "depth": p.depth,
+                    "phase": p.phase,
+                    "loss": loss,
+                    "lr": p.lr,
+                    "grad_norm": grad_norm,
+                    "flops": self.counters.flops,
+                    "wall": self.counters.wall,
+                    "tok_per_s": tokens / seconds,
+                    "mfu": flops / seconds / self.peak_flops,
+                }
+            )
+        if self.is_main:
+            self.metrics.write(records)
+        pending.clear()
+
+    def _evaluate(self) -> dict[int, float]:
+        depths = self.config.eval.depths
+        nll = validation_nll(self.model, self.val_batches, depths, self.device, self.dtype)
+        record = {
+            "kind": "eval",
+            "step": self.counters.step,
+            "tokens": self.counters.tokens,
+            "flops": self.counters.flops,
+            "nll_by_depth": {str(d): v for d, v in nll.items()},
+        }
+        mean = mean_serving_nll(nll)
+        if mean is not None:
+            record["mean_serving_nll"] = mean
+        if self.is_main:
+            self.metrics.write([record])
+        return nll
+
+    def _checkpoint_tags(self, done: int, flops_before: float) -> list[str]:
+        t = self.config.train
+        tags = []
+        if t.checkpoint_every and done % t.checkpoint_every == 0:
+            tags.append("periodic")
+        if self.switch_step is not None and done == self.switch_step:
+            tags.append("switch")
+        for fraction, threshold in zip(sorted(t.snapshots), self.snapshot_flops, strict=True):
+            if flops_before < threshold <= self.counters.flops:
+                tags.append(f"snapshot-{fraction:g}")
+        if done == self.budget.total_steps:
+            tags.append("final")
+        return tags
+
+    def train(self, stop_after: int | None = None) -> dict[str, Any]:
+        """Run to the end of the budget (or pause, checkpointed, after `stop_after` steps in
+        total); return the closing summary."""
+        t = self.config.train
+        total = self.budget.total_steps
+        stop = total if stop_after is None else max(self.counters.step, min(stop_after, total))
+        c = self.counters
+        if self.switch_step == 0 and c.step == 0:
+            self._save(["switch"])
+        progress = Progress(total, c.step, quiet=self.quiet or not self.is_main)
+        pending: list[PendingStep] = []
+        self.model.train()
+        interval_start, interval_tokens, interval_flops = time.perf_counter(), 0, 0.0
+        last_loss = float("nan")
+        try:
+            for step in range(c.step, stop):
+                stage = self.schedule.stage_at(step, total)
+                depth = self.schedule.depth(step, total)
+                lr = lr_at(step, total, t)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = lr
+                started = time.perf_counter()
+                loss, grad_norm = self._train_step(step, depth)
+                if self.device.type == "cuda" and (step + 1) % t.log_every == 0:
+                    torch.cuda.synchronize(self.device)
+                seconds = time.perf_counter() - started
+                step_flops = t.tokens_per_step * self.flops_model.train(depth, t.grad_depth)
+                flops_before = c.flops
+                c.step, c.tokens = step + 1, c.tokens + t.tokens_per_step
+                c.flops += step_flops
+                c.wall += seconds
+                phase = c.phases.setdefault(stage.phase, PhaseTotals())
+                phase.steps += 1
+                phase.tokens += t.tokens_per_step
+                phase.flops += step_flops
+                phase.wall += seconds
+                interval_tokens += t.tokens_per_step
+                interval_flops += step_flops
+                pending.append(PendingStep(step, depth, stage.phase, lr, loss, grad_norm))
+
+                tags = self._checkpoint_tags(c.step, flops_before)
+                if c.step == stop < total:
+                    tags.append("paused")
+                evaluate = c.step == total or (
+                    self.config.eval.every and c.step % self.config.eval.every == 0
+                )
+                flush = c.step % t.log_every == 0 or bool(tags) or bool(evaluate)
+                if flush:
+                    interval = (
+                        interval_tokens,
+                        interval_flops,
+                        time.perf_counter() - interval_start,
+                    )
+                    if pending:
+                        last_loss = pending[-1].loss.item()
+                    self._flush(pending, interval)
+                    progress.update(
+                        c.step,
+                        {
+                            "phase": stage.phase,
+                            "K": str(depth),
+                            "loss": f"{last_loss:.3f}",
+                            "tok/s": f"{interval[0] / max(interval[2], 1e-9):,.0f}",
+                            "FLOPs": f"{c.flops:.2e}/{self.budget.flops:.2e}",
+                        },
+                    )
+                if evaluate:
+                    nll = self._evaluate()
+                    shown = ", ".join(f"K={d}: {v:.3f}" for d, v in nll.items())
+                    progress.write(f"eval at step {c.step}: NLL {shown}")
+                if tags:
+                    self._save(tags)
+                if flush:  # the next interval's throughput excludes logging, eval and saving
+                    interval_start, interval_tokens, interval_flops = time.perf_counter(), 0, 0.0
+        finally:
+            progress.close()
+        return self._summary()
+
+    def _summary(self) -> dict[str, Any]:
+        c = self.counters
+        summary = {
+            "schedule": describe(self.config.schedule),
+            "steps": c.step,
+            "total_steps": self.budget.total_steps,
+            "tokens": c.tokens,
+            "flops": c.flops,
+            "planned_flops": self.budget.flops,
+            "wall": c.wall,
+            "phases": {k: vars(v) for k, v in c.phases.items()},
+        }
+        if self.is_main:
+            self.run.summary_path.write_text(json.dumps(summary, indent=2))
+        return summary
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    finished = summary["steps"] == summary["total_steps"]
+    state = "done" if finished else f"paused at step {summary['steps']}/{summary['total_steps']}"
+    lines = [
+        f"{state}: {summary['schedule']}: {summary['steps']} steps, {summary['tokens']:,} tokens, "
+        f"{summary['flops']:.3e} modeled FLOPs, {summary['wall']:.1f} s training wall-clock"
+    ]
+    for name, p in summary["phases"].items():
+        share = p["flops"] / summary["flops"] if summary["flops"] else 0.0
+        lines.append(
+            f"  {name:<18s} {p['steps']:>7d} steps {p['tokens']:>12,} tokens "
+            f"{p['flops']:.3e} FLOPs ({100 * share:.0f}%) {p['wall']:8.1f} s"
+        )
+    return "\n".join(lines)
