@@ -13,6 +13,7 @@ from fixedfirst.errors import UserError
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("train_cmd", "train a looped transformer with a depth schedule"),
     "eval": ("eval_cmd", "validation NLL of a run at many serving depths"),
+    "diagnose": ("diagnose_cmd", "the update diagnostic (Figure 4): deep vs shallow updates"),
     "compute": ("compute_cmd", "modeled FLOPs of a configuration and its savings vs uniform"),
     "config-reference": ("reference_cmd", "print every configuration key with its default"),
 }

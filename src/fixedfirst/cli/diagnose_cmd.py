@@ -1,0 +1,120 @@
+"""`fixedfirst diagnose`: the update diagnostic (Figure 4) on a fixed-first run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from fixedfirst.cli.arguments import parse_depths
+from fixedfirst.errors import UserError
+
+
+def parse_updates(text: str) -> list[int]:
+    """'0,1,2,4,8,16,32' -> [0, 1, 2, 4, 8, 16, 32]; every value an integer >= 0."""
+    try:
+        updates = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UserError(
+            f"--updates {text!r}: expected comma-separated integers, e.g. 0,1,2,4,8,16,32"
+        ) from None
+    if not updates or min(updates) < 0:
+        raise UserError(f"--updates {text!r}: expected integers >= 0, e.g. 0,1,2,4,8,16,32")
+    return sorted(set(updates))
+
+
+def parse_pair(text: str) -> tuple[int, int]:
+    """'4,16' -> (4, 16): the shallow depth first. Equal depths are allowed (a null check)."""
+    try:
+        a, b = (int(part) for part in text.split(","))
+    except ValueError:
+        raise UserError(f"--depths {text!r}: expected two depths, e.g. 4,16") from None
+    if min(a, b) < 1:
+        raise UserError(f"--depths {text!r}: depths must be >= 1")
+    return a, b
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", metavar="RUN", help="a fixed-first run directory")
+    parser.add_argument(
+        "--updates",
+        default="0,1,2,4,8,16,32",
+        help="finishing updates after the checkpoint at which to measure (default %(default)s)",
+    )
+    parser.add_argument(
+        "--batches",
+        type=int,
+        default=32,
+        help="training batches (update pairs) per u, >= 2 (default %(default)s)",
+    )
+    parser.add_argument(
+        "--depths",
+        default="4,16",
+        metavar="A,B",
+        help="the two update depths; Benefit = NLL after A - NLL after B (default %(default)s)",
+    )
+    parser.add_argument(
+        "--serving-depths",
+        default="1..16",
+        help="held-out serving depths, averaged for the headline (default %(default)s)",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        default="switch",
+        metavar="TAG|STEP",
+        help="checkpoint to start from: a tag or a step (default: the fixed-first switch)",
+    )
+    parser.add_argument(
+        "--heldout",
+        type=int,
+        default=64,
+        metavar="N",
+        help="validation sequences in the fixed held-out set (default %(default)s)",
+    )
+    parser.add_argument(
+        "--rms-reference",
+        default="geometric-mean",
+        choices=["geometric-mean", "shallow", "deep"],
+        help="common RMS the two updates are rescaled to (default %(default)s)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the pair updates' initial-state draws"
+    )
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--out", metavar="DIR", help="output directory (default RUN/diagnose)")
+    parser.add_argument("--quiet", action="store_true", help="no progress display")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fixedfirst.diagnose.figure import plot_figure4
+    from fixedfirst.diagnose.report import format_tables
+    from fixedfirst.diagnose.runner import DiagnoseOptions, run_diagnostic
+
+    if not Path(args.run_dir).is_dir():
+        raise UserError(f"run directory {args.run_dir} does not exist")
+    options = DiagnoseOptions(
+        updates=parse_updates(args.updates),
+        batches=args.batches,
+        depths=parse_pair(args.depths),
+        serving_depths=parse_depths(args.serving_depths),
+        checkpoint=args.checkpoint,
+        heldout=args.heldout,
+        rms_reference=args.rms_reference,
+        seed=args.seed,
+        device=args.device,
+    )
+    out = Path(args.out) if args.out else Path(args.run_dir) / "diagnose"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create --out {out}: {e.strerror or e}") from None
+    results = run_diagnostic(args.run_dir, options, quiet=args.quiet)
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    plot_figure4(results, out / "figure4.png")
+    print(format_tables(results))
+    print(
+        f"\nwrote {out / 'results.json'} and {out / 'figure4.png'} "
+        f"({results['timing']['total_s']:.0f} s)"
+    )
+    return 0

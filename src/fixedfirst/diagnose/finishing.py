@@ -1,0 +1,193 @@
+"""A run's state at a checkpoint, continued step by step exactly as its trainer would.
+
+The diagnostic measures update pairs at the states the run itself passed through: the switch
+checkpoint and u = 1, 2, 4, ... finishing updates later. `open_run_state` loads everything a step
+depends on from a checkpoint: weights, AdamW moments, the data position, and the training-time
+RNG (the initial recurrent state is drawn from it). `FinishingChain.advance` then takes the run's
+next step with the run's own depth (the schedule is a pure function of seed and step), learning
+rate and batch, using the trainer's step (`optimizer_step`), so after u steps the weights equal
+those the trainer wrote at step switch + u. The chain keeps its RNG stream to itself: whatever
+the diagnostic does between two steps cannot shift the next step's draw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fixedfirst.config import RunConfig
+from fixedfirst.data.source import Batch, BatchSource, build_source
+from fixedfirst.diagnose.training_step import optimizer_step
+from fixedfirst.errors import UserError
+from fixedfirst.hardware import resolve_device, resolve_dtype
+from fixedfirst.model import LoopedTransformer
+from fixedfirst.schedules import Schedule, describe
+from fixedfirst.train.checkpoint import TRAINER_FILE, Checkpoint, CheckpointManager
+from fixedfirst.train.optim import build_optimizer, lr_at
+from fixedfirst.train.run_dir import RunDir
+
+SWITCH_TAG = "switch"
+
+
+HOW_TO_GET_A_SWITCH_CHECKPOINT = (
+    'train a fixed-first run (schedule.kind = "fixed-first", e.g. `fixedfirst train CONFIG.toml '
+    "--set schedule.kind=fixed-first --out NEWRUN`): the trainer saves the checkpoint tagged "
+    f"'{SWITCH_TAG}' at the switch step automatically"
+)
+
+
+def find_diagnosis_checkpoint(
+    run: str | Path, which: str = SWITCH_TAG
+) -> tuple[RunConfig, Checkpoint]:
+    """The run's configuration and the checkpoint named by `which`: a tag (default the switch
+    point) or a step number. Every refusal says what to do instead."""
+    run_dir = RunDir(run)
+    if not run_dir.path.is_dir():
+        raise UserError(f"run directory {run_dir.path} does not exist")
+    config = run_dir.saved_config()
+    manager = CheckpointManager(run_dir.checkpoints_path)
+    if which.isdigit():
+        ckpt = manager.at_step(int(which))
+    else:
+        ckpt = manager.with_tag(which)
+        if ckpt is None and which == SWITCH_TAG:
+            schedule = describe(config.schedule)
+            if config.schedule.kind != "fixed-first":
+                raise UserError(
+                    f"{run_dir.path} was trained with the '{schedule}' schedule, which has no "
+                    f"switch point, so it has no '{SWITCH_TAG}' checkpoint; "
+                    + HOW_TO_GET_A_SWITCH_CHECKPOINT
+                    + " (or pass --checkpoint STEP to diagnose another checkpoint)"
+                )
+            raise UserError(
+                f"{run_dir.path} has no checkpoint tagged '{SWITCH_TAG}' yet (the run has not "
+                f"reached its switch step); continue it with `fixedfirst train --resume --out "
+                f"{run_dir.path}`"
+            )
+        if ckpt is None:
+            tags = sorted({t for c in manager.all() for t in c.tags}) or ["none"]
+            raise UserError(
+                f"{run_dir.path} has no checkpoint tagged '{which}' (tags: {', '.join(tags)}); "
+                "pass a tag or a step number"
+            )
+    ckpt.verify()
+    if TRAINER_FILE not in ckpt.meta.get("files", {}):
+        raise UserError(
+            f"checkpoint {ckpt.path} holds weights only, no optimizer state ({TRAINER_FILE}); "
+            "the diagnostic needs the AdamW moments of the run: use a checkpoint written by "
+            "`fixedfirst train`"
+        )
+    return config, ckpt
+
+
+@dataclass
+class RunState:
+    """A run's model, optimizer, data position and RNG as of one checkpoint, live in memory."""
+
+    path: Path
+    config: RunConfig
+    checkpoint: Checkpoint
+    total_steps: int
+    model: LoopedTransformer
+    optimizer: torch.optim.Optimizer
+    source: BatchSource
+    schedule: Schedule
+    device: torch.device
+    dtype: torch.dtype
+    rng: dict[str, Any]
+    """The training-time RNG state as saved: {"rng_torch": ..., "rng_cuda": ...}."""
+
+    @property
+    def step(self) -> int:
+        return self.checkpoint.step
+
+    @property
+    def remaining_steps(self) -> int:
+        return self.total_steps - self.step
+
+
+def open_run_state(run: str | Path, which: str = SWITCH_TAG, device: str = "auto") -> RunState:
+    config, ckpt = find_diagnosis_checkpoint(run, which)
+    dev = resolve_device(device)
+    dtype = resolve_dtype(config.train.precision, dev)
+    model = LoopedTransformer(config.model).to(dev)
+    ckpt.load_model(model)
+    optimizer = build_optimizer(model, config.train)
+    state = ckpt.load_trainer_state()
+    optimizer_state = state.get("optimizer") if isinstance(state, dict) else None
+    if not optimizer_state or (ckpt.step > 0 and not optimizer_state.get("state")):
+        raise UserError(
+            f"checkpoint {ckpt.path} has no optimizer state; the diagnostic needs the AdamW "
+            "moments of the run: use a checkpoint written by `fixedfirst train`"
+        )
+    source = build_source(config)
+    try:
+        optimizer.load_state_dict(optimizer_state)
+        source.load_state_dict(state["data"])
+        rng = {"rng_torch": state["rng_torch"], "rng_cuda": state.get("rng_cuda", [])}
+    except (KeyError, ValueError, RuntimeError, TypeError) as e:
+        raise UserError(f"checkpoint {ckpt.path}: trainer state does not fit ({e})") from None
+    if "total_steps" not in ckpt.meta:
+        raise UserError(f"checkpoint {ckpt.path}: meta.json lacks total_steps")
+    return RunState(
+        Path(run),
+        config,
+        ckpt,
+        int(ckpt.meta["total_steps"]),
+        model,
+        optimizer,
+        source,
+        Schedule(config.schedule, config.train.seed),
+        dev,
+        dtype,
+        rng,
+    )
+
+
+@dataclass
+class ChainStep:
+    step: int
+    depth: int
+    lr: float
+    loss: float
+
+
+class FinishingChain:
+    """Continues a `RunState` one trainer step at a time (with batches the caller drew, in the
+    run's order, from `state.source`)."""
+
+    def __init__(self, state: RunState) -> None:
+        self.state = state
+        self.step = state.step
+        self.rng_cpu: torch.Tensor = state.rng["rng_torch"]
+        self.rng_cuda: list[torch.Tensor] = list(state.rng["rng_cuda"])
+        self.history: list[ChainStep] = []
+
+    def lr(self, step: int) -> float:
+        return lr_at(step, self.state.total_steps, self.state.config.train)
+
+    def advance(self, batch: Batch) -> ChainStep:
+        s = self.state
+        if self.step >= s.total_steps:
+            raise UserError(f"the run ends at step {s.total_steps}; no step is left to take")
+        depth = s.schedule.depth(self.step, s.total_steps)
+        lr = self.lr(self.step)
+        use_cuda = s.device.type == "cuda" and bool(self.rng_cuda)
+        devices = list(range(len(self.rng_cuda))) if use_cuda else []
+        with torch.random.fork_rng(devices=devices):
+            torch.set_rng_state(self.rng_cpu)
+            if use_cuda:
+                torch.cuda.set_rng_state_all(self.rng_cuda)
+            loss = optimizer_step(
+                s.model, s.optimizer, batch.to(s.device), depth, lr, s.config.train, s.dtype
+            )
+            self.rng_cpu = torch.get_rng_state()
+            if use_cuda:
+                self.rng_cuda = torch.cuda.get_rng_state_all()
+        record = ChainStep(self.step, depth, lr, float(loss))
+        self.history.append(record)
+        self.step += 1
+        return record

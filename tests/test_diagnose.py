@@ -1,0 +1,172 @@
+"""`fixedfirst diagnose` end to end on a tiny fixed-first run trained here, and its refusals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from fixedfirst.cli.main import main
+from fixedfirst.diagnose.finishing import FinishingChain, open_run_state
+from fixedfirst.diagnose.runner import DiagnoseOptions, run_diagnostic
+from fixedfirst.train.checkpoint import META_FILE, TRAINER_FILE, CheckpointManager, sha256
+from fixedfirst.train.trainer import Trainer
+from tests.trainer_helpers import tiny_config
+
+SWITCH = 24  # the tiny config: 48 steps, switch 0.5
+SMALL = ["--batches", "3", "--depths", "2,4", "--serving-depths", "1..4", "--heldout", "4"]
+
+
+@pytest.fixture(scope="module")
+def fixed_first_run(tmp_path_factory):
+    """48 steps, switch at step 24, a checkpoint every 4 steps, all kept."""
+    run = tmp_path_factory.mktemp("diagnose") / "run"
+    config = tiny_config("train.keep_checkpoints=100")
+    Trainer(config, run, quiet=True).train()
+    return run
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["diagnose", *map(str, argv)])
+    out = capsys.readouterr()
+    return exit_info.value.code, out.out, out.err
+
+
+def test_finishing_steps_reproduce_the_trainer(fixed_first_run):
+    """u updates from the switch checkpoint land on the trainer's own weights at switch + u."""
+    state = open_run_state(fixed_first_run)
+    assert state.step == SWITCH
+    chain = FinishingChain(state)
+    batch_size = state.config.train.batch_size
+    checkpoints = CheckpointManager(fixed_first_run / "checkpoints")
+    for step in (28, 32):
+        while chain.step < step:
+            chain.advance(state.source.next_batch(batch_size))
+        saved = load_file(checkpoints.at_step(step).path / "model.safetensors")
+        live = state.model.state_dict()
+        for name, tensor in saved.items():
+            assert torch.equal(live[name], tensor), (step, name)
+    assert [s.step for s in chain.history] == list(range(SWITCH, 32))
+
+
+def test_pair_updates_start_from_identical_states(fixed_first_run):
+    options = DiagnoseOptions(
+        updates=[0, 2], batches=2, depths=(2, 4), serving_depths=[1, 2, 4], heldout=4
+    )
+    results = run_diagnostic(fixed_first_run, options, quiet=True, record_digests=True)
+    digests = results["start_digests"]
+    assert len(digests) == 4
+    assert all(a == b for a, b in digests)
+    assert digests[0] == digests[1]  # the same state for every batch of one u ...
+    assert digests[1] != digests[2]  # ... and another one two finishing steps later
+
+
+def test_diagnose_end_to_end(fixed_first_run, tmp_path, capsys):
+    out = tmp_path / "diag"
+    code, stdout, _ = run_cli(capsys, fixed_first_run, "--updates", "0,1,4", *SMALL, "--out", out)
+    assert code == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["switch_step"] == SWITCH
+    assert results["checkpoint"]["step"] == SWITCH and "switch" in results["checkpoint"]["tags"]
+    assert results["depths"] == {"shallow": 2, "deep": 4}
+    assert results["serving_depths"] == [1, 2, 3, 4]
+    assert results["batches"] == 3 and results["updates"] == [0, 1, 4]
+    assert results["rms_reference"] == "geometric-mean"
+    assert results["interval"]["kind"] == "student-t over batches"
+    assert results["interval"]["level"] == 0.95 and results["interval"]["df"] == 2
+    assert results["run"] == str(fixed_first_run)
+    assert [s["step"] for s in results["finishing_steps"]] == [24, 25, 26, 27]
+    rows = results["results"]
+    assert [r["u"] for r in rows] == [0, 1, 4]
+    assert [r["step"] for r in rows] == [24, 25, 28]
+    for row in rows:
+        assert set(row["benefit"]) == {"1", "2", "3", "4"}
+        per_batch = torch.tensor(row["per_batch_benefit"], dtype=torch.float64)
+        assert per_batch.shape == (3, 4)
+        for j, k in enumerate("1234"):
+            stats = row["benefit"][k]
+            assert stats["low"] <= stats["mean"] <= stats["high"]
+            assert stats["mean"] == pytest.approx(per_batch[:, j].mean().item(), abs=1e-12)
+        average = row["depth_average"]
+        assert average["mean"] == pytest.approx(per_batch.mean().item(), abs=1e-12)
+        assert row["contains_zero"] == (average["low"] <= 0 <= average["high"])
+        for k in "1234":
+            assert row["benefit"][k]["mean"] == pytest.approx(
+                row["nll_after_shallow"][k] - row["nll_after_deep"][k], abs=1e-9
+            )
+    containing = [r["u"] for r in rows if r["contains_zero"]]
+    assert results["first_u_contains_zero"] == (containing[0] if containing else None)
+    png = (out / "figure4.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
+    assert "depth-averaged benefit" in stdout and "contains 0" in stdout
+    assert "| 4 |" in stdout  # the per-depth table
+
+
+def test_a_uniform_run_is_refused_with_directions(tmp_path, capsys):
+    run = tmp_path / "uniform"
+    Trainer(tiny_config("schedule.kind=uniform", "train.tokens=512"), run, quiet=True).train()
+    code, _, err = run_cli(capsys, run, "--out", tmp_path / "out")
+    assert code == 2
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "uniform 1..6" in err and "no switch point" in err
+    assert "schedule.kind=fixed-first" in err and "saves the checkpoint tagged 'switch'" in err
+
+
+def test_a_missing_run_is_refused(tmp_path, capsys):
+    code, _, err = run_cli(capsys, tmp_path / "nowhere")
+    assert code == 2 and "does not exist" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--updates", "0,-1"], "integers >= 0"),
+        (["--updates", "0,x"], "comma-separated integers"),
+        (["--batches", "1"], "--batches must be >= 2"),
+        (["--depths", "4"], "expected two depths"),
+        (["--depths", "0,4"], "depths must be >= 1"),
+        (["--heldout", "0"], "--heldout must be >= 1"),
+        (["--updates", "24"], "use updates <= 23"),
+        (["--checkpoint", "nonesuch"], "no checkpoint tagged 'nonesuch'"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(fixed_first_run, tmp_path, capsys, argv, message):
+    code, _, err = run_cli(capsys, fixed_first_run, *argv, "--out", tmp_path / "out")
+    assert code == 2
+    assert message in err and err.count("\n") == 1
+
+
+def _rewrite_trainer_state(run, edit) -> None:
+    """Edit the switch checkpoint's trainer state and re-seal its checksum."""
+    ckpt = CheckpointManager(run / "checkpoints").with_tag("switch")
+    meta = json.loads((ckpt.path / META_FILE).read_text())
+    edit(ckpt.path / TRAINER_FILE, meta)
+    if (ckpt.path / TRAINER_FILE).exists():
+        meta["files"][TRAINER_FILE] = sha256(ckpt.path / TRAINER_FILE)
+    (ckpt.path / META_FILE).write_text(json.dumps(meta))
+
+
+def _drop_optimizer(path, meta) -> None:
+    state = torch.load(path, weights_only=True)
+    del state["optimizer"]
+    torch.save(state, path)
+
+
+def _weights_only(path, meta) -> None:
+    path.unlink()
+    del meta["files"][TRAINER_FILE]
+
+
+@pytest.mark.parametrize("edit", [_drop_optimizer, _weights_only])
+def test_a_switch_checkpoint_without_optimizer_state_is_refused(
+    fixed_first_run, tmp_path, capsys, edit
+):
+    run = tmp_path / "run"
+    shutil.copytree(fixed_first_run, run)
+    _rewrite_trainer_state(run, edit)
+    code, _, err = run_cli(capsys, run, "--out", tmp_path / "out")
+    assert code == 2 and "no optimizer state" in err and err.count("\n") == 1
