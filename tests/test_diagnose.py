@@ -11,7 +11,12 @@ from safetensors.torch import load_file
 
 from fixedfirst.cli.main import main
 from fixedfirst.diagnose.finishing import FinishingChain, open_run_state
-from fixedfirst.diagnose.runner import DiagnoseOptions, run_diagnostic
+from fixedfirst.diagnose.runner import (
+    DiagnoseOptions,
+    contained_from,
+    first_u_containing_zero,
+    run_diagnostic,
+)
 from fixedfirst.train.checkpoint import META_FILE, TRAINER_FILE, CheckpointManager, sha256
 from fixedfirst.train.trainer import Trainer
 from tests.trainer_helpers import tiny_config
@@ -104,6 +109,31 @@ def test_diagnose_end_to_end(fixed_first_run, tmp_path, capsys):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
     assert "depth-averaged benefit" in stdout and "contains 0" in stdout
     assert "| 4 |" in stdout  # the per-depth table
+
+
+def test_equal_depths_give_zero_benefit_end_to_end(fixed_first_run):
+    options = DiagnoseOptions(
+        updates=[0, 3], batches=2, depths=(3, 3), serving_depths=[1, 3, 5], heldout=4
+    )
+    results = run_diagnostic(fixed_first_run, options, quiet=True)
+    for row in results["results"]:
+        assert row["per_batch_benefit"] == [[0.0, 0.0, 0.0]] * 2
+        assert row["depth_average"]["mean"] == 0.0 and row["contains_zero"]
+    assert results["first_u_contains_zero"] == 0
+
+
+def test_first_u_and_contained_from():
+    def rows(flags):
+        return [
+            {"u": u, "depth_average": {"contains_zero": flag}}
+            for u, flag in zip([0, 1, 2, 4, 8], flags, strict=True)
+        ]
+
+    assert first_u_containing_zero(rows([False, True, False, True, True])) == 1
+    assert contained_from(rows([False, True, False, True, True])) == 4
+    assert first_u_containing_zero(rows([False] * 5)) is None
+    assert contained_from(rows([True, True, True, True, False])) is None
+    assert contained_from(rows([True] * 5)) == 0
 
 
 def test_a_uniform_run_is_refused_with_directions(tmp_path, capsys):

@@ -67,7 +67,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--heldout",
         type=int,
-        default=64,
+        default=32,
         metavar="N",
         help="validation sequences in the fixed held-out set (default %(default)s)",
     )

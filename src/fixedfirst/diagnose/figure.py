@@ -66,7 +66,8 @@ def plot_figure4(results: dict[str, Any], path: str | Path) -> Path:
     right.set_xscale("symlog", linthresh=1)
     right.set_xticks(us)
     right.set_xticklabels([str(u) for u in us])
-    right.set_xlim(-0.3 if us[0] == 0 else None, us[-1] * 1.3 if us[-1] > 0 else None)
+    if len(us) > 1:
+        right.set_xlim(-0.3 if us[0] == 0 else us[0] / 1.3, us[-1] * 1.3)
     right.set_xlabel("finishing updates u since the checkpoint")
     right.set_ylabel(f"mean over k={ks[0]}..{ks[-1]} of Benefit(k)  (nats)")
     first = results["first_u_contains_zero"]
