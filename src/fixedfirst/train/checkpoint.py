@@ -1,12 +1,14 @@
 """Crash-proof checkpoints: `RUN/checkpoints/step-NNNNNNN/`.
 
 Each checkpoint directory holds
-    model.safetensors   the weights (safetensors: loading never runs code)
-    trainer.pt          optimizer state, RNG states and the data position, loaded with
-                        torch.load(weights_only=True), which refuses pickled code
+    model.safetensors   the full (unsharded) weights, each tied tensor once (safetensors: loading
+                        never runs code)
+    trainer.pt          the full optimizer state keyed by parameter name, and the data position,
+                        loaded with torch.load(weights_only=True), which refuses pickled code
     meta.json           step, tokens, FLOPs, wall-clock, tags, the metrics-file length and a
                         SHA-256 of every file above
 
+Only rank 0 writes checkpoints; what they hold does not depend on the number of processes.
 It is written into `.tmp-step-NNNNNNN/`, flushed to disk, then renamed into place; a directory
 without a valid meta.json is never considered. A crash at any moment therefore leaves the previous
 checkpoint loadable, and a flipped byte is caught by the checksum. Periodic checkpoints beyond
@@ -26,7 +28,7 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, load_model, save_file
 from torch import nn
 
 from fixedfirst.errors import UserError
@@ -96,6 +98,26 @@ class Checkpoint:
             raise UserError(
                 f"checkpoint {self.path}: weights do not fit this model (mismatched: {names})"
             )
+
+    def load_weights(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
+        """The weights as a dict, checked against the model's parameter names and `shapes`."""
+        try:
+            weights = load_file(self.path / MODEL_FILE)
+        except (SafetensorError, OSError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(f"checkpoint {self.path}: cannot read {MODEL_FILE} ({first})") from None
+        problems = [f"{k} missing" for k in sorted(shapes.keys() - weights.keys())]
+        problems += [f"unexpected {k}" for k in sorted(weights.keys() - shapes.keys())]
+        problems += [
+            f"{k} is {list(weights[k].shape)} in the checkpoint, {list(shapes[k])} in the model"
+            for k in sorted(weights.keys() & shapes.keys())
+            if tuple(weights[k].shape) != tuple(shapes[k])
+        ]
+        if problems:
+            raise UserError(
+                f"checkpoint {self.path}: weights do not fit this model ({'; '.join(problems[:3])})"
+            )
+        return weights
 
     def load_trainer_state(self) -> dict[str, Any]:
         try:
@@ -167,11 +189,12 @@ class CheckpointManager:
     def save(
         self,
         step: int,
-        model: nn.Module,
+        weights: dict[str, torch.Tensor],
         trainer_state: dict[str, Any],
         meta: dict[str, Any],
         tags: list[str],
     ) -> Checkpoint:
+        """Write a checkpoint of full `weights` (name -> tensor, each tied tensor once)."""
         name = f"step-{step:07d}"
         final = self.directory / name
         existing = read_checkpoint(final) if final.is_dir() else None
@@ -183,7 +206,14 @@ class CheckpointManager:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
             files = {
-                MODEL_FILE: _write_file(tmp / MODEL_FILE, lambda p: save_model(model, str(p))),
+                MODEL_FILE: _write_file(
+                    tmp / MODEL_FILE,
+                    lambda p: save_file(
+                        {k: v.contiguous() for k, v in weights.items()},
+                        str(p),
+                        metadata={"format": "pt"},
+                    ),
+                ),
                 TRAINER_FILE: _write_file(
                     tmp / TRAINER_FILE, lambda p: torch.save(trainer_state, p)
                 ),
