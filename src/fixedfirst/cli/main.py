@@ -13,6 +13,7 @@ from fixedfirst.errors import UserError
 COMMANDS: dict[str, tuple[str, str]] = {
     "compute": ("compute_cmd", "modeled FLOPs of a configuration and its savings vs uniform"),
     "config-reference": ("reference_cmd", "print every configuration key with its default"),
+    "prepare": ("prepare_cmd", "tokenize text, JSONL, Parquet or a HF dataset into token shards"),
 }
 
 
