@@ -20,8 +20,10 @@ trained on as garbage.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
@@ -182,6 +184,17 @@ class ParquetFile(FileInput):
                     yield text
 
 
+@contextlib.contextmanager
+def _quiet_logger(name: str) -> Iterator[None]:
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 class HubDataset(DocumentInput):
     """The train split of a Hugging Face dataset, through the `datasets` package."""
 
@@ -200,7 +213,9 @@ class HubDataset(DocumentInput):
                 f"{spec}: Hugging Face datasets need the `datasets` package: pip install datasets"
             ) from None
         try:
-            self.dataset = datasets.load_dataset(name, config or None, split="train")
+            # The hub client logs every retry; the failure is reported once, below.
+            with _quiet_logger("huggingface_hub"):
+                self.dataset = datasets.load_dataset(name, config or None, split="train")
         except Exception as e:  # network, authentication, unknown name: all end the same way
             reason = (str(e).splitlines() or [""])[0][:200]
             raise UserError(

@@ -279,7 +279,12 @@ def prepare(
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         if out.exists():  # an empty directory (checked above): replace it
             out.rmdir()
-        os.rename(tmp, out)
+        try:
+            os.rename(tmp, out)
+        except OSError:
+            raise UserError(
+                f"--out {out}: was created by someone else while preparing; nothing overwritten"
+            ) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

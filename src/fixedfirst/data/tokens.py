@@ -108,7 +108,8 @@ class TokenSource(BatchSource):
             raise UserError(
                 f"{self.path}: the validation split holds {len(self.val)} sequences of "
                 f"{self.seq_len + 1} tokens, {n_batches} batches of {batch_size} need {needed}; "
-                "lower eval.batches, or prepare the data with a larger --val-fraction"
+                "lower eval.batches or the batch size, or prepare the data with a larger "
+                "--val-fraction"
             )
         return [
             self.val.batch(range(b * batch_size, (b + 1) * batch_size)) for b in range(n_batches)
