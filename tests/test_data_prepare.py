@@ -404,3 +404,21 @@ def test_crash_midway_leaves_no_dataset(capsys, monkeypatch, tmp_path, corpus):
     assert code == 130 and "interrupted" in err
     assert len(flushed) == 2
     assert_nothing_written(tmp_path, out)
+
+
+def test_bpe_learns_from_the_training_split_only(capsys, tmp_path):
+    """Validation text must not shape the tokenizer: its frequent pairs are never merged."""
+    documents = [
+        "zqxw " * 50 + "\n" if is_validation(i, 0.25) else f"ordinary training sentence {i}\n"
+        for i in range(40)
+    ]
+    path = tmp_path / "docs.txt"
+    path.write_text("%\n".join(documents) + "%\n")
+    data = tmp_path / "data"
+    code, _, err = run_cli(
+        capsys, "prepare", path, "--separator", "%", "--val-fraction", "0.25",
+        "--tokenizer", "bpe", "--vocab-size", "400", "--out", data,
+    )  # fmt: skip
+    assert code == 0, err
+    assert split_documents(data, "val")[0].startswith("zqxw")
+    assert len(load_tokenizer(data).encode("zqxw")) == 4  # no merge among these letters
