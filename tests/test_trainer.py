@@ -111,7 +111,7 @@ def test_learning_rate_at_boundaries(schedule):
         assert lrs[10:80] == [1.0] * 70  # stable until the last 20%
         assert lrs[80] < 1.0
     else:
-        assert all(a >= b for a, b in itertools.pairwise(lrs))  # monotone decay
+        assert all(a >= b for a, b in itertools.pairwise(lrs[10:]))  # monotone decay
 
 
 def test_checkpoints_retention_keeps_tagged_ones(tmp_path):

@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("eval_cmd", "validation NLL of a run at many serving depths"),
     "compute": ("compute_cmd", "modeled FLOPs of a configuration and its savings vs uniform"),
     "config-reference": ("reference_cmd", "print every configuration key with its default"),
+    "prepare": ("prepare_cmd", "tokenize text, JSONL, Parquet or a HF dataset into token shards"),
 }
 
 
