@@ -35,6 +35,9 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_run(args.run_dir, args.checkpoint, device)
     config = loaded.config
     source = build_source(config)
+    data_state = loaded.checkpoint.meta.get("data")
+    if data_state is not None:  # refuses other data than the run trained on (another tokenizer)
+        source.load_state_dict(data_state)
     batches = source.validation_batches(
         args.batches or config.eval.batches, config.train.micro_batch
     )

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, load_model, save_file
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from fixedfirst.errors import UserError
@@ -85,19 +86,19 @@ class Checkpoint:
                 raise UserError(f"checkpoint {self.path}: {name} is corrupt (checksum mismatch)")
 
     def load_model(self, model: nn.Module) -> None:
-        """Load the weights into `model`; a model of another shape is a UserError."""
+        """Load the weights into `model` (a plain, unsharded one); a model of another shape is a
+        UserError naming the first mismatched tensors."""
+        shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
+        weights = self.load_weights(shapes)
+        for alias, canonical in tied_aliases(model).items():
+            weights[alias] = weights[canonical]
         try:
-            missing, unexpected = load_model(model, self.path / MODEL_FILE, strict=False)
-        except (SafetensorError, RuntimeError, OSError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            model.load_state_dict(weights)
+        except RuntimeError as e:
+            first = str(e).strip().splitlines()[0]
             raise UserError(
                 f"checkpoint {self.path}: weights do not fit this model ({first})"
             ) from None
-        if missing or unexpected:
-            names = ", ".join(sorted(missing)[:3] + sorted(unexpected)[:3])
-            raise UserError(
-                f"checkpoint {self.path}: weights do not fit this model (mismatched: {names})"
-            )
 
     def load_weights(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
         """The weights as a dict, checked against the model's parameter names and `shapes`."""
@@ -122,11 +123,29 @@ class Checkpoint:
     def load_trainer_state(self) -> dict[str, Any]:
         try:
             return torch.load(self.path / TRAINER_FILE, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError:
+            raise UserError(
+                f"checkpoint {self.path}: cannot load {TRAINER_FILE}: it holds objects other than "
+                "tensors and plain data, refused because unpickling them could run code"
+            ) from None
         except Exception as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise UserError(
                 f"checkpoint {self.path}: cannot load {TRAINER_FILE} ({first})"
             ) from None
+
+
+def tied_aliases(model: nn.Module) -> dict[str, str]:
+    """Parameter names that are another name of an earlier parameter (tied embeddings):
+    {alias: canonical}. Checkpoints store each tensor once, under its canonical name."""
+    first: dict[int, str] = {}
+    aliases = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            aliases[name] = first[id(p)]
+        else:
+            first[id(p)] = name
+    return aliases
 
 
 def read_checkpoint(path: Path) -> Checkpoint | None:

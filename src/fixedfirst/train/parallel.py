@@ -22,20 +22,8 @@ import torch
 from torch import nn
 
 from fixedfirst.model import LoopedTransformer
+from fixedfirst.train.checkpoint import tied_aliases
 from fixedfirst.train.distributed import World
-
-
-def tied_aliases(model: nn.Module) -> dict[str, str]:
-    """Parameter names that are another name of an earlier parameter (tied embeddings):
-    {alias: canonical}. Checkpoints store each tensor once, under its canonical name."""
-    first: dict[int, str] = {}
-    aliases = {}
-    for name, p in model.named_parameters(remove_duplicate=False):
-        if id(p) in first:
-            aliases[name] = first[id(p)]
-        else:
-            first[id(p)] = name
-    return aliases
 
 
 class ParallelModel:

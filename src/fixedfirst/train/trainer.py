@@ -149,6 +149,7 @@ class Trainer:
                 f"vocabulary ({self.source.vocab_size}); set model.vocab_size >= "
                 f"{self.source.vocab_size}"
             )
+        self.val_batches = self.source.validation_batches(config.eval.batches, t.micro_batch)
         local = t.batch_size // self.world_size
         if t.batch_size % self.world_size or local % t.micro_batch:
             raise UserError(
@@ -175,7 +176,6 @@ class Trainer:
         self.checkpoints = CheckpointManager(self.run.checkpoints_path, t.keep_checkpoints)
         self.metrics = MetricsLog(self.run.metrics_path)
         self.counters = Counters()
-        self.val_batches = self.source.validation_batches(config.eval.batches, t.micro_batch)
         self.peak_flops = measured_peak_flops(self.device.type, self.dtype) * self.world_size
         self.switch_step = self.schedule.switch_step(self.budget.total_steps)
         self.snapshot_flops = sorted(f * self.budget.flops for f in t.snapshots)
@@ -199,6 +199,8 @@ class Trainer:
                 "metrics_bytes": self.metrics.size(),
                 "world_size": self.world_size,
                 "schedule": describe(self.config.schedule),
+                # Also here (small JSON), so that eval can refuse other data without trainer.pt.
+                "data": self.source.state_dict(),
             }
             state = {"optimizer": optimizer_state, "data": self.source.state_dict()}
             return self.checkpoints.save(self.counters.step, weights, state, meta, tags)
@@ -249,15 +251,23 @@ class Trainer:
         try:
             groups = [g["params"] for g in state["optimizer"]["param_groups"]]
             moments = state["optimizer"]["state"]
-            self.source.load_state_dict(state["data"])  # validates; _restore sets it on all ranks
-        except (KeyError, TypeError, ValueError) as e:
+            data = state["data"]
+        except (KeyError, TypeError) as e:
             raise UserError(f"checkpoint {ckpt.path}: trainer state does not fit ({e})") from None
+        # The source refuses a position on other data (e.g. the data directory was prepared
+        # again with another tokenizer); _restore then sets the position on every rank.
+        self.source.load_state_dict(data)
         if groups != self.parallel.optimizer_parameter_names(self.optimizer):
             raise UserError(
                 f"checkpoint {ckpt.path}: trainer state does not fit (the optimizer's parameters "
                 "differ from this model's)"
             )
         shapes = self.parallel.parameter_shapes()
+        if not isinstance(moments, dict) or not set(moments) <= set(shapes):
+            raise UserError(
+                f"checkpoint {ckpt.path}: trainer state does not fit (optimizer state for "
+                "parameters this model does not have)"
+            )
         for name, values in moments.items():
             for key, value in values.items():
                 if torch.is_tensor(value) and value.dim() and tuple(value.shape) != shapes[name]:
