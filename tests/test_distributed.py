@@ -194,3 +194,92 @@ def worker_pid(agent_pid: int, rank: int) -> int:
         if f"RANK={rank}".encode() in environ:
             return pid
     raise AssertionError(f"no worker with RANK={rank} under pid {agent_pid}")
+
+
+# -- in process: the pieces the multi-process runs rely on ------------------------------------
+
+
+def test_a_rows_initial_state_depends_on_its_seed_only():
+    """What makes N processes equal 1: a row's noise follows it into any batch split."""
+    from fixedfirst.model import LoopedTransformer
+    from fixedfirst.train.trainer import state_seeds
+    from tests.conftest import tiny_model_config
+
+    torch.manual_seed(0)
+    model = LoopedTransformer(tiny_model_config()).train()
+    x = torch.randint(0, 61, (4, 12))
+    seeds = state_seeds(seed=0, step=3, rows=range(4))
+    whole = model(x, 3, state_seeds=seeds)
+    halves = torch.cat([model(x[:2], 3, state_seeds=seeds[:2]), model(x[2:], 3, None, seeds[2:])])
+    torch.testing.assert_close(whole, halves, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(whole, model(x, 3, state_seeds=state_seeds(0, 4, range(4))))
+    assert state_seeds(0, 3, range(2, 4)) == seeds[2:]
+
+
+@pytest.mark.parametrize("grad_depth", [None, 1, 3])
+@pytest.mark.parametrize("variant", [{}, {"tie_embeddings": True, "injection": "add"}])
+def test_every_parameter_gets_a_gradient_at_every_depth(grad_depth, variant):
+    """Why DDP needs no find_unused_parameters: nothing is left without a gradient, whatever
+    the depth and however few iterations carry gradients."""
+    from fixedfirst.model import LoopedTransformer
+    from tests.conftest import tiny_model_config
+
+    model = LoopedTransformer(tiny_model_config(**variant)).train()
+    x = torch.randint(0, 61, (2, 8))
+    for depth in (1, 2, 5):
+        model.zero_grad(set_to_none=True)
+        model(x, depth, grad_depth).sum().backward()
+        missing = [n for n, p in model.named_parameters() if p.grad is None]
+        assert not missing, (depth, missing)
+
+
+def test_ranks_that_disagree_on_the_depth_stop_the_run(tmp_path, monkeypatch):
+    from fixedfirst.train import trainer as trainer_module
+    from tests.trainer_helpers import tiny_config
+
+    def two_ranks_one_off(world, tensor):
+        other = tensor.clone()
+        other[-1, 2] += 1  # the other rank's depth of the last step
+        return torch.stack([tensor, other])
+
+    monkeypatch.setattr(trainer_module.distributed, "gather", two_ranks_one_off)
+    with pytest.raises(RuntimeError, match="ranks trained at different depths"):
+        Trainer(tiny_config(), tmp_path / "run", quiet=True).train(stop_after=2)
+
+
+def test_nproc_runs_torchrun_with_the_other_arguments(tmp_path, monkeypatch):
+    from fixedfirst.cli.main import main
+
+    config = write_tiny_config(tmp_path)
+    launched = []
+
+    def execv(path, argv):
+        launched.append(argv)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(os, "execv", execv)
+    run = tmp_path / "run"
+    args = ["--out", str(run), "--set", "train.lr=0.002", "--stop-after", "3", "--quiet"]
+    with pytest.raises(SystemExit):
+        main(["train", str(config), "--nproc", "2", *args])
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    assert launched == [
+        [*torchrun, "--nproc_per_node", "2", "-m", "fixedfirst", "train", str(config), *args]
+    ]
+    assert not run.exists()  # the launching process writes nothing
+
+
+def test_world_from_torchrun_environment(monkeypatch):
+    from fixedfirst.errors import UserError
+    from fixedfirst.train.distributed import World
+
+    assert World.from_env() == World()
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    world = World.from_env()
+    assert (world.rank, world.world_size, world.local_rank, world.launched) == (1, 2, 1, True)
+    assert not world.is_main
+    monkeypatch.setenv("RANK", "2")
+    with pytest.raises(UserError, match="outside 0..WORLD_SIZE-1"):
+        World.from_env()
