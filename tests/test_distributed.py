@@ -25,6 +25,7 @@ import torch
 from fixedfirst.compute import plan_budget
 from fixedfirst.schedules import Schedule
 from fixedfirst.train.checkpoint import CheckpointManager
+from fixedfirst.train.metrics import read_metrics
 from fixedfirst.train.trainer import Trainer
 from tests.trainer_helpers import comparable, final_weights, train_records, write_tiny_config
 
@@ -139,21 +140,28 @@ def test_two_ddp_processes_equal_one_process(runs):
     assert meta["world_size"] == 2
 
 
-def test_fsdp_two_processes_then_resume_on_one(tmp_path):
+def test_fsdp_resumes_a_one_process_checkpoint_and_one_process_resumes_its(tmp_path):
+    """1 process to step 10, FSDP2 on 2 processes to step 18 (evaluating on the way), 1 process
+    to the end: the same run as 1 process throughout. Tied embeddings check that a tensor with
+    two names is saved once and restored to both."""
     config = write_tiny_config(tmp_path)
-    tied = ["--set", "model.tie_embeddings=true"]
-    fsdp = tmp_path / "fsdp"
-    proc = torchrun(
-        ["-m", "fixedfirst"],
-        train_args(config, fsdp, "--set", "train.strategy=fsdp", *tied, "--stop-after", "10"),
-    )
-    reference = tmp_path / "single"
-    Trainer(in_process_config(config, "model.tie_embeddings=true"), reference, quiet=True).train()
-    finish(proc)
-    assert [c.step for c in CheckpointManager(fsdp / "checkpoints").all()][-1] == 10
-    resumed_config = in_process_config(config, "train.strategy=fsdp", "model.tie_embeddings=true")
-    Trainer(resumed_config, fsdp, resume=True, quiet=True).train()
-    assert_close_runs(reference, fsdp)
+    extra = ("model.tie_embeddings=true", "eval.every=6")
+    run, reference = tmp_path / "run", tmp_path / "reference"
+    Trainer(in_process_config(config, *extra), run, quiet=True).train(stop_after=10)
+    fsdp = ["--set", "train.strategy=fsdp", "--stop-after", "18"]
+    proc = torchrun(["-m", "fixedfirst"], ["train", "--out", str(run), "--resume", *fsdp])
+    Trainer(in_process_config(config, *extra), reference, quiet=True).train()
+    out = finish(proc)
+    assert "resume: continuing from step-0000010 (step 10)" in out
+    meta = CheckpointManager(run / "checkpoints").all()[-1].meta
+    assert (meta["step"], meta["world_size"]) == (18, 2)
+    Trainer(in_process_config(config, *extra), run, resume=True, quiet=True).train()
+    assert_close_runs(reference, run)
+    evals = [read_metrics(r / "metrics.jsonl", "eval") for r in (reference, run)]
+    assert [e["step"] for e in evals[0]] == [e["step"] for e in evals[1]] == [6, 12, 18, 24]
+    for a, b in zip(*evals, strict=True):
+        for depth, nll in a["nll_by_depth"].items():
+            assert b["nll_by_depth"][depth] == pytest.approx(nll, rel=TOLERANCE["rtol"])
 
 
 def test_killed_rank_stops_the_run_and_resume_is_exact(runs, tmp_path):
