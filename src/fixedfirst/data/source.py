@@ -74,4 +74,8 @@ def build_source(config: RunConfig) -> BatchSource:
         from fixedfirst.data.synthetic import SyntheticSource
 
         return SyntheticSource(config.model.vocab_size, config.train.seq_len, config.data.seed)
+    if kind == "bios":
+        from fixedfirst.tasks.bios.source import BiosSource
+
+        return BiosSource.from_config(config)
     raise UserError(f"data.kind = {kind!r} is not available in this build")
