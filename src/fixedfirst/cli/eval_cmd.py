@@ -1,4 +1,4 @@
-"""`fixedfirst eval`: validation NLL of a run's checkpoint at many serving depths."""
+"""`fixedfirst eval`: a run's checkpoint at many serving depths: validation NLL, or bios recall."""
 
 from __future__ import annotations
 
@@ -17,8 +17,42 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--depths", default=DEFAULT_DEPTHS, help=f"default {DEFAULT_DEPTHS}")
     parser.add_argument("--batches", type=int, help="validation batches (default: eval.batches)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument("--out", metavar="FILE", help="JSON output (default RUN/eval-STEP.json)")
+    parser.add_argument(
+        "--out", metavar="FILE", help="JSON output (default RUN/eval[-bios]-step-STEP.json)"
+    )
+    parser.add_argument(
+        "--task",
+        choices=["nll", "bios"],
+        default="nll",
+        help="nll: validation NLL (default); bios: recalled bits per person of a bios run",
+    )
+    parser.add_argument("--people", type=int, help="bios: people scored (default all)")
     parser.set_defaults(run=run)
+
+
+def bios_recall(args: argparse.Namespace, loaded, depths: list[int]) -> dict:
+    """Recalled bits per person of a bios run at each depth, printed as a table."""
+    from fixedfirst.errors import UserError
+    from fixedfirst.tasks.bios.recall import evaluate_recall
+    from fixedfirst.tasks.bios.world import build_world
+
+    if loaded.config.data.kind != "bios":
+        raise UserError(
+            f"--task bios needs a run trained on [data] kind = 'bios'; {args.run_dir} trained "
+            f"on {loaded.config.data.kind!r} (use --task nll)"
+        )
+    if args.people is not None and args.people < 1:
+        raise UserError(f"--people must be >= 1, got {args.people}")
+    world = build_world(loaded.config.data)
+    report = evaluate_recall(loaded.model, world, depths, people=args.people)
+    print(
+        f"{args.run_dir} step {loaded.checkpoint.step}: recalled bits per person "
+        f"({report.people} people, ceiling {report.ceiling_bits:.2f})"
+    )
+    print("| depth | bits |\n| --- | --- |")
+    for depth, bits in report.bits().items():
+        print(f"| {depth} | {bits:.2f} |")
+    return {"task": "bios", **report.to_dict()}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,6 +67,14 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--batches must be >= 1, got {args.batches}")
     device = resolve_device(args.device)
     loaded = load_run(args.run_dir, args.checkpoint, device)
+    step = loaded.checkpoint.step
+    name = f"eval-step-{step:07d}.json" if args.task == "nll" else f"eval-bios-step-{step:07d}.json"
+    out = Path(args.out) if args.out else Path(args.run_dir) / name
+    if args.task == "bios":
+        result = {"run": str(args.run_dir), "step": step, **bios_recall(args, loaded, depths)}
+        out.write_text(json.dumps(result, indent=2))
+        print(f"wrote {out}")
+        return 0
     config = loaded.config
     source = build_source(config)
     data_state = loaded.checkpoint.meta.get("data")
@@ -44,7 +86,6 @@ def run(args: argparse.Namespace) -> int:
     dtype = resolve_dtype(config.train.precision, device)
     nll = validation_nll(loaded.model, batches, depths, device, dtype)
     mean = mean_serving_nll(nll)
-    step = loaded.checkpoint.step
     result = {
         "run": str(args.run_dir),
         "step": step,
@@ -58,7 +99,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"| {d} | {v:.4f} |")
     if mean is not None:
         print(f"mean serving NLL (depths 1..16): {mean:.4f}")
-    out = Path(args.out) if args.out else Path(args.run_dir) / f"eval-step-{step:07d}.json"
     out.write_text(json.dumps(result, indent=2))
     print(f"wrote {out}")
     return 0

@@ -12,6 +12,7 @@ from fixedfirst.errors import UserError
 # subcommand -> module under fixedfirst.cli with `register(subparsers)` and `run(args)`.
 # Imported lazily per command so that `fixedfirst --help` stays quick.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "bios": ("bios_cmd", "the synthetic recall experiment (Figure 1)"),
     "train": ("train_cmd", "train a looped transformer with a depth schedule"),
     "eval": ("eval_cmd", "validation NLL of a run at many serving depths"),
     "compute": ("compute_cmd", "modeled FLOPs of a configuration and its savings vs uniform"),
