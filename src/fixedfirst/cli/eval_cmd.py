@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from fixedfirst.cli.arguments import parse_depths
@@ -22,40 +21,28 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fixedfirst.data.source import build_source
     from fixedfirst.errors import UserError
-    from fixedfirst.hardware import resolve_device, resolve_dtype
-    from fixedfirst.run import load_run
-    from fixedfirst.train.evaluation import mean_serving_nll, validation_nll
+    from fixedfirst.hardware import resolve_device
+    from fixedfirst.run_eval import eval_path, evaluate_run, write_eval
 
     depths = parse_depths(args.depths)
     if args.batches is not None and args.batches < 1:
         raise UserError(f"--batches must be >= 1, got {args.batches}")
+    out = Path(args.out) if args.out else None
+    if out is not None and not out.parent.is_dir():
+        raise UserError(f"--out {out}: directory {out.parent} does not exist")
     device = resolve_device(args.device)
-    loaded = load_run(args.run_dir, args.checkpoint, device)
-    config = loaded.config
-    source = build_source(config)
-    batches = source.validation_batches(
-        args.batches or config.eval.batches, config.train.micro_batch
+    result = evaluate_run(args.run_dir, depths, args.batches, args.checkpoint, device)
+    print(
+        f"{args.run_dir} step {result['step']} ({result['schedule']}): validation NLL "
+        f"(nats/token) over {result['scored_tokens']:,} tokens"
     )
-    dtype = resolve_dtype(config.train.precision, device)
-    nll = validation_nll(loaded.model, batches, depths, device, dtype)
-    mean = mean_serving_nll(nll)
-    step = loaded.checkpoint.step
-    result = {
-        "run": str(args.run_dir),
-        "step": step,
-        "tokens": loaded.checkpoint.meta.get("tokens"),
-        "nll_by_depth": {str(d): v for d, v in nll.items()},
-        "mean_serving_nll": mean,
-    }
-    print(f"{args.run_dir} step {step}: validation NLL (nats/token)")
     print("| depth | NLL |\n| --- | --- |")
-    for d, v in nll.items():
+    for d, v in result["nll_by_depth"].items():
         print(f"| {d} | {v:.4f} |")
-    if mean is not None:
-        print(f"mean serving NLL (depths 1..16): {mean:.4f}")
-    out = Path(args.out) if args.out else Path(args.run_dir) / f"eval-step-{step:07d}.json"
-    out.write_text(json.dumps(result, indent=2))
+    if result["mean_serving_nll"] is not None:
+        print(f"mean serving NLL (depths 1..16): {result['mean_serving_nll']:.4f}")
+    out = out or eval_path(args.run_dir, result["step"])
+    write_eval(result, out)
     print(f"wrote {out}")
     return 0
