@@ -140,6 +140,12 @@ def test_two_run_sweep_end_to_end_then_reused(tmp_path, capsys, corpus, monkeypa
         mean = sum(row["nll_by_depth"][str(d)] for d in range(1, 17)) / 16
         assert row["mean_serving_nll"] == pytest.approx(mean)
         assert row["eval_tokens"] == 2 * 4 * 16
+    spec = load_sweep(sweep)
+    for row in (uniform, ff):
+        assert row["modeled_flops"] == plan_budget(spec.run(row["name"]).config).flops
+        assert row["drawn_flops"] > 0
+    ratio = ff["modeled_flops"] / uniform["modeled_flops"]
+    assert ff["modeled_savings"] == pytest.approx(1 - ratio)
     assert uniform["modeled_savings"] == pytest.approx(0.0, abs=1e-12)
     assert uniform["wall_savings"] == 0.0 and uniform["mean_nll_rel_diff"] == 0.0
     assert 0.2 < ff["modeled_savings"] < 0.5  # half the steps at K=2 instead of mean 8.5

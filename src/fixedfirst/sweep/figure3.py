@@ -27,7 +27,14 @@ from fixedfirst.train.run_dir import RunDir
 
 PREFERRED_DEPTHS = (1, 4, 16)
 SMOOTHING_FRACTION = 0.02
-DEPTH_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")
+DEPTH_STYLES = (
+    {"color": "tab:blue", "marker": "o", "ls": "-"},
+    {"color": "tab:orange", "marker": "s", "ls": "--"},
+    {"color": "tab:green", "marker": "^", "ls": "-."},
+    {"color": "tab:red", "marker": "D", "ls": ":"},
+    {"color": "tab:purple", "marker": "v", "ls": "-"},
+)
+"""Distinct in colour, marker and dashes: nearby depths often lie on top of each other."""
 
 
 def trailing_mean(values: list[float], window: int) -> list[float]:
@@ -110,11 +117,11 @@ def plot_figure3(run: str | Path, path: str | Path) -> Path:
         top.set_ylim(min(later) - 0.05 * spread, max(later) + 0.15 * spread)
 
     available = sorted({int(d) for _, nll in data["evals"] for d in nll})
-    for color, depth in zip(DEPTH_COLORS, shown_depths(available), strict=False):
+    for style, depth in zip(DEPTH_STYLES, shown_depths(available), strict=False):
         points = [(t, nll[str(depth)]) for t, nll in data["evals"] if str(depth) in nll]
         if points:
             xs, ys = zip(*points, strict=True)
-            bottom.plot(xs, ys, "o-", color=color, ms=3.5, lw=1.4, label=f"serving depth K={depth}")
+            bottom.plot(xs, ys, ms=4, lw=1.4, label=f"serving depth K={depth}", **style)
     bottom.set_ylabel("validation NLL (nats/token)")
     bottom.set_xlabel("training tokens")
     if not data["evals"]:

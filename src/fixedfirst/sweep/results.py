@@ -1,11 +1,13 @@
 """The sweep's results: one row per finished run, written as `results.json` and `table.md`.
 
 Every number in a row comes from somewhere a reader can check: tokens and wall-clock from the
-run's `summary.json` (wall-clock counts training steps only, not evaluation or checkpoints),
-modeled FLOPs from the trainer's per-step count of the depths it actually drew, modeled savings
-from the compute model (`compute.modeled_savings`: the schedule's expected FLOPs against uniform
-1..16 at the same token budget), NLL from the run's saved evaluation JSON (`run_eval`). Savings in
-wall-clock and the NLL difference are relative to the sweep's reference run.
+run's `summary.json` (wall-clock counts training steps only, not evaluation or checkpoints);
+modeled FLOPs are the schedule's expected training FLOPs under the compute model, the quantity
+compute-matched runs are planned with and `fixedfirst compute` prints (`drawn_flops` beside it
+counts the depths the run actually drew, which the wall-clock follows); modeled savings from
+`compute.modeled_savings` (expected FLOPs against uniform 1..16 at the same token budget); NLL from
+the run's saved evaluation JSON (`run_eval`). Savings in wall-clock and the NLL difference are
+relative to the sweep's reference run.
 """
 
 from __future__ import annotations
@@ -45,8 +47,8 @@ def result_row(
         "compute_matched_to": flops_of,
         "steps": summary["steps"],
         "tokens": summary["tokens"],
-        "modeled_flops": summary["flops"],
-        "expected_flops": summary["planned_flops"],
+        "modeled_flops": summary["planned_flops"],
+        "drawn_flops": summary["flops"],
         "modeled_savings": modeled_savings(config, summary["total_steps"]),
         "wall": summary["wall"],
         "phases": summary["phases"],
@@ -133,10 +135,11 @@ def table_markdown(rows: list[dict[str, Any]], reference: str, missing: list[str
     eval_tokens = sorted({r["eval_tokens"] for r in rows})
     lines += [
         "",
-        "Modeled FLOPs: the compute model's training FLOPs of the depths each run actually drew. "
-        "Modeled savings: 1 - expected FLOPs / expected FLOPs of uniform 1..16 at the same token "
-        "budget. Wall-clock: training steps only (no evaluation or checkpoints), savings relative "
-        f"to the reference run `{reference}` on the same machine. NLL: validation nats per token "
+        "Modeled FLOPs: the schedule's expected training FLOPs under the compute model "
+        "(results.json also has the FLOPs of the depths each run drew). Modeled savings: "
+        "1 - modeled FLOPs / those of uniform 1..16 at the same token budget. Wall-clock: "
+        "training steps only (no evaluation or checkpoints), savings relative to the reference "
+        f"run `{reference}` on the same machine. NLL: validation nats per token "
         f"over {', '.join(f'{t:,}' for t in eval_tokens)} tokens at serving depth K; mean over "
         'K = 1..16; "vs reference" is its relative difference to the reference run\'s.',
     ]
