@@ -57,7 +57,11 @@ def evaluate_run(
     config = loaded.config
     n_batches = batches or config.eval.batches
     batch_size = config.train.micro_batch
-    val = build_source(config).validation_batches(n_batches, batch_size)
+    source = build_source(config)
+    data_state = loaded.checkpoint.meta.get("data")
+    if data_state is not None:  # refuses other data than the run trained on (another tokenizer)
+        source.load_state_dict(data_state)
+    val = source.validation_batches(n_batches, batch_size)
     device = next(loaded.model.parameters()).device
     dtype = resolve_dtype(config.train.precision, device)
     nll = validation_nll(loaded.model, val, depths, device, dtype)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from fixedfirst.errors import UserError
@@ -39,7 +40,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = args.run(args)
     except UserError as e:
-        print(f"fixedfirst {args.command}: error: {e}", file=sys.stderr)
+        # Under torchrun every process meets the same error; one of them says it.
+        if os.environ.get("RANK", "0") == "0":
+            print(f"fixedfirst {args.command}: error: {e}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print(f"fixedfirst {args.command}: interrupted", file=sys.stderr)

@@ -81,4 +81,8 @@ def build_source(config: RunConfig) -> BatchSource:
         assert config.data.path is not None  # DataConfig requires it for kind = "tokens"
         check_model_vocab(config.model.vocab_size, config.data.path)
         return TokenSource(config.data.path, config.train.seq_len, seed=config.train.seed)
-    raise UserError(f"data.kind = {kind!r} is not available in this build")
+    if kind == "bios":
+        from fixedfirst.tasks.bios.source import BiosSource
+
+        return BiosSource.from_config(config)
+    raise UserError(f"data.kind = {kind!r} is not a known data source")
