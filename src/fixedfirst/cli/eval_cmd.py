@@ -34,8 +34,8 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     result = evaluate_run(args.run_dir, depths, args.batches, args.checkpoint, device)
     print(
-        f"{args.run_dir} step {result['step']} ({result['schedule']}): validation NLL "
-        f"(nats/token) over {result['scored_tokens']:,} tokens"
+        f"{args.run_dir} step {result['step']}: validation NLL (nats/token) over "
+        f"{result['scored_tokens']:,} tokens; {result['schedule']}"
     )
     print("| depth | NLL |\n| --- | --- |")
     for d, v in result["nll_by_depth"].items():

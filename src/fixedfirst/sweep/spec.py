@@ -1,9 +1,8 @@
 """A sweep file: one base configuration and a list of named runs that each change a few keys.
 
     # SWEEP.toml
-    base = "configs/lm-cpu-base.toml"   # a run config file (relative to this file), or inline:
-    [base.model]                        # [base.model], [base.train], ... like a run config
-    d_model = 128
+    base = "../lm-200m.toml"            # a run config file (relative to this file), or inline
+                                        # [base.model], [base.train], ... tables like a run config
 
     [sweep]
     reference = "uniform"               # the uniform 1..16 run savings and NLL are compared with
@@ -19,11 +18,12 @@
     schedule.kind = "uniform"
     flops_of = "ff-k4-s0.67-uniform"    # train.flops = that run's modeled FLOPs
 
-Each run is the base with its keys applied on top, validated like any run config. `flops_of`
-makes a compute-matched run: its FLOP budget is the other run's expected modeled training FLOPs
-from the compute model, so nobody copies a FLOP count by hand and it stays right when the base
-changes. Everything is checked when the file is loaded, before anything trains: a typo found after
-an hour of training would cost the hour.
+A base file name is relative to the sweep file; paths inside the configuration (data.path) are,
+as in every run config, relative to the working directory. Each run is the base with its keys
+applied on top, validated like any run config. `flops_of` makes a compute-matched run: its FLOP
+budget is the other run's expected modeled training FLOPs from the compute model, so nobody
+copies a FLOP count by hand and it stays right when the base changes. Everything is checked when
+the file is loaded, before anything trains: a typo found after an hour of training costs the hour.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
             ).flops
         runs.append(PlannedRun(name, _build_config(data, where)))
 
-    spec = SweepSpec(
+    return SweepSpec(
         path=path,
         runs=runs,
         reference=_reference(settings, runs, path),
@@ -179,7 +179,6 @@ def load_sweep(path: str | Path) -> SweepSpec:
         eval_batches=_eval_batches(settings, path),
         flops_of=flops_of,
     )
-    return spec
 
 
 def _check_flops_of(
