@@ -488,6 +488,109 @@ CASES: list[Case] = [
     ),
 ]
 
+# A sweep of two runs on tokens.toml (whose data path is "data"); each case breaks one thing.
+SWEEP_TOML = """base = "tokens.toml"
+
+[sweep]
+reference = "uniform"
+
+[[runs]]
+name = "uniform"
+schedule.kind = "uniform"
+schedule.k_max = 16
+
+[[runs]]
+name = "ff"
+schedule.k0 = 2
+"""
+SWEEP = ["sweep", "sweep.toml", "--out", "out"]
+
+
+def sweep_case(
+    id: str, given: str, text: str, fragment: str, argv: list[str] = SWEEP, **kwargs
+) -> Case:
+    needs = kwargs.pop("needs", ("tokens.toml", "data"))
+    return Case(id, "sweep", given, argv, fragment, needs, {"sweep.toml": text}, **kwargs)
+
+
+def changed_run_in_sweep_dir(work: Path) -> None:
+    """out/runs/uniform holds a run of another schedule (a fixed-first run paused at step 4)."""
+    (work / "out" / "runs").mkdir(parents=True)
+    shutil.copytree(work / "tokens-run", work / "out" / "runs" / "uniform")
+
+
+SWEEP_CASES: list[Case] = [
+    sweep_case(
+        "sweep-unknown-key",
+        "a sweep file with an unknown top-level key: `colour = 1`",
+        "colour = 1\n" + SWEEP_TOML,
+        "sweep.toml: unknown key 'colour'; valid: base, sweep, runs",
+    ),
+    sweep_case(
+        "sweep-unknown-run-key",
+        "a run that sets an unknown key: `schedule.kzero = 3`",
+        SWEEP_TOML + "schedule.kzero = 3\n",
+        'run "ff": unknown key schedule.kzero',
+    ),
+    sweep_case(
+        "sweep-duplicate-names",
+        "two runs with the same name",
+        SWEEP_TOML + '[[runs]]\nname = "ff"\n',
+        "two runs are named 'ff'",
+    ),
+    sweep_case(
+        "sweep-no-base",
+        "a sweep file without a base configuration",
+        SWEEP_TOML.replace('base = "tokens.toml"\n', ""),
+        "sweep.toml: no base configuration",
+    ),
+    sweep_case(
+        "sweep-reference-not-uniform",
+        "a reference run that does not train uniform 1..16",
+        SWEEP_TOML.replace('reference = "uniform"', 'reference = "ff"'),
+        "sweep.reference = 'ff' must train uniform 1..16",
+    ),
+    sweep_case(
+        "sweep-flops-of-unknown",
+        "`flops_of` naming no run above it",
+        SWEEP_TOML + 'flops_of = "later"\n',
+        "flops_of = 'later' must name a run listed above this one",
+    ),
+    sweep_case(
+        "sweep-only-unknown",
+        "`sweep --only` naming no run of the file",
+        SWEEP_TOML,
+        "--only: no run named 'fff'",
+        argv=[*SWEEP, "--only", "fff"],
+    ),
+    sweep_case(
+        "sweep-data-missing",
+        "a sweep whose data directory does not exist",
+        SWEEP_TOML,
+        'run "uniform": data: no such data directory',
+        needs=("tokens.toml",),
+    ),
+    sweep_case(
+        "sweep-changed-run",
+        "a sweep directory holding a run of the same name with another configuration",
+        SWEEP_TOML,
+        "out/runs/uniform holds a run with a different configuration (schedule.k_max, ",
+        needs=("tokens.toml", "data", "tokens-run"),
+        setup=changed_run_in_sweep_dir,
+    ),
+    Case(
+        "figure3-not-fixed-first",
+        "sweep",
+        "`figure3` of a run that is not fixed-first",
+        ["figure3", "run", "--out", "f.png"],
+        "Figure 3 needs a fixed-first run",
+        needs=("run",),
+        setup=lambda work: (work / "run" / "config.toml").write_text(
+            (work / "run" / "config.toml").read_text().replace("fixed-first", "uniform")
+        ),
+    ),
+]
+
 
 def config_cases() -> list[Case]:
     """The configuration cases of tests/test_config.py, run the same way for the table."""
@@ -507,7 +610,7 @@ def config_cases() -> list[Case]:
 
 
 def all_cases() -> list[Case]:
-    return CASES + config_cases()
+    return CASES + SWEEP_CASES + config_cases()
 
 
 # -- prebuilt things and running a case ----------------------------------------------------------

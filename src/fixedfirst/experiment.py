@@ -10,6 +10,7 @@ from what the experiment now asks for is refused rather than silently mixed into
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,14 @@ def run_one(planned: PlannedRun, root: Path, quiet: bool = False) -> RunOutcome:
     return RunOutcome(planned.name, run.path, trainer.train(), reused=False)
 
 
-def run_all(runs: list[PlannedRun], root: Path, quiet: bool = False) -> list[RunOutcome]:
+def run_all(
+    runs: list[PlannedRun],
+    root: Path,
+    quiet: bool = False,
+    on_start: Callable[[int, PlannedRun], None] | None = None,
+) -> list[RunOutcome]:
+    """Run (or reuse) every run in order; `on_start(i, run)` is called before run i (1-based),
+    e.g. to show the whole experiment's progress."""
     names = [r.name for r in runs]
     if len(set(names)) != len(names):
         raise UserError(f"run names must be unique, got {names}")
@@ -71,6 +79,8 @@ def run_all(runs: list[PlannedRun], root: Path, quiet: bool = False) -> list[Run
     for i, planned in enumerate(runs, 1):
         if not quiet:
             print(f"[{i}/{len(runs)}] {planned.name}", flush=True)
+        if on_start is not None:
+            on_start(i, planned)
         outcome = run_one(planned, root, quiet)
         if not quiet and outcome.reused:
             print(f"  reusing the finished run in {outcome.path}", flush=True)

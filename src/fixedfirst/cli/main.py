@@ -18,6 +18,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compute": ("compute_cmd", "modeled FLOPs of a configuration and its savings vs uniform"),
     "config-reference": ("reference_cmd", "print every configuration key with its default"),
     "prepare": ("prepare_cmd", "tokenize text, JSONL, Parquet or a HF dataset into token shards"),
+    "sweep": ("sweep_cmd", "train, evaluate and tabulate a list of runs (the schedule table)"),
+    "figure3": ("figure3_cmd", "plot a fixed-first run's loss around the switch (Figure 3)"),
 }
 
 
