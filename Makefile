@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 TORCH_PIN := torch==2.13.0
 
-.PHONY: setup demo test test-all lint format bench
+.PHONY: setup demo test test-all lint format bench fortunes
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,3 +32,7 @@ lint: setup
 format: setup
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+# Debian's fortune-cookie text (2.5 MB of English) as a byte-level dataset in data/fortunes-byte/.
+fortunes: setup
+	bash scripts/fetch_fortunes.sh

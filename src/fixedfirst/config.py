@@ -529,6 +529,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 def read_toml(path: str | Path) -> dict[str, Any]:
     """Read a TOML file, turning a missing file or a syntax error into a one-line UserError."""
     p = Path(path)
+    if p.is_dir():
+        raise UserError(f"config file {str(p)!r} is a directory, not a TOML file")
     if not p.is_file():
         raise UserError(f"config file {str(p)!r} does not exist")
     try:

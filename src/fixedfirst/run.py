@@ -31,6 +31,8 @@ def find_checkpoint(run: str | Path, step: int | None = None) -> tuple[RunConfig
     manager = CheckpointManager(run_dir.checkpoints_path)
     if step is None:
         ckpt = manager.latest_valid(warn=lambda line: print(line))
+        if ckpt is None and manager.all():
+            raise UserError(f"every checkpoint in {manager.directory} is corrupt")
         if ckpt is None:
             raise UserError(f"{run_dir.path} has no complete checkpoint yet")
     else:

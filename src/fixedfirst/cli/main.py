@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from fixedfirst.errors import UserError
@@ -11,11 +12,15 @@ from fixedfirst.errors import UserError
 # subcommand -> module under fixedfirst.cli with `register(subparsers)` and `run(args)`.
 # Imported lazily per command so that `fixedfirst --help` stays quick.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "bios": ("bios_cmd", "the synthetic recall experiment (Figure 1)"),
     "train": ("train_cmd", "train a looped transformer with a depth schedule"),
     "eval": ("eval_cmd", "validation NLL of a run at many serving depths"),
     "diagnose": ("diagnose_cmd", "the update diagnostic (Figure 4): deep vs shallow updates"),
     "compute": ("compute_cmd", "modeled FLOPs of a configuration and its savings vs uniform"),
     "config-reference": ("reference_cmd", "print every configuration key with its default"),
+    "prepare": ("prepare_cmd", "tokenize text, JSONL, Parquet or a HF dataset into token shards"),
+    "sweep": ("sweep_cmd", "train, evaluate and tabulate a list of runs (the schedule table)"),
+    "figure3": ("figure3_cmd", "plot a fixed-first run's loss around the switch (Figure 3)"),
 }
 
 
@@ -37,7 +42,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = args.run(args)
     except UserError as e:
-        print(f"fixedfirst {args.command}: error: {e}", file=sys.stderr)
+        # Under torchrun every process meets the same error; one of them says it.
+        if os.environ.get("RANK", "0") == "0":
+            print(f"fixedfirst {args.command}: error: {e}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print(f"fixedfirst {args.command}: interrupted", file=sys.stderr)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 from fixedfirst.cli.arguments import add_set_argument
-from fixedfirst.config import load_config
+from fixedfirst.config import RunConfig, load_config
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -27,14 +29,63 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="pause (checkpointed) once this many steps are done; continue later with --resume",
     )
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    parser.add_argument(
+        "--nproc",
+        type=int,
+        metavar="N",
+        help="train with N processes on this machine (one per GPU): runs `torchrun --standalone "
+        "--nproc_per_node N -m fixedfirst train` with the other arguments; DDP, or FSDP2 with "
+        "train.strategy = 'fsdp'",
+    )
     parser.set_defaults(run=run)
+
+
+def torchrun_command(args: argparse.Namespace) -> list[str]:
+    """The torchrun command line that `--nproc N` stands for (the same arguments, minus it)."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc_per_node", str(args.nproc), "-m", "fixedfirst", "train"]
+    if args.config is not None:
+        command.append(args.config)
+    command += ["--out", args.out]
+    for override in args.overrides:
+        command += ["--set", override]
+    if args.resume:
+        command.append("--resume")
+    if args.stop_after is not None:
+        command += ["--stop-after", str(args.stop_after)]
+    if args.quiet:
+        command.append("--quiet")
+    return command
+
+
+def launch(args: argparse.Namespace, config: RunConfig) -> None:
+    """Replace this process by torchrun, after the checks that need no process group, so that a
+    bad configuration is one line here instead of one failure per process."""
+    from fixedfirst.errors import UserError
+
+    if args.nproc < 1:
+        raise UserError(f"--nproc must be >= 1, got {args.nproc}")
+    if "LOCAL_RANK" in os.environ:
+        raise UserError("--nproc launches torchrun; under torchrun already, leave it out")
+    t = config.train
+    if t.batch_size % args.nproc or (t.batch_size // args.nproc) % t.micro_batch:
+        raise UserError(
+            f"train.batch_size = {t.batch_size} must split into {args.nproc} rank(s) of whole "
+            f"micro-batches of {t.micro_batch}"
+        )
+    command = torchrun_command(args)
+    sys.stdout.flush()
+    os.execv(command[0], command)
 
 
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.errors import UserError
+    from fixedfirst.train import distributed
     from fixedfirst.train.run_dir import RunDir
     from fixedfirst.train.trainer import Trainer, format_summary
 
+    if args.stop_after is not None and args.stop_after < 1:
+        raise UserError(f"--stop-after must be >= 1, got {args.stop_after}")
     if args.config is None:
         if not args.resume:
             raise UserError("give a CONFIG.toml (or --resume to continue RUN/config.toml)")
@@ -44,10 +95,13 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(config_path, args.overrides)
     else:
         config = load_config(args.config, args.overrides)
-    trainer = Trainer(config, args.out, resume=args.resume, quiet=args.quiet)
-    if args.stop_after is not None and args.stop_after < 1:
-        raise UserError(f"--stop-after must be >= 1, got {args.stop_after}")
-    summary = trainer.train(stop_after=args.stop_after)
-    if not args.quiet:
-        print(format_summary(summary))
+    if args.nproc is not None:
+        launch(args, config)
+    try:
+        trainer = Trainer(config, args.out, resume=args.resume, quiet=args.quiet)
+        summary = trainer.train(stop_after=args.stop_after)
+        if trainer.is_main and not args.quiet:
+            print(format_summary(summary))
+    finally:
+        distributed.stop()
     return 0

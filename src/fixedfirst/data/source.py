@@ -74,4 +74,15 @@ def build_source(config: RunConfig) -> BatchSource:
         from fixedfirst.data.synthetic import SyntheticSource
 
         return SyntheticSource(config.model.vocab_size, config.train.seq_len, config.data.seed)
-    raise UserError(f"data.kind = {kind!r} is not available in this build")
+    if kind == "tokens":
+        from fixedfirst.data.prepared import check_model_vocab
+        from fixedfirst.data.tokens import TokenSource
+
+        assert config.data.path is not None  # DataConfig requires it for kind = "tokens"
+        check_model_vocab(config.model.vocab_size, config.data.path)
+        return TokenSource(config.data.path, config.train.seq_len, seed=config.train.seed)
+    if kind == "bios":
+        from fixedfirst.tasks.bios.source import BiosSource
+
+        return BiosSource.from_config(config)
+    raise UserError(f"data.kind = {kind!r} is not a known data source")

@@ -15,7 +15,7 @@ the coda and head are simply applied at every requested k on the way up.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -83,15 +83,31 @@ class LoopedTransformer(nn.Module):
             x = block(x, self.rotary, cache.layer("prelude", i) if cache is not None else None)
         return x
 
-    def _initial_state(self, e: torch.Tensor, start: int, deterministic: bool) -> torch.Tensor:
+    def _initial_state(
+        self,
+        e: torch.Tensor,
+        start: int,
+        deterministic: bool,
+        state_seeds: Sequence[int] | None = None,
+    ) -> torch.Tensor:
         if self.config.state_init == "zeros":
             return torch.zeros_like(e)
         if deterministic:
             T = e.shape[1]
             return self.eval_state[start : start + T].to(e.dtype).expand_as(e)
-        s = torch.empty_like(e)
         std = self.state_std
-        return torch.nn.init.trunc_normal_(s, std=std, a=-3 * std, b=3 * std)
+        if state_seeds is None:  # the global RNG
+            s = torch.empty_like(e)
+            return torch.nn.init.trunc_normal_(s, std=std, a=-3 * std, b=3 * std)
+        if len(state_seeds) != e.shape[0]:
+            raise ValueError(f"{len(state_seeds)} state seeds for a batch of {e.shape[0]} rows")
+        # Drawn in float32 whatever the compute dtype, so that a row's state is the same under
+        # fp32, autocast and FSDP's bf16 parameters up to the final rounding.
+        s = torch.empty(e.shape, dtype=torch.float32, device=e.device)
+        for row, seed in zip(s, state_seeds, strict=True):
+            generator = torch.Generator(device=e.device).manual_seed(seed)
+            torch.nn.init.trunc_normal_(row, std=std, a=-3 * std, b=3 * std, generator=generator)
+        return s.to(e.dtype)
 
     def _iteration(
         self, state: torch.Tensor, e: torch.Tensor, index: int, cache: KVCache | None = None
@@ -111,16 +127,24 @@ class LoopedTransformer(nn.Module):
     # -- public API ------------------------------------------------------------------------------
 
     def forward(
-        self, tokens: torch.Tensor, depth: int, grad_depth: int | None = None
+        self,
+        tokens: torch.Tensor,
+        depth: int,
+        grad_depth: int | None = None,
+        state_seeds: Sequence[int] | None = None,
     ) -> torch.Tensor:
         """Logits (B, T, vocab) after `depth` core iterations.
 
         grad_depth: truncated backprop (Huginn): only the last `grad_depth` iterations carry
         gradients; the earlier ones run under no_grad. None means full backprop.
+        state_seeds: in training, one seed per batch row: row i's random initial state is drawn
+        from a generator seeded with state_seeds[i] instead of the global RNG, so that a row's
+        noise does not depend on which process or micro-batch it lands in (the trainer derives
+        the seeds from the run seed, the step and the row's index in the global batch).
         """
         check_depth(depth)
         e = self._prelude(tokens)
-        state = self._initial_state(e, 0, deterministic=not self.training)
+        state = self._initial_state(e, 0, not self.training, state_seeds)
         n_free = 0 if grad_depth is None else max(0, depth - grad_depth)
         if n_free:
             with torch.no_grad():

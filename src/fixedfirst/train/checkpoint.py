@@ -1,12 +1,14 @@
 """Crash-proof checkpoints: `RUN/checkpoints/step-NNNNNNN/`.
 
 Each checkpoint directory holds
-    model.safetensors   the weights (safetensors: loading never runs code)
-    trainer.pt          optimizer state, RNG states and the data position, loaded with
-                        torch.load(weights_only=True), which refuses pickled code
+    model.safetensors   the full (unsharded) weights, each tied tensor once (safetensors: loading
+                        never runs code)
+    trainer.pt          the full optimizer state keyed by parameter name, and the data position,
+                        loaded with torch.load(weights_only=True), which refuses pickled code
     meta.json           step, tokens, FLOPs, wall-clock, tags, the metrics-file length and a
                         SHA-256 of every file above
 
+Only rank 0 writes checkpoints; what they hold does not depend on the number of processes.
 It is written into `.tmp-step-NNNNNNN/`, flushed to disk, then renamed into place; a directory
 without a valid meta.json is never considered. A crash at any moment therefore leaves the previous
 checkpoint loadable, and a flipped byte is caught by the checksum. Periodic checkpoints beyond
@@ -18,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +29,7 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from fixedfirst.errors import UserError
@@ -83,28 +86,66 @@ class Checkpoint:
                 raise UserError(f"checkpoint {self.path}: {name} is corrupt (checksum mismatch)")
 
     def load_model(self, model: nn.Module) -> None:
-        """Load the weights into `model`; a model of another shape is a UserError."""
+        """Load the weights into `model` (a plain, unsharded one); a model of another shape is a
+        UserError naming the first mismatched tensors."""
+        shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
+        weights = self.load_weights(shapes)
+        for alias, canonical in tied_aliases(model).items():
+            weights[alias] = weights[canonical]
         try:
-            missing, unexpected = load_model(model, self.path / MODEL_FILE, strict=False)
-        except (SafetensorError, RuntimeError, OSError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            model.load_state_dict(weights)
+        except RuntimeError as e:
+            first = str(e).strip().splitlines()[0]
             raise UserError(
                 f"checkpoint {self.path}: weights do not fit this model ({first})"
             ) from None
-        if missing or unexpected:
-            names = ", ".join(sorted(missing)[:3] + sorted(unexpected)[:3])
+
+    def load_weights(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
+        """The weights as a dict, checked against the model's parameter names and `shapes`."""
+        try:
+            weights = load_file(self.path / MODEL_FILE)
+        except (SafetensorError, OSError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(f"checkpoint {self.path}: cannot read {MODEL_FILE} ({first})") from None
+        problems = [f"{k} missing" for k in sorted(shapes.keys() - weights.keys())]
+        problems += [f"unexpected {k}" for k in sorted(weights.keys() - shapes.keys())]
+        problems += [
+            f"{k} is {list(weights[k].shape)} in the checkpoint, {list(shapes[k])} in the model"
+            for k in sorted(weights.keys() & shapes.keys())
+            if tuple(weights[k].shape) != tuple(shapes[k])
+        ]
+        if problems:
             raise UserError(
-                f"checkpoint {self.path}: weights do not fit this model (mismatched: {names})"
+                f"checkpoint {self.path}: weights do not fit this model ({'; '.join(problems[:3])})"
             )
+        return weights
 
     def load_trainer_state(self) -> dict[str, Any]:
         try:
             return torch.load(self.path / TRAINER_FILE, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError:
+            raise UserError(
+                f"checkpoint {self.path}: cannot load {TRAINER_FILE}: it holds objects other than "
+                "tensors and plain data, refused because unpickling them could run code"
+            ) from None
         except Exception as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise UserError(
                 f"checkpoint {self.path}: cannot load {TRAINER_FILE} ({first})"
             ) from None
+
+
+def tied_aliases(model: nn.Module) -> dict[str, str]:
+    """Parameter names that are another name of an earlier parameter (tied embeddings):
+    {alias: canonical}. Checkpoints store each tensor once, under its canonical name."""
+    first: dict[int, str] = {}
+    aliases = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            aliases[name] = first[id(p)]
+        else:
+            first[id(p)] = name
+    return aliases
 
 
 def read_checkpoint(path: Path) -> Checkpoint | None:
@@ -167,11 +208,12 @@ class CheckpointManager:
     def save(
         self,
         step: int,
-        model: nn.Module,
+        weights: dict[str, torch.Tensor],
         trainer_state: dict[str, Any],
         meta: dict[str, Any],
         tags: list[str],
     ) -> Checkpoint:
+        """Write a checkpoint of full `weights` (name -> tensor, each tied tensor once)."""
         name = f"step-{step:07d}"
         final = self.directory / name
         existing = read_checkpoint(final) if final.is_dir() else None
@@ -183,7 +225,14 @@ class CheckpointManager:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
             files = {
-                MODEL_FILE: _write_file(tmp / MODEL_FILE, lambda p: save_model(model, str(p))),
+                MODEL_FILE: _write_file(
+                    tmp / MODEL_FILE,
+                    lambda p: save_file(
+                        {k: v.contiguous() for k, v in weights.items()},
+                        str(p),
+                        metadata={"format": "pt"},
+                    ),
+                ),
                 TRAINER_FILE: _write_file(
                     tmp / TRAINER_FILE, lambda p: torch.save(trainer_state, p)
                 ),

@@ -7,9 +7,17 @@ function of seed and step), runs `batch_size / micro_batch` micro-batches at tha
 steps AdamW. Losses stay on the device between log lines: the host waits for the device only when
 a line is written, a checkpoint is taken, or an evaluation runs.
 
-Everything a resumed run needs (weights, optimizer, RNG, data position, counters, the metrics
-file's length) is in each checkpoint, so N steps straight through and k steps plus a resume give
-the same weights and the same metrics.
+Everything a resumed run needs (weights, optimizer, data position, counters, the metrics file's
+length) is in each checkpoint, so N steps straight through and k steps plus a resume give the same
+weights and the same metrics.
+
+Under torchrun (DESIGN.md §10) every process builds the same model from the same seed, draws the
+same depth for a step (the schedule is a pure function of seed and step; `_flush` checks that the
+ranks agree), trains on its own rows of the global batch and averages gradients with DDP or
+FSDP2 (`parallel.py`). Only rank 0 writes the run directory. The random initial recurrent state
+of every sequence is drawn from a seed derived from (seed, step, row of the global batch), not
+from the global RNG, so the training arithmetic does not depend on the number of processes or
+on where a run was resumed, and checkpoints need no RNG state.
 """
 
 from __future__ import annotations
@@ -20,26 +28,51 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from fixedfirst.compute import Budget, flop_model, plan_budget
 from fixedfirst.config import RunConfig
-from fixedfirst.data.source import Batch, BatchSource, build_source
+from fixedfirst.data.source import Batch, BatchSource, build_source, rank_rows
 from fixedfirst.errors import UserError
 from fixedfirst.hardware import measured_peak_flops, resolve_device, resolve_dtype
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.schedules import Schedule, describe
+from fixedfirst.train import distributed
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
+from fixedfirst.train.distributed import World, on_main
 from fixedfirst.train.evaluation import autocast, mean_serving_nll, validation_nll
 from fixedfirst.train.metrics import MetricsLog
 from fixedfirst.train.optim import build_optimizer, lr_at
+from fixedfirst.train.parallel import ParallelModel
 from fixedfirst.train.progress import Progress
 from fixedfirst.train.run_dir import RunDir, check_resume
+
+_STATE_NOISE_STREAM = 0x5EED_57A7E
+"""Keeps the initial-state seeds apart from every other stream derived from the run seed."""
 
 
 class TrainingDiverged(UserError):
     """The loss became NaN or infinite."""
+
+
+def state_seeds(seed: int, step: int, rows: range) -> list[int]:
+    """Seeds of the random initial recurrent state of the given rows of a step's global batch.
+
+    A pure function of (seed, step, global row index): the noise a sequence sees does not depend
+    on the number of processes, the micro-batch size or what ran before. So an N-process run
+    computes what a 1-process run with the same global batch computes, and a resume (on any
+    number of processes) needs no RNG state from the checkpoint.
+    """
+    return [
+        int(
+            np.random.SeedSequence([seed, step, row, _STATE_NOISE_STREAM]).generate_state(
+                1, np.uint64
+            )[0]
+        )
+        for row in rows
+    ]
 
 
 @dataclass
@@ -98,17 +131,16 @@ class Trainer:
         self.config = config
         self.run = RunDir(out)
         self.quiet = quiet
-        self.rank, self.world_size, self.is_main = 0, 1, True
+        self.world = World.from_env()
+        self.rank, self.world_size = self.world.rank, self.world.world_size
+        self.is_main = self.world.is_main
         t = config.train
-        if resume:
-            check_resume(self.run.saved_config(), config)
-        else:
-            self.run.check_new()
 
+        # Everything that can be refused is checked before the run directory is touched.
         self.budget: Budget = plan_budget(config)
         self.schedule = Schedule(config.schedule, t.seed)
         self.flops_model = flop_model(config.model, t.seq_len)
-        self.device = resolve_device(t.device)
+        self.device = distributed.process_device(self.world, resolve_device(t.device))
         self.dtype = resolve_dtype(t.precision, self.device)
         self.source: BatchSource = build_source(config)
         if self.source.vocab_size > config.model.vocab_size:
@@ -117,6 +149,7 @@ class Trainer:
                 f"vocabulary ({self.source.vocab_size}); set model.vocab_size >= "
                 f"{self.source.vocab_size}"
             )
+        self.val_batches = self.source.validation_batches(config.eval.batches, t.micro_batch)
         local = t.batch_size // self.world_size
         if t.batch_size % self.world_size or local % t.micro_batch:
             raise UserError(
@@ -125,23 +158,28 @@ class Trainer:
             )
         self.micro_steps = local // t.micro_batch
 
-        torch.manual_seed(t.seed)
-        self.model = LoopedTransformer(config.model).to(self.device)
+        distributed.start(self.world, self.device)
+        if resume:
+            on_main(self.world, lambda: check_resume(self.run.saved_config(), config))
+        else:
+            on_main(self.world, self.run.check_new)
+
+        torch.manual_seed(t.seed)  # the same initial weights on every rank
+        model = LoopedTransformer(config.model).to(self.device)
         if t.compile:
-            for block in (*self.model.prelude, *self.model.core, *self.model.coda):
+            for block in (*model.prelude, *model.core, *model.coda):
                 block.compile()
+        self.parallel = ParallelModel(model, self.world, t.strategy, self.device, self.dtype)
+        self.model = self.parallel.module
+        # After sharding: FSDP2 replaces the parameters by sharded ones.
         self.optimizer = build_optimizer(self.model, t)
         self.checkpoints = CheckpointManager(self.run.checkpoints_path, t.keep_checkpoints)
         self.metrics = MetricsLog(self.run.metrics_path)
         self.counters = Counters()
-        self.val_batches = self.source.validation_batches(config.eval.batches, t.micro_batch)
         self.peak_flops = measured_peak_flops(self.device.type, self.dtype) * self.world_size
         self.switch_step = self.schedule.switch_step(self.budget.total_steps)
         self.snapshot_flops = sorted(f * self.budget.flops for f in t.snapshots)
 
-        # The training-time randomness (the initial recurrent state) starts from a state that
-        # depends on the seed only, whatever the set-up above consumed; a resume restores it.
-        torch.manual_seed(t.seed + 1)
         if resume:
             self._restore()
         if self.is_main:
@@ -149,54 +187,94 @@ class Trainer:
 
     # -- checkpoints -----------------------------------------------------------------------------
 
-    def _trainer_state(self) -> dict[str, Any]:
-        cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
-        return {
-            "optimizer": self.optimizer.state_dict(),
-            "rng_torch": torch.get_rng_state(),
-            "rng_cuda": cuda_rng,
-            "data": self.source.state_dict(),
-        }
+    def _save(self, tags: list[str]) -> Checkpoint:
+        """Write a checkpoint (every rank takes part: FSDP2 gathers the full state onto rank 0,
+        which writes it); every rank returns once it is on disk, or raises the same error."""
+        weights, optimizer_state = self.parallel.full_state(self.optimizer)
 
-    def _save(self, tags: list[str]) -> Checkpoint | None:
-        if not self.is_main:
-            return None
-        meta = {
-            **self.counters.to_dict(),
-            "total_steps": self.budget.total_steps,
-            "metrics_bytes": self.metrics.size(),
-            "world_size": self.world_size,
-            "schedule": describe(self.config.schedule),
-        }
-        return self.checkpoints.save(
-            self.counters.step, self.model, self._trainer_state(), meta, tags
-        )
+        def write() -> Checkpoint:
+            meta = {
+                **self.counters.to_dict(),
+                "total_steps": self.budget.total_steps,
+                "metrics_bytes": self.metrics.size(),
+                "world_size": self.world_size,
+                "schedule": describe(self.config.schedule),
+                # Also here (small JSON), so that eval can refuse other data without trainer.pt.
+                "data": self.source.state_dict(),
+            }
+            state = {"optimizer": optimizer_state, "data": self.source.state_dict()}
+            return self.checkpoints.save(self.counters.step, weights, state, meta, tags)
+
+        return on_main(self.world, write)
 
     def _restore(self) -> None:
-        self.checkpoints.remove_partial()
-        ckpt = self.checkpoints.latest_valid(warn=self._say)
+        """Continue from the newest valid checkpoint. Rank 0 picks and reads it and checks that it
+        fits; the weights and optimizer state then reach every rank by broadcast, so a checkpoint
+        from any number of processes resumes on any other number."""
+        loaded: dict[str, Any] = {}
+
+        def pick() -> Checkpoint | None:
+            self.checkpoints.remove_partial()
+            ckpt = self.checkpoints.latest_valid(warn=self._say)
+            if ckpt is None:
+                if self.checkpoints.all():
+                    raise UserError(
+                        f"no loadable checkpoint in {self.checkpoints.directory}: every one is "
+                        "corrupt; start a new run with another --out"
+                    )
+                self.metrics.truncate(0)  # nothing saved yet: start over cleanly
+                self._say(f"resume: {self.run.path} has no checkpoint yet; starting from step 0")
+                return None
+            loaded["weights"] = ckpt.load_weights(self.parallel.parameter_shapes())
+            state = ckpt.load_trainer_state()
+            self._check_trainer_state(ckpt, state)
+            loaded.update(state)
+            return ckpt
+
+        ckpt = on_main(self.world, pick)
         if ckpt is None:
-            if self.checkpoints.all():
-                raise UserError(
-                    f"no loadable checkpoint in {self.checkpoints.directory}: every one is "
-                    "corrupt; start a new run with another --out"
-                )
-            self.metrics.truncate(0)  # nothing saved yet: start over cleanly
-            self._say(f"resume: {self.run.path} has no checkpoint yet; starting from step 0")
             return
-        ckpt.load_model(self.model)
-        state = ckpt.load_trainer_state()
         try:
-            self.optimizer.load_state_dict(state["optimizer"])
-            torch.set_rng_state(state["rng_torch"])
-            if state["rng_cuda"] and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(state["rng_cuda"])
-            self.source.load_state_dict(state["data"])
+            self.parallel.load_full_state(
+                self.optimizer, loaded.get("weights", {}), loaded.get("optimizer", {})
+            )
         except (KeyError, ValueError, RuntimeError, TypeError) as e:
-            raise UserError(f"checkpoint {ckpt.path}: trainer state does not fit ({e})") from None
+            raise UserError(f"checkpoint {ckpt.path}: state does not fit ({e})") from None
+        self.source.load_state_dict(distributed.broadcast_object(self.world, loaded.get("data")))
         self.counters = Counters.from_dict(ckpt.meta)
-        self.metrics.truncate(int(ckpt.meta["metrics_bytes"]))
+        if self.is_main:
+            self.metrics.truncate(int(ckpt.meta["metrics_bytes"]))
         self._say(f"resume: continuing from {ckpt.path.name} (step {ckpt.step})")
+
+    def _check_trainer_state(self, ckpt: Checkpoint, state: Any) -> None:
+        """Refuse (on rank 0, before any broadcast) trainer state that does not fit this run."""
+        try:
+            groups = [g["params"] for g in state["optimizer"]["param_groups"]]
+            moments = state["optimizer"]["state"]
+            data = state["data"]
+        except (KeyError, TypeError) as e:
+            raise UserError(f"checkpoint {ckpt.path}: trainer state does not fit ({e})") from None
+        # The source refuses a position on other data (e.g. the data directory was prepared
+        # again with another tokenizer); _restore then sets the position on every rank.
+        self.source.load_state_dict(data)
+        if groups != self.parallel.optimizer_parameter_names(self.optimizer):
+            raise UserError(
+                f"checkpoint {ckpt.path}: trainer state does not fit (the optimizer's parameters "
+                "differ from this model's)"
+            )
+        shapes = self.parallel.parameter_shapes()
+        if not isinstance(moments, dict) or not set(moments) <= set(shapes):
+            raise UserError(
+                f"checkpoint {ckpt.path}: trainer state does not fit (optimizer state for "
+                "parameters this model does not have)"
+            )
+        for name, values in moments.items():
+            for key, value in values.items():
+                if torch.is_tensor(value) and value.dim() and tuple(value.shape) != shapes[name]:
+                    raise UserError(
+                        f"checkpoint {ckpt.path}: trainer state does not fit (optimizer {key} of "
+                        f"{name} is {list(value.shape)}, the parameter {list(shapes[name])})"
+                    )
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -204,9 +282,11 @@ class Trainer:
         if self.is_main and not self.quiet:
             print(line, flush=True)
 
-    def _loss(self, batch: Batch, depth: int) -> torch.Tensor:
+    def _loss(self, batch: Batch, depth: int, seeds: list[int]) -> torch.Tensor:
         with autocast(self.device, self.dtype):
-            logits = self.model(batch.inputs, depth, self.config.train.grad_depth)
+            logits = self.parallel.train_module(
+                batch.inputs, depth, self.config.train.grad_depth, seeds
+            )
         return F.cross_entropy(
             logits.float().flatten(0, 1), batch.targets.flatten(), ignore_index=-100
         )
@@ -214,25 +294,38 @@ class Trainer:
     def _train_step(self, step: int, depth: int) -> tuple[torch.Tensor, torch.Tensor]:
         t = self.config.train
         batch = self.source.next_batch(t.batch_size, self.rank, self.world_size).to(self.device)
+        rows = rank_rows(t.batch_size, self.rank, self.world_size)  # in the global batch
         total_loss = torch.zeros((), device=self.device)
         for i in range(self.micro_steps):
-            rows = slice(i * t.micro_batch, (i + 1) * t.micro_batch)
-            loss = self._loss(Batch(batch.inputs[rows], batch.targets[rows]), depth)
-            (loss / self.micro_steps).backward()
+            micro = slice(i * t.micro_batch, (i + 1) * t.micro_batch)
+            seeds = state_seeds(t.seed, step, rows[micro])
+            with self.parallel.gradient_sync(i == self.micro_steps - 1):
+                loss = self._loss(Batch(batch.inputs[micro], batch.targets[micro]), depth, seeds)
+                (loss / self.micro_steps).backward()
             total_loss += loss.detach() / self.micro_steps
-        params = [p for p in self.model.parameters() if p.grad is not None]
         max_norm = t.grad_clip if t.grad_clip > 0 else float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        grad_norm = self.parallel.clip_grad_norm(max_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return total_loss, grad_norm
 
-    def _flush(self, pending: list[PendingStep], interval: tuple[int, float, float]) -> None:
-        """Bring pending losses to the host (one sync), stop on a non-finite one, log lines."""
-        if not pending:
-            return
-        values = torch.stack([torch.stack([p.loss, p.grad_norm.float()]) for p in pending])
-        values = values.cpu().tolist()
+    def _flush(self, pending: list[PendingStep], interval: tuple[int, float, float]) -> float:
+        """Bring pending losses to the host (one sync, one collective), stop on a non-finite one,
+        log lines; return the last step's loss.
+
+        The logged loss is the mean over ranks of each rank's mean loss (the global mean: every
+        rank scores the same number of rows), so metrics do not depend on the number of
+        processes. The same collective checks that every rank trained at the same depths.
+        """
+        values_here = torch.stack([torch.stack([p.loss, p.grad_norm.float()]) for p in pending])
+        depths = torch.tensor([float(p.depth) for p in pending], device=values_here.device)
+        local = torch.cat([values_here, depths[:, None]], dim=1).double()
+        gathered = distributed.gather(self.world, local).cpu()  # (ranks, steps, 3)
+        if not torch.equal(gathered[:, :, 2], gathered[:1, :, 2].expand_as(gathered[:, :, 2])):
+            raise RuntimeError(f"ranks trained at different depths: {gathered[:, :, 2].tolist()}")
+        losses = gathered[:, :, 0].mean(dim=0).tolist()
+        grad_norms = gathered[0, :, 1].tolist()  # identical on every rank after the reduction
+        values = list(zip(losses, grad_norms, strict=True))
         for p, (loss, _) in zip(pending, values, strict=True):
             if not math.isfinite(loss):
                 raise TrainingDiverged(
@@ -266,10 +359,14 @@ class Trainer:
         if self.is_main:
             self.metrics.write(records)
         pending.clear()
+        return values[-1][0]
 
     def _evaluate(self) -> dict[int, float]:
         depths = self.config.eval.depths
+        # Every rank evaluates the same batches (FSDP2 needs all of them to gather the weights);
+        # the result is the same everywhere and rank 0 writes it.
         nll = validation_nll(self.model, self.val_batches, depths, self.device, self.dtype)
+        self.parallel.after_eval()
         record = {
             "kind": "eval",
             "step": self.counters.step,
@@ -352,8 +449,7 @@ class Trainer:
                         time.perf_counter() - interval_start,
                     )
                     if pending:
-                        last_loss = pending[-1].loss.item()
-                    self._flush(pending, interval)
+                        last_loss = self._flush(pending, interval)
                     progress.update(
                         c.step,
                         {

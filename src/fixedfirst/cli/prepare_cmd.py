@@ -1,0 +1,113 @@
+"""`fixedfirst prepare`: tokenize text into the token shards that `[data] kind = "tokens"` reads."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fixedfirst.data.prepare import DEFAULT_SHARD_TOKENS, PrepareOptions, prepare
+
+EPILOG = """\
+inputs:
+  FILE.txt (or any other name)  UTF-8 text; one document per file, or split at --separator lines
+  FILE.jsonl / .ndjson / .json  one JSON object per line, the text in --text-field
+  FILE.parquet                  the text in column --text-field
+  DIRECTORY                     every file below it (hidden files skipped), in sorted order
+  hf:NAME[:CONFIG]              the train split of a Hugging Face dataset (needs the network
+                                and `pip install datasets`),
+                                e.g. hf:HuggingFaceFW/fineweb-edu:sample-10BT
+
+examples:
+  fixedfirst prepare corpus/ --out data/corpus-byte
+  fixedfirst prepare a.jsonl b.parquet --out data/ab-bpe --tokenizer bpe --vocab-size 8192
+  fixedfirst prepare fortunes/* --separator % --out data/fortunes-byte
+"""
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument("inputs", nargs="+", metavar="INPUT", help="files, directories, hf:NAME")
+    parser.add_argument("--out", required=True, metavar="DATA", help="the data directory to write")
+    parser.add_argument(
+        "--tokenizer",
+        choices=["byte", "bpe"],
+        default="byte",
+        help="byte: UTF-8 bytes + end-of-document, 257 ids, needs nothing (default); "
+        "bpe: byte-level BPE trained here on the training split",
+    )
+    parser.add_argument(
+        "--vocab-size", type=int, metavar="N", help="BPE vocabulary size (required for bpe)"
+    )
+    parser.add_argument(
+        "--val-fraction",
+        type=float,
+        default=PrepareOptions.val_fraction,
+        metavar="F",
+        help="fraction of the documents held out for validation (default %(default)s)",
+    )
+    parser.add_argument(
+        "--separator",
+        metavar="LINE",
+        help="plain text: a line equal to LINE ends a document ('%%' for fortune files, '' for "
+        "blank lines); default: each file is one document",
+    )
+    parser.add_argument(
+        "--text-field",
+        default="text",
+        metavar="NAME",
+        help="JSONL field / Parquet or dataset column holding the text (default %(default)s)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=["auto", "uint16", "uint32"],
+        default="auto",
+        help="token shard dtype; auto: uint16 when the vocabulary fits 65536 ids (default)",
+    )
+    parser.add_argument(
+        "--shard-tokens",
+        type=int,
+        default=DEFAULT_SHARD_TOKENS,
+        metavar="N",
+        help="tokens per shard file (default %(default)s)",
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    options = PrepareOptions(
+        tokenizer=args.tokenizer,
+        vocab_size=args.vocab_size,
+        val_fraction=args.val_fraction,
+        separator=args.separator,
+        text_field=args.text_field,
+        dtype=args.dtype,
+        shard_tokens=args.shard_tokens,
+    )
+    result = prepare(args.inputs, args.out, options, progress=sys.stderr.isatty())
+    meta = result.meta
+    if result.already_done:
+        print(f"{result.out}: already holds this data (same inputs and options); nothing to do")
+        return 0
+    train, val = meta["splits"]["train"], meta["splits"]["val"]
+    text_bytes = train["bytes"] + val["bytes"]
+    tokenizer = meta["tokenizer"]
+    print(f"wrote {result.out}")
+    print(
+        f"  inputs: {len(meta['sources'])} ({text_bytes / 1e6:.2f} MB of text, "
+        f"{train['documents'] + val['documents']:,} documents)"
+    )
+    print(
+        f"  tokenizer: {tokenizer['kind']}, vocab {tokenizer['vocab_size']}, "
+        f"{meta['tokens_per_byte']:.3f} tokens per byte; shards: {meta['dtype']}"
+    )
+    for name, split in (("train", train), ("val", val)):
+        print(
+            f"  {name}: {split['tokens']:,} tokens, {split['documents']:,} documents, "
+            f"{len(split['shards'])} shard(s)"
+        )
+    print(
+        f'  use it with: [data] kind = "tokens", path = "{result.out}"; '
+        f"[model] vocab_size >= {meta['vocab_size']}"
+    )
+    return 0

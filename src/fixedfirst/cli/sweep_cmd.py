@@ -1,0 +1,59 @@
+"""`fixedfirst sweep`: train a list of runs, evaluate them at every serving depth, tabulate."""
+
+from __future__ import annotations
+
+import argparse
+
+EPILOG = """\
+writes:
+  DIR/runs/NAME/         one run directory per run (with its eval-step-N.json)
+  DIR/table.md           schedule, tokens, modeled FLOPs and savings, wall-clock and its savings,
+                         mean serving NLL (1..16) and its difference to the reference, NLL at
+                         K = 1, 4, 16, 32, 64
+  DIR/results.json       the same and more, for every finished run
+  DIR/nll_by_depth.png   NLL against serving depth, one line per run
+  DIR/figure3.png        training loss around the switch of the sweep's Figure 3 run
+
+Invoking it again with the same DIR reuses finished runs and saved evaluations and resumes
+interrupted runs. See configs/sweeps/lm-cpu.toml for the file format.
+"""
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument("sweep", metavar="SWEEP.toml", help="base config and [[runs]]")
+    parser.add_argument("--out", required=True, metavar="DIR", help="the sweep directory")
+    parser.add_argument(
+        "--only",
+        metavar="NAME,...",
+        help="train only these runs (the report still covers every finished run in DIR)",
+    )
+    parser.add_argument(
+        "--device",
+        default="auto",
+        choices=["auto", "cpu", "cuda"],
+        help="device of the final evaluations (training follows train.device)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fixedfirst.hardware import resolve_device
+    from fixedfirst.sweep import load_sweep, run_sweep
+
+    spec = load_sweep(args.sweep)
+    only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
+    device = resolve_device(args.device)
+    outcome = run_sweep(spec, args.out, only=only, quiet=args.quiet, device=device)
+    if args.quiet:
+        return 0
+    print(
+        f"trained {len(outcome.trained)} run(s), reused {len(outcome.reused)}; "
+        f"{len(outcome.rows)} in the table"
+        + (f"; not finished: {', '.join(outcome.missing)}" if outcome.missing else "")
+    )
+    for path in outcome.files:
+        print(f"wrote {path}")
+    return 0

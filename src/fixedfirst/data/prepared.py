@@ -1,0 +1,77 @@
+"""A prepared DATA directory: its layout, and reading its meta.json.
+
+    DATA/
+      meta.json            what is here and how it was made (below)
+      tokenizer/           the tokenizer the shards were made with (`load_tokenizer(DATA)`)
+      train-00000.bin ...  training token shards (see shards.py for the format)
+      val-00000.bin ...    validation token shards (whole documents held out)
+
+meta.json holds: `format` and `format_version`; `fingerprint` (a digest of the inputs' content and
+of every option, so that re-running `prepare` can tell same from different); `tokenizer`
+(kind, vocab_size, eod_id, eod_token); `vocab_size`; `dtype`; `splits.train` and `splits.val`
+(documents, bytes of text, tokens including one end-of-document token per document, and the
+shard files with their token counts); `tokens_per_byte`; `sources` (every input file with its
+format, size and content digest); `options`; `created`; `fixedfirst_version`.
+
+Everything that reads DATA goes through `read_meta`, so a missing or unprepared directory is one
+clear error that says how to make it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from fixedfirst.errors import UserError
+
+META_FILE = "meta.json"
+FORMAT = "fixedfirst-tokens"
+FORMAT_VERSION = 1
+SPLITS = ("train", "val")
+
+
+def how_to_prepare(path: str | Path) -> str:
+    return f"make it with `fixedfirst prepare INPUT... --out {path}`"
+
+
+def read_meta(path: str | Path) -> dict[str, Any]:
+    """The meta.json of a prepared DATA directory, checked to be one this version can read."""
+    path = Path(path)
+    if not path.is_dir():
+        raise UserError(f"{path}: no such data directory; {how_to_prepare(path)}")
+    meta_file = path / META_FILE
+    if not meta_file.is_file():
+        raise UserError(
+            f"{path}: not a prepared data directory (no {META_FILE}); {how_to_prepare(path)}"
+        )
+    try:
+        meta = json.loads(meta_file.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{meta_file}: unreadable ({e}); {how_to_prepare(path)}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise UserError(f"{meta_file}: not written by `fixedfirst prepare`; {how_to_prepare(path)}")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise UserError(
+            f"{meta_file}: data format version {meta.get('format_version')}, this fixedfirst "
+            f"reads version {FORMAT_VERSION}; prepare the data again"
+        )
+    return meta
+
+
+def data_vocab_size(path: str | Path) -> int:
+    """The vocabulary size of the data in DATA: a model trained on it needs at least this many
+    ids (`model.vocab_size`)."""
+    return int(read_meta(path)["vocab_size"])
+
+
+def check_model_vocab(model_vocab_size: int, path: str | Path) -> None:
+    """Refuse a model whose embedding cannot hold every token id in the data."""
+    meta = read_meta(path)
+    needed = int(meta["vocab_size"])
+    if model_vocab_size < needed:
+        raise UserError(
+            f"model.vocab_size = {model_vocab_size} is smaller than the vocabulary of the data "
+            f"at {path} ({needed} ids, {meta['tokenizer']['kind']} tokenizer); "
+            f"set model.vocab_size = {needed} (or larger)"
+        )

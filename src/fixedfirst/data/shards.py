@@ -1,0 +1,150 @@
+"""Token shard files: a 24-byte header, then the tokens as raw little-endian integers.
+
+Training reads tokens through memory maps, so a shard must be a flat array at a known offset
+(no compression, no framing). The header makes a shard self-describing and lets a reader reject a
+file that is truncated (a crashed copy, a full disk) or not a shard at all before it hands garbage
+token ids to the model:
+
+    offset  size  field
+    0       8     magic b"FFTOKENS"
+    8       4     format version (uint32, currently 1)
+    12      4     dtype code: bytes per token, 2 = uint16, 4 = uint32
+    16      8     token count (uint64)
+    24      ...   tokens
+
+uint16 halves disk and page-cache use and suffices for any vocabulary up to 65536 ids; larger
+vocabularies take uint32.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from fixedfirst.errors import UserError
+
+MAGIC = b"FFTOKENS"
+VERSION = 1
+HEADER = struct.Struct("<8sIIQ")  # magic, version, dtype code, token count
+DTYPES: dict[int, np.dtype] = {2: np.dtype("<u2"), 4: np.dtype("<u4")}
+"""dtype code (bytes per token) -> the numpy dtype of the tokens."""
+
+
+def dtype_for_vocab(vocab_size: int, requested: str = "auto") -> np.dtype:
+    """The shard dtype for ids in [0, vocab_size): uint16 up to 65536 ids, else uint32.
+
+    `requested` = "uint16" or "uint32" forces one, and is refused when the vocabulary does not fit.
+    """
+    if requested == "auto":
+        requested = "uint16" if vocab_size <= 1 << 16 else "uint32"
+    dtype = np.dtype(requested).newbyteorder("<")
+    if dtype.itemsize not in DTYPES or dtype.kind != "u":
+        raise UserError(f"shard dtype {requested!r}: expected uint16 or uint32")
+    capacity = int(np.iinfo(dtype).max) + 1
+    if vocab_size > capacity:
+        hint = "; use --dtype uint32 (or auto)" if dtype.itemsize == 2 else ""
+        raise UserError(
+            f"a vocabulary of {vocab_size} ids does not fit {requested} token shards "
+            f"(at most {capacity} ids){hint}"
+        )
+    return dtype
+
+
+def write_shard(path: Path, tokens: np.ndarray, dtype: np.dtype) -> None:
+    """Write one shard holding `tokens` (any integer array whose values fit `dtype`)."""
+    tokens = np.asarray(tokens)
+    with open(path, "wb") as f:
+        f.write(HEADER.pack(MAGIC, VERSION, dtype.itemsize, tokens.size))
+        tokens.astype(dtype, copy=False).tofile(f)
+
+
+def read_header(path: Path) -> tuple[np.dtype, int]:
+    """(dtype, token count) of a shard, after checking that the file is a complete shard."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(HEADER.size)
+    except OSError as e:
+        raise UserError(f"{path}: cannot read token shard ({e.strerror})") from None
+    if len(head) < HEADER.size:
+        raise UserError(f"{path}: truncated token shard ({size} bytes, shorter than the header)")
+    magic, version, code, count = HEADER.unpack(head)
+    if magic != MAGIC:
+        raise UserError(f"{path}: not a fixedfirst token shard (bad magic bytes)")
+    if version != VERSION:
+        raise UserError(
+            f"{path}: token shard format version {version}; this fixedfirst reads version "
+            f"{VERSION}; prepare the data again"
+        )
+    if code not in DTYPES:
+        raise UserError(f"{path}: corrupt token shard (unknown dtype code {code})")
+    expected = HEADER.size + count * code
+    if size < expected:
+        raise UserError(
+            f"{path}: truncated token shard: the header says {count} tokens "
+            f"({expected} bytes), the file has {size} bytes"
+        )
+    if size > expected:
+        raise UserError(
+            f"{path}: corrupt token shard: {size - expected} bytes after the {count} tokens "
+            "the header announces"
+        )
+    return DTYPES[code], count
+
+
+def open_shard(path: Path) -> np.memmap | np.ndarray:
+    """The tokens of a shard as a read-only memory map (no copy; pages load on demand)."""
+    dtype, count = read_header(path)
+    if count == 0:  # numpy cannot map zero bytes
+        return np.empty(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r", offset=HEADER.size, shape=(count,))
+
+
+class ShardWriter:
+    """Streams tokens into `PREFIX-00000.bin`, `PREFIX-00001.bin`, ... of `shard_tokens` each.
+
+    Tokens arrive document by document (of any length); a shard is written once full, so memory
+    stays at one shard however large the corpus is.
+    """
+
+    def __init__(self, directory: Path, prefix: str, dtype: np.dtype, shard_tokens: int) -> None:
+        if shard_tokens < 1:
+            raise UserError(f"--shard-tokens must be >= 1, got {shard_tokens}")
+        self.directory = Path(directory)
+        self.prefix = prefix
+        self.dtype = dtype
+        self.shard_tokens = shard_tokens
+        self.buffer = np.empty(shard_tokens, dtype=dtype)
+        self.filled = 0
+        self.shards: list[dict[str, int | str]] = []
+        """One {"file", "tokens"} entry per shard written, in order."""
+
+    def add(self, tokens: np.ndarray) -> None:
+        tokens = np.asarray(tokens)
+        start = 0
+        while start < tokens.size:
+            take = min(self.shard_tokens - self.filled, tokens.size - start)
+            self.buffer[self.filled : self.filled + take] = tokens[start : start + take]
+            self.filled += take
+            start += take
+            if self.filled == self.shard_tokens:
+                self._flush()
+
+    def _flush(self) -> None:
+        name = f"{self.prefix}-{len(self.shards):05d}.bin"
+        write_shard(self.directory / name, self.buffer[: self.filled], self.dtype)
+        self.shards.append({"file": name, "tokens": self.filled})
+        self.filled = 0
+
+    def close(self) -> list[dict[str, int | str]]:
+        """Write the last, partly filled shard; return the list of shards."""
+        if self.filled:
+            self._flush()
+        return self.shards
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(int(s["tokens"]) for s in self.shards) + self.filled

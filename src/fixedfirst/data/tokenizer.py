@@ -1,0 +1,204 @@
+"""Tokenizers: byte-level (needs nothing) and byte-level BPE trained locally.
+
+Both share one interface (`encode`, `decode`, `vocab_size`, `eod_id`, `save`) and are saved beside
+the token shards they produced, so a run, its evaluation and later generation all decode with the
+exact tokenizer the data was made with (`load_tokenizer(DATA)`).
+
+Every document ends with an end-of-document token (`EOD_TOKEN`). Text that happens to contain the
+string "<|endoftext|>" is encoded as ordinary characters, never as the special id: only the data
+pipeline places end-of-document tokens, so a document cannot forge a boundary.
+
+BPE is byte-level (the GPT-2 scheme: text -> UTF-8 bytes -> merged byte pairs), so any string,
+whatever its script, encodes without an unknown token and decodes back exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from fixedfirst.errors import UserError
+
+EOD_TOKEN = "<|endoftext|>"
+DESCRIPTION_FILE = "fixedfirst-tokenizer.json"
+"""Our small description (kind, vocab size, end-of-document id) inside a tokenizer directory."""
+BPE_FILE = "tokenizer.json"
+"""The Hugging Face `tokenizers` file of a BPE tokenizer (loadable by that library directly)."""
+TOKENIZER_DIR = "tokenizer"
+"""Where `fixedfirst prepare` saves the tokenizer inside a DATA directory."""
+
+
+class Tokenizer(ABC):
+    """Text <-> token ids in [0, vocab_size), with an end-of-document id."""
+
+    kind: ClassVar[str]
+    vocab_size: int
+    eod_id: int
+
+    @abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """The ids of `text` (no end-of-document token is added)."""
+
+    @abstractmethod
+    def decode(self, ids: Iterable[int]) -> str:
+        """The text of `ids`; the end-of-document id reads as EOD_TOKEN."""
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """The ids of several texts (a subclass may encode them in parallel)."""
+        return [self.encode(text) for text in texts]
+
+    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """All documents' ids, each followed by the end-of-document id, as one int64 array."""
+        ids: list[int] = []
+        for document in self.encode_batch(texts):
+            ids.extend(document)
+            ids.append(self.eod_id)
+        return np.array(ids, dtype=np.int64)
+
+    def description(self) -> dict:
+        return {
+            "kind": self.kind,
+            "vocab_size": self.vocab_size,
+            "eod_id": self.eod_id,
+            "eod_token": EOD_TOKEN,
+        }
+
+    def save(self, directory: Path) -> None:
+        """Write the tokenizer into `directory` (created if needed)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / DESCRIPTION_FILE).write_text(json.dumps(self.description(), indent=2) + "\n")
+
+
+class ByteTokenizer(Tokenizer):
+    """Ids 0..255 are the UTF-8 bytes of the text; 256 ends a document. Vocabulary: 257."""
+
+    kind = "byte"
+
+    def __init__(self) -> None:
+        self.vocab_size = 257
+        self.eod_id = 256
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.empty(0, dtype=np.int64)
+        encoded = [t.encode("utf-8") for t in texts]
+        # One byte after each document (any value): its slot becomes the end-of-document id.
+        ids = np.frombuffer(b"\0".join(encoded) + b"\0", dtype=np.uint8).astype(np.int64)
+        ids[np.cumsum([len(b) + 1 for b in encoded]) - 1] = self.eod_id
+        return ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        pieces: list[str] = []
+        run = bytearray()
+        for i in ids:
+            if 0 <= i < 256:
+                run.append(i)
+                continue
+            pieces.append(run.decode("utf-8", errors="replace"))
+            run.clear()
+            # An id the data never contains (a model's vocabulary may be padded) reads as U+FFFD.
+            pieces.append(EOD_TOKEN if i == self.eod_id else "\ufffd")
+        pieces.append(run.decode("utf-8", errors="replace"))
+        return "".join(pieces)
+
+
+def _import_tokenizers():
+    try:
+        import tokenizers
+    except ImportError:
+        raise UserError(
+            "the BPE tokenizer needs the `tokenizers` package: "
+            "pip install 'fixedfirst[data]' (or pip install tokenizers)"
+        ) from None
+    return tokenizers
+
+
+class BpeTokenizer(Tokenizer):
+    """Byte-level BPE from Hugging Face `tokenizers`; id 0 is the end-of-document token."""
+
+    kind = "bpe"
+    MIN_VOCAB = 257
+    """256 byte symbols + the end-of-document token: BPE with no merges at all."""
+
+    def __init__(self, hf_tokenizer) -> None:
+        self.hf = hf_tokenizer
+        # Not stored in the saved file: split "<|endoftext|>" inside a text like any other string.
+        self.hf.encode_special_tokens = True
+        self.vocab_size = self.hf.get_vocab_size()
+        self.eod_id = self.hf.token_to_id(EOD_TOKEN)
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int) -> BpeTokenizer:
+        """Learn merges from `texts` until the vocabulary holds `vocab_size` ids (fewer when the
+        text runs out of pairs to merge)."""
+        if vocab_size < cls.MIN_VOCAB:
+            raise UserError(
+                f"--vocab-size {vocab_size}: byte-level BPE needs at least {cls.MIN_VOCAB} ids "
+                "(256 bytes + end-of-document)"
+            )
+        tk = _import_tokenizers()
+        hf = tk.Tokenizer(tk.models.BPE())
+        hf.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
+        hf.decoder = tk.decoders.ByteLevel()
+        trainer = tk.trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=[EOD_TOKEN],
+            initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        hf.train_from_iterator(texts, trainer=trainer)
+        return cls(hf)
+
+    def encode(self, text: str) -> list[int]:
+        return self.hf.encode(text).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [enc.ids for enc in self.hf.encode_batch(list(texts))]  # parallel in Rust
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.hf.decode(list(ids), skip_special_tokens=False)
+
+    def save(self, directory: Path) -> None:
+        super().save(directory)
+        self.hf.save(str(Path(directory) / BPE_FILE))
+
+    @classmethod
+    def load(cls, directory: Path) -> BpeTokenizer:
+        tk = _import_tokenizers()
+        return cls(tk.Tokenizer.from_file(str(Path(directory) / BPE_FILE)))
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """The tokenizer saved in a DATA directory (or in its `tokenizer/` directory)."""
+    path = Path(path)
+    directory = path / TOKENIZER_DIR if (path / TOKENIZER_DIR).is_dir() else path
+    description_file = directory / DESCRIPTION_FILE
+    try:
+        description = json.loads(description_file.read_text())
+        kind = description["kind"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UserError(
+            f"{path}: no tokenizer here ({description_file} is missing or unreadable); "
+            "make the data with `fixedfirst prepare INPUT... --out DATA`"
+        ) from None
+    if kind == ByteTokenizer.kind:
+        tokenizer: Tokenizer = ByteTokenizer()
+    elif kind == BpeTokenizer.kind:
+        tokenizer = BpeTokenizer.load(directory)
+    else:
+        raise UserError(f"{description_file}: unknown tokenizer kind {kind!r}")
+    if tokenizer.vocab_size != description.get("vocab_size"):
+        raise UserError(
+            f"{description_file}: says vocab_size {description.get('vocab_size')}, "
+            f"the saved tokenizer has {tokenizer.vocab_size}"
+        )
+    return tokenizer

@@ -1,0 +1,136 @@
+"""Training batches from prepared token shards, read through memory maps.
+
+The training split is cut into windows of seq_len + 1 tokens that start every seq_len tokens
+(inputs are tokens [s, s + T), targets [s + 1, s + T + 1)), so every token is a target exactly once
+per epoch. Windows do not cross shard boundaries, which costs at most one window per shard.
+
+Order: epoch e visits the windows in a permutation drawn from (seed, e): a different order each
+epoch, the same order on every rank and in every resumed run. The position is one integer, the
+number of sequences handed out so far, so a checkpoint stores a single number and the epoch and
+the place within it follow from it.
+
+Validation batches are the first windows of the validation split, in file order: fixed, so that
+every evaluation of every run on this data scores the same tokens.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fixedfirst.data.prepared import read_meta
+from fixedfirst.data.shards import open_shard
+from fixedfirst.data.source import Batch, BatchSource, rank_rows
+from fixedfirst.errors import UserError
+
+
+class _Windows:
+    """The windows of seq_len + 1 tokens (stride seq_len) over the shards of one split."""
+
+    def __init__(self, root: Path, split: dict[str, Any], seq_len: int) -> None:
+        self.seq_len = seq_len
+        self.shards = []
+        for entry in split["shards"]:
+            tokens = open_shard(root / entry["file"])
+            if tokens.size != entry["tokens"]:
+                raise UserError(
+                    f"{root / entry['file']}: holds {tokens.size} tokens, meta.json says "
+                    f"{entry['tokens']}; prepare the data again"
+                )
+            self.shards.append(tokens)
+        counts = [max(0, (s.size - 1) // seq_len) for s in self.shards]
+        self.starts = np.cumsum([0, *counts])  # first window index of each shard
+        self.tokens = sum(s.size for s in self.shards)
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        shard = int(np.searchsorted(self.starts, index, side="right")) - 1
+        start = (index - int(self.starts[shard])) * self.seq_len
+        return self.shards[shard][start : start + self.seq_len + 1]
+
+    def batch(self, indices) -> Batch:
+        rows = np.stack([self[int(i)] for i in indices]).astype(np.int64)
+        data = torch.from_numpy(rows)
+        return Batch(data[:, :-1].contiguous(), data[:, 1:].contiguous())
+
+
+class TokenSource(BatchSource):
+    """Batches of `seq_len` tokens from the DATA directory written by `fixedfirst prepare`."""
+
+    def __init__(self, path: str | Path, seq_len: int, seed: int = 0) -> None:
+        self.path = Path(path)
+        self.meta = read_meta(self.path)
+        self.vocab_size = int(self.meta["vocab_size"])
+        self.seq_len = seq_len
+        self.seed = seed
+        self.train = _Windows(self.path, self.meta["splits"]["train"], seq_len)
+        self.val = _Windows(self.path, self.meta["splits"]["val"], seq_len)
+        if len(self.train) == 0:
+            raise UserError(
+                f"{self.path}: the training split has {self.train.tokens} tokens, fewer than one "
+                f"sequence of train.seq_len + 1 = {seq_len + 1}; lower train.seq_len or add data"
+            )
+        self.position = 0
+        self._order_epoch = -1
+        self._order = np.empty(0, dtype=np.int64)
+
+    def _order_of(self, epoch: int) -> np.ndarray:
+        """The window permutation of `epoch` (kept for the current epoch only)."""
+        if epoch != self._order_epoch:
+            rng = np.random.default_rng([self.seed, epoch, 0x70CE5])
+            self._order = rng.permutation(len(self.train))
+            self._order_epoch = epoch
+        return self._order
+
+    def _window_at(self, position: int) -> int:
+        epoch, offset = divmod(position, len(self.train))
+        return int(self._order_of(epoch)[offset])
+
+    @property
+    def epoch(self) -> float:
+        """Passes over the training split so far (fractional)."""
+        return self.position / len(self.train)
+
+    def next_batch(self, global_batch: int, rank: int = 0, world_size: int = 1) -> Batch:
+        rows = rank_rows(global_batch, rank, world_size)
+        batch = self.train.batch([self._window_at(self.position + r) for r in rows])
+        self.position += global_batch
+        return batch
+
+    def validation_batches(self, n_batches: int, batch_size: int) -> list[Batch]:
+        needed = n_batches * batch_size
+        if needed > len(self.val):
+            raise UserError(
+                f"{self.path}: the validation split holds {len(self.val)} sequences of "
+                f"{self.seq_len + 1} tokens, {n_batches} batches of {batch_size} need {needed}; "
+                "lower eval.batches or the batch size, or prepare the data with a larger "
+                "--val-fraction"
+            )
+        return [
+            self.val.batch(range(b * batch_size, (b + 1) * batch_size)) for b in range(n_batches)
+        ]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"position": self.position, "fingerprint": self.meta["fingerprint"]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        saved = state.get("fingerprint")
+        if saved is not None and saved != self.meta["fingerprint"]:
+            raise UserError(
+                f"the checkpoint was trained on other data than {self.path} "
+                "(the data fingerprints differ); point data.path at the data it was trained on"
+            )
+        self.position = int(state["position"])
+
+    def describe(self) -> str:
+        kind = self.meta["tokenizer"]["kind"]
+        return (
+            f"tokens at {self.path} ({self.train.tokens:,} training tokens, "
+            f"{len(self.train):,} sequences of {self.seq_len}, {kind} tokenizer, "
+            f"vocab {self.vocab_size})"
+        )

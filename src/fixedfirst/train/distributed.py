@@ -1,0 +1,150 @@
+"""Many processes under torchrun: who this process is, the process group, the few collectives.
+
+torchrun starts one process per device and tells each who it is through the environment (RANK,
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT); `World.from_env` reads it. Without torchrun the
+world is one process, no process group exists and every collective here is the identity, so the
+trainer has a single code path.
+
+Decisions only rank 0 can make, because only rank 0 writes the run directory (is it free? which
+checkpoint is the newest valid one? did the checkpoint reach the disk?), go through `on_main`:
+rank 0 runs the function and broadcasts its result, or its UserError, so that every rank goes on,
+or stops with the same one-line message, together.
+
+Failures: a rank that dies (killed, out of memory) makes its peers' next collective fail (gloo:
+"connection closed by peer"; NCCL: the watchdog aborts the communicator) and torchrun stops the
+remaining processes. A rank that hangs without dying is caught by the process-group timeout.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from fixedfirst.errors import UserError
+
+T = TypeVar("T")
+
+TIMEOUT_ENV = "FIXEDFIRST_DIST_TIMEOUT"
+DEFAULT_TIMEOUT_S = 600.0
+"""How long a collective may wait for a peer before the run fails. The longest legitimate wait is
+every rank waiting while rank 0 writes a checkpoint (a 1B-parameter model with AdamW is ~16 GB of
+float32 state) or while one rank finishes a slow step; ten minutes covers that with a wide margin
+and still turns a hung peer into an error instead of a run that sits idle for hours.
+`FIXEDFIRST_DIST_TIMEOUT` (seconds) overrides it."""
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place among the processes of the run."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    launched: bool = False
+    """Started by torchrun: a process group is used (even with one process)."""
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @classmethod
+    def from_env(cls) -> World:
+        """The world torchrun describes in the environment, or a single process."""
+        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+            return cls()
+        try:
+            rank = int(os.environ["RANK"])
+            world_size = int(os.environ["WORLD_SIZE"])
+            local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        except ValueError:
+            raise UserError(
+                "RANK, WORLD_SIZE and LOCAL_RANK must be integers (they are set by torchrun)"
+            ) from None
+        if not 0 <= rank < world_size:
+            raise UserError(f"RANK = {rank} is outside 0..WORLD_SIZE-1 = {world_size - 1}")
+        return cls(rank, world_size, local_rank, launched=True)
+
+
+def process_device(world: World, device: torch.device) -> torch.device:
+    """Each process on a machine drives its own GPU: cuda:LOCAL_RANK."""
+    if device.type != "cuda" or not world.launched:
+        return device
+    if world.local_rank >= torch.cuda.device_count():
+        raise UserError(
+            f"LOCAL_RANK = {world.local_rank} but this machine has "
+            f"{torch.cuda.device_count()} CUDA device(s); lower --nproc_per_node"
+        )
+    device = torch.device("cuda", world.local_rank)
+    torch.cuda.set_device(device)
+    return device
+
+
+def timeout() -> timedelta:
+    raw = os.environ.get(TIMEOUT_ENV)
+    if raw is None:
+        return timedelta(seconds=DEFAULT_TIMEOUT_S)
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise UserError(f"{TIMEOUT_ENV} = {raw!r}: expected a number of seconds > 0")
+    return timedelta(seconds=seconds)
+
+
+def start(world: World, device: torch.device) -> None:
+    """Join the process group (NCCL between GPUs, gloo between CPU processes)."""
+    if not world.launched or dist.is_initialized():
+        return
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(
+        backend,
+        timeout=timeout(),
+        device_id=device if device.type == "cuda" else None,
+    )
+
+
+def stop() -> None:
+    """Leave the process group (a no-op without one)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def broadcast_object(world: World, obj: T) -> T:
+    """Rank 0's `obj` on every rank (small picklable objects only)."""
+    if not world.launched:
+        return obj
+    box = [obj if world.is_main else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def on_main(world: World, fn: Callable[[], T]) -> T:
+    """Run `fn` on rank 0 only; every rank returns its result or raises its UserError."""
+    if not world.launched:
+        return fn()
+    outcome: tuple[str, Any] = ("ok", None)
+    if world.is_main:
+        try:
+            outcome = ("ok", fn())
+        except UserError as e:
+            outcome = ("error", str(e))
+    kind, value = broadcast_object(world, outcome)
+    if kind == "error":
+        raise UserError(value)
+    return value
+
+
+def gather(world: World, tensor: torch.Tensor) -> torch.Tensor:
+    """Every rank's `tensor`, stacked in rank order: shape (world_size, *tensor.shape)."""
+    if not world.launched:
+        return tensor.unsqueeze(0)
+    parts = [torch.empty_like(tensor) for _ in range(world.world_size)]
+    dist.all_gather(parts, tensor.contiguous())
+    return torch.stack(parts)

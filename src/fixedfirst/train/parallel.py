@@ -1,0 +1,179 @@
+"""How the model is spread over processes: DDP replicas or FSDP2 shards, and full state dicts.
+
+DDP (the default) keeps a whole copy of the model and of AdamW's state on every device and
+averages gradients during backward. It is the fastest choice whenever parameters, gradients and
+the two AdamW moments fit on one device (16 bytes per parameter in float32, plus activations).
+FSDP2 (`fully_shard`, `[train] strategy = "fsdp"`) splits parameters, gradients and optimizer
+state over the devices and all-gathers a block's weights just before it runs: choose it when
+DDP runs out of memory. With bf16 precision FSDP2 computes in bf16 and reduces gradients in
+float32 (`MixedPrecisionPolicy`), keeping float32 master weights in the shards.
+
+Checkpoints hold FULL tensors under either strategy (torch.distributed.checkpoint's state-dict
+API gathers them onto rank 0's CPU and, on load, broadcasts them from rank 0 and re-shards), so a
+checkpoint written by N processes resumes on M, or opens in `fixedfirst eval` with no process group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch import nn
+
+from fixedfirst.model import LoopedTransformer
+from fixedfirst.train.checkpoint import tied_aliases
+from fixedfirst.train.distributed import World
+
+
+class ParallelModel:
+    """The model as this run trains it.
+
+    `module` is the model itself (sharded in place under FSDP2): evaluation, state dicts and the
+    optimizer use it. `train_module` is what the training forward calls: the DDP wrapper, or the
+    same module for FSDP2 and for a single process.
+    """
+
+    def __init__(
+        self,
+        model: LoopedTransformer,
+        world: World,
+        strategy: str,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> None:
+        self.module = model
+        self.world = world
+        self.strategy = strategy if world.launched else "single"
+        self.train_module: nn.Module = model
+        if self.strategy == "ddp":
+            self.train_module = self._ddp(model, device)
+        elif self.strategy == "fsdp":
+            self._fully_shard(model, world, device, dtype)
+
+    @staticmethod
+    def _ddp(model: nn.Module, device: torch.device) -> nn.Module:
+        from torch.nn.parallel import DistributedDataParallel
+
+        # find_unused_parameters stays False (no extra graph walk each step) because every
+        # parameter receives a gradient at every step, whatever the depth K >= 1 and grad_depth:
+        # the embedding, prelude, final norms, coda and head run once per forward with gradients;
+        # the adapter and the core run at every iteration, and at least the last
+        # min(K, grad_depth) >= 1 iterations carry gradients (truncated backprop only moves the
+        # earlier ones under no_grad). DDP's hooks fire once per parameter per backward however
+        # often the core was applied, because autograd sums a reused parameter's gradient before
+        # accumulating it. tests/test_distributed.py runs varying depths with grad_depth < K.
+        # broadcast_buffers=False: the buffers (rotary tables, the evaluation initial state) are
+        # deterministic functions of the configuration, identical on every rank.
+        return DistributedDataParallel(
+            model,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            broadcast_buffers=False,
+        )
+
+    @staticmethod
+    def _fully_shard(
+        model: LoopedTransformer, world: World, device: torch.device, dtype: torch.dtype
+    ) -> None:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import (
+            MixedPrecisionPolicy,
+            fully_shard,
+            register_fsdp_forward_method,
+        )
+
+        mesh = init_device_mesh(device.type, (world.world_size,))
+        policy = MixedPrecisionPolicy()
+        if dtype == torch.bfloat16:
+            policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        # One FSDP unit per prelude and coda block: each runs once per forward, so its weights
+        # are gathered just before use and freed right after. The adapter and the core blocks are
+        # NOT separate units but stay with the root: the core runs K times per forward and K
+        # times per backward, so its own unit would all-gather it 2K times a step, and FSDP2's
+        # post-backward hook fires after each application's backward, before autograd has summed
+        # the shared weights' gradient over all K applications. The core is needed from the first
+        # iteration to the last anyway, so keeping it gathered for the step costs no peak memory.
+        for block in (*model.prelude, *model.coda):
+            fully_shard(block, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
+        # Evaluation calls nll_by_depth, not forward: it must gather the root's weights too.
+        register_fsdp_forward_method(model, "nll_by_depth")
+
+    def gradient_sync(self, enabled: bool) -> contextlib.AbstractContextManager[None]:
+        """Around one micro-batch's forward and backward: reduce gradients across ranks only on
+        the last micro-batch of a step (the others accumulate locally)."""
+        if self.strategy == "ddp" and not enabled:
+            return self.train_module.no_sync()  # type: ignore[operator]
+        if self.strategy == "fsdp":
+            self.module.set_requires_gradient_sync(enabled)  # type: ignore[operator]
+        return contextlib.nullcontext()
+
+    def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
+        """Clip the global gradient norm; return it (a plain tensor, the same on every rank)."""
+        params = [p for p in self.module.parameters() if p.grad is not None]
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        full_tensor = getattr(norm, "full_tensor", None)  # a DTensor under FSDP2
+        return full_tensor() if full_tensor is not None else norm
+
+    def after_eval(self) -> None:
+        """Free the weights evaluation gathered (FSDP2 keeps the root's after a forward)."""
+        if self.strategy == "fsdp":
+            self.module.reshard()  # type: ignore[operator]
+
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Canonical parameter name -> full (unsharded) shape."""
+        return {name: tuple(p.shape) for name, p in self.module.named_parameters()}
+
+    def optimizer_parameter_names(self, optimizer: torch.optim.Optimizer) -> list[list[str]]:
+        """The names of each optimizer group's parameters, in order (how full optimizer state
+        dicts refer to parameters)."""
+        names = {id(p): name for name, p in self.module.named_parameters()}
+        return [[names[id(p)] for p in group["params"]] for group in optimizer.param_groups]
+
+    # -- full state dicts ------------------------------------------------------------------------
+
+    def full_state(
+        self, optimizer: torch.optim.Optimizer
+    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """(weights, optimizer state) as full CPU tensors on rank 0 (empty dicts elsewhere).
+
+        A collective under FSDP2: every rank must call it. Optimizer state is keyed by parameter
+        name, not by position, so it loads into any sharding of the same model.
+        """
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        weights = get_model_state_dict(self.module, options=options)
+        optim = get_optimizer_state_dict(self.module, optimizer, options=options)
+        for alias in tied_aliases(self.module):
+            weights.pop(alias, None)
+        return weights, optim
+
+    def load_full_state(
+        self,
+        optimizer: torch.optim.Optimizer,
+        weights: dict[str, torch.Tensor],
+        optim: dict[str, Any],
+    ) -> None:
+        """Load full state that rank 0 holds (other ranks pass empty dicts) into every rank.
+
+        A collective when launched: every rank must call it. The caller checks on rank 0 that the
+        state fits the model before, so that no rank fails half-way through the broadcast.
+        """
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        if self.world.is_main:
+            weights = dict(weights)
+            for alias, canonical in tied_aliases(self.module).items():
+                weights[alias] = weights[canonical]
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=self.world.launched)
+        set_model_state_dict(self.module, weights, options=options)
+        set_optimizer_state_dict(self.module, optimizer, optim, options=options)

@@ -1,0 +1,732 @@
+"""Every bad input we try, as data: what the user did, the command, what the message must say.
+
+`tests/test_bad_input.py` runs each case through the real command line, in process, in a fresh
+directory, and checks the contract: exit code 2, exactly one line on stderr, no traceback, the
+expected words, nothing already on disk changed. `scripts/update_bad_input_table.py` runs the same
+cases to write `docs/bad-input.md`, and the test checks that each row there is what the case
+prints now, so the table cannot drift from the code.
+
+Paths in commands are relative: each case runs in its own directory, which holds copies of the
+prebuilt things it names in `needs` (see `build_assets`), so messages show the paths a user typed.
+The configuration cases of `tests/test_config.py` are part of the table too (`config_cases`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tests.trainer_helpers import TINY_TOML
+
+TOKENS_TOML = TINY_TOML.replace("vocab_size = 48", "vocab_size = 512") + (
+    '\n[data]\nkind = "tokens"\npath = "data"\n'
+)
+
+
+@dataclass
+class Case:
+    id: str
+    area: str
+    """config, command line, checkpoint or data."""
+    given: str
+    """What the user did, in words (the table's first column)."""
+    argv: list[str]
+    fragment: str
+    """Words the one-line error must contain."""
+    needs: tuple[str, ...] = ()
+    """Prebuilt things copied into the case's directory (names from `build_assets`)."""
+    files: dict[str, str | bytes] = field(default_factory=dict)
+    """Files written into the case's directory before it runs."""
+    setup: Callable[[Path], None] | None = None
+    """Damage done to the copies before the run (a flipped byte, an edited config...)."""
+    skip: str | None = None
+    """Why this case cannot run on this machine, if it cannot."""
+
+
+# -- damage ------------------------------------------------------------------------------------
+
+
+def flip_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(data)
+
+
+def checkpoint_dir(work: Path, run: str, step: int) -> Path:
+    return work / run / "checkpoints" / f"step-{step:07d}"
+
+
+def corrupt_every_checkpoint(work: Path) -> None:
+    for ckpt in (work / "run" / "checkpoints").glob("step-*"):
+        flip_byte(ckpt / "model.safetensors")
+
+
+def wide_checkpoint_into_run(work: Path) -> None:
+    """A newer checkpoint, copied in from a run of another width."""
+    target = checkpoint_dir(work, "run", 12)
+    shutil.copytree(checkpoint_dir(work, "wide-run", 4), target)
+    meta = json.loads((target / "meta.json").read_text())
+    meta["step"] = 12
+    (target / "meta.json").write_text(json.dumps(meta))
+
+
+def widen_run_config(work: Path) -> None:
+    config = work / "run" / "config.toml"
+    config.write_text(config.read_text().replace("d_model = 32", "d_model = 64"))
+
+
+class OpensAFile:
+    """A pickle payload: unpickling it would create the file `pwned`."""
+
+    def __reduce__(self):
+        return (open, ("pwned", "w"))
+
+
+def pickled_code_in_trainer_state(work: Path) -> None:
+    """trainer.pt replaced by a pickle with a code payload, its checksum updated to match."""
+    from fixedfirst.train.checkpoint import sha256
+
+    ckpt = checkpoint_dir(work, "run", 8)
+    torch.save({"optimizer": OpensAFile(), "data": {}}, ckpt / "trainer.pt")
+    meta = json.loads((ckpt / "meta.json").read_text())
+    meta["files"]["trainer.pt"] = sha256(ckpt / "trainer.pt")
+    (ckpt / "meta.json").write_text(json.dumps(meta))
+
+
+def break_run_config(work: Path) -> None:
+    config = work / "run" / "config.toml"
+    config.write_text(config.read_text().replace("[model]", "[model", 1))
+
+
+def reprepare_data_with_bpe(work: Path) -> None:
+    shutil.rmtree(work / "data")
+    shutil.copytree(work / "data-bpe", work / "data")
+
+
+def config_only_run(work: Path) -> None:
+    (work / "fresh").mkdir()
+    shutil.copy(work / "run" / "config.toml", work / "fresh" / "config.toml")
+    shutil.rmtree(work / "run")
+
+
+def empty_directory(work: Path) -> None:
+    (work / "empty").mkdir()
+
+
+def delete_weights(work: Path) -> None:
+    (checkpoint_dir(work, "run", 8) / "model.safetensors").unlink()
+
+
+# -- the cases ---------------------------------------------------------------------------------
+
+TRAIN_NEW = ["train", "tiny.toml", "--out", "new-run"]
+
+
+def bad_config(case_id: str, given: str, toml: str, fragment: str) -> Case:
+    return Case(
+        case_id,
+        "config",
+        f"{given}: `{toml.strip().replace(chr(10), '; ')}`",
+        ["train", "bad.toml", "--out", "new-run"],
+        fragment,
+        files={"bad.toml": toml},
+    )
+
+
+CASES: list[Case] = [
+    # Configuration files (more in tests/test_config.py, listed by config_cases below).
+    bad_config("k0-negative", "negative K0", "[schedule]\nk0 = -1\n", "schedule.k0: must be >= 1"),
+    bad_config(
+        "grad-depth-zero",
+        "truncated backprop through 0 iterations",
+        "[train]\ngrad_depth = 0\n",
+        "train.grad_depth: must be >= 1",
+    ),
+    bad_config(
+        "strategy-unknown",
+        "an unknown multi-process strategy",
+        '[train]\nstrategy = "zero3"\n',
+        "train.strategy: 'zero3' is not one of 'ddp', 'fsdp'",
+    ),
+    bad_config(
+        "mean-nan",
+        "NaN as the mean depth",
+        "[schedule]\nmean = nan\n",
+        "schedule.mean: must be a finite number",
+    ),
+    bad_config(
+        "flops-inf",
+        "an infinite FLOP budget",
+        "[train]\nflops = inf\n",
+        "train.flops: must be a finite number",
+    ),
+    bad_config(
+        "tokens-below-one-step",
+        "a token budget smaller than one step",
+        "[train]\ntokens = 100\n",
+        "less than one step of batch_size * seq_len",
+    ),
+    bad_config(
+        "flops-below-one-step",
+        "a FLOP budget smaller than one step",
+        "[train]\nflops = 1.0\n",
+        "is below the cost of a single step",
+    ),
+    bad_config(
+        "mean-below-one",
+        "a mean depth below 1",
+        "[schedule]\nmean = 0.5\n",
+        "schedule.mean: must be in [1, k_max = 16]",
+    ),
+    bad_config(
+        "eval-depths-empty",
+        "no evaluation depth",
+        "[eval]\ndepths = []\n",
+        "eval.depths: needs at least one depth",
+    ),
+    bad_config(
+        "snapshot-zero",
+        "a FLOP snapshot at 0% of the budget",
+        "[train]\nsnapshots = [0.0]\n",
+        "train.snapshots: fractions must be in (0, 1]",
+    ),
+    bad_config(
+        "odd-head-size",
+        "an odd attention head size",
+        "[model]\nd_model = 12\nn_heads = 4\n",
+        "must be even (rotary)",
+    ),
+    bad_config(
+        "section-not-table",
+        "a section written as a value",
+        "train = 5\n",
+        "[train] must be a table of key = value lines",
+    ),
+    bad_config(
+        "batch-zero",
+        "an empty batch",
+        "[train]\nbatch_size = 0\n",
+        "train.batch_size: must be >= 1",
+    ),
+    bad_config(
+        "lr-negative", "a negative learning rate", "[train]\nlr = -0.001\n", "train.lr: must be > 0"
+    ),
+    bad_config(
+        "data-kind-unknown",
+        "an unknown data kind",
+        '[data]\nkind = "csv"\n',
+        "data.kind: 'csv' is not one of",
+    ),
+    Case(
+        "config-not-utf8",
+        "config",
+        "a config file that is not text (binary bytes)",
+        ["train", "bad.toml", "--out", "new-run"],
+        "not a UTF-8 text file",
+        files={"bad.toml": b"\xff\xfe\x00binary"},
+    ),
+    # Command line.
+    Case(
+        "config-missing",
+        "command line",
+        "a config file that does not exist",
+        ["train", "missing.toml", "--out", "new-run"],
+        "config file 'missing.toml' does not exist",
+    ),
+    Case(
+        "config-is-directory",
+        "command line",
+        "a directory given as the config file",
+        ["train", "configs", "--out", "new-run"],
+        "is a directory, not a TOML file",
+        setup=lambda work: (work / "configs").mkdir(),
+    ),
+    Case(
+        "set-wrong-type",
+        "command line",
+        "`--set` with a value of the wrong type",
+        [*TRAIN_NEW, "--set", "train.batch_size=eight"],
+        "train.batch_size: expected an integer, got 'eight'",
+        needs=("tiny.toml",),
+    ),
+    Case(
+        "nproc-zero",
+        "command line",
+        "`--nproc 0`",
+        [*TRAIN_NEW, "--nproc", "0"],
+        "--nproc must be >= 1, got 0",
+        needs=("tiny.toml",),
+    ),
+    Case(
+        "nproc-uneven",
+        "command line",
+        "`--nproc 3` with a global batch of 8",
+        [*TRAIN_NEW, "--nproc", "3"],
+        "train.batch_size = 8 must split into 3 rank(s)",
+        needs=("tiny.toml",),
+    ),
+    Case(
+        "stop-after-zero",
+        "command line",
+        "`--stop-after 0`",
+        [*TRAIN_NEW, "--stop-after", "0"],
+        "--stop-after must be >= 1, got 0",
+        needs=("tiny.toml",),
+    ),
+    Case(
+        "train-without-config",
+        "command line",
+        "`train` with neither a config nor `--resume`",
+        ["train", "--out", "new-run"],
+        "give a CONFIG.toml",
+    ),
+    Case(
+        "resume-nonexistent",
+        "command line",
+        "`--resume` of a run directory that does not exist",
+        ["train", "--out", "nowhere", "--resume"],
+        "--resume: nowhere holds no run (no config.toml)",
+    ),
+    Case(
+        "out-is-a-file",
+        "command line",
+        "`--out` naming an existing file",
+        ["train", "tiny.toml", "--out", "tiny.toml"],
+        "--out tiny.toml exists and is not a directory",
+        needs=("tiny.toml",),
+    ),
+    Case(
+        "device-cuda-without-gpu",
+        "command line",
+        "`train.device = cuda` on a machine without a GPU",
+        [*TRAIN_NEW, "--set", "train.device=cuda"],
+        "no CUDA device is here",
+        needs=("tiny.toml",),
+        skip="this machine has a GPU" if torch.cuda.is_available() else None,
+    ),
+    Case(
+        "eval-nonexistent",
+        "command line",
+        "`eval` of a run directory that does not exist",
+        ["eval", "nowhere"],
+        "run directory nowhere does not exist",
+    ),
+    Case(
+        "eval-no-checkpoint",
+        "command line",
+        "`eval` of a run without checkpoints",
+        ["eval", "fresh"],
+        "fresh has no complete checkpoint yet",
+        needs=("run",),
+        setup=config_only_run,
+    ),
+    Case(
+        "eval-depth-zero",
+        "command line",
+        "`eval --depths 0`",
+        ["eval", "run", "--depths", "0"],
+        "depths must be >= 1, got 0",
+        needs=("run",),
+    ),
+    Case(
+        "eval-depth-range-backwards",
+        "command line",
+        "`eval --depths 8..2`",
+        ["eval", "run", "--depths", "8..2"],
+        "expected comma-separated depths or ranges",
+        needs=("run",),
+    ),
+    Case(
+        "eval-checkpoint-missing",
+        "command line",
+        "`eval --checkpoint 999` (no such step)",
+        ["eval", "run", "--checkpoint", "999"],
+        "no checkpoint at step 999",
+        needs=("run",),
+    ),
+    Case(
+        "eval-batches-zero",
+        "command line",
+        "`eval --batches 0`",
+        ["eval", "run", "--batches", "0"],
+        "--batches must be >= 1, got 0",
+        needs=("run",),
+    ),
+    # Checkpoints.
+    Case(
+        "resume-all-corrupt",
+        "checkpoint",
+        "`--resume` when every checkpoint has a flipped byte",
+        ["train", "--out", "run", "--resume", "--quiet"],
+        "no loadable checkpoint in run/checkpoints: every one is corrupt",
+        needs=("run",),
+        setup=corrupt_every_checkpoint,
+    ),
+    Case(
+        "resume-other-shape",
+        "checkpoint",
+        "`--resume` onto a checkpoint from a model of another shape",
+        ["train", "--out", "run", "--resume", "--quiet"],
+        "weights do not fit this model (",
+        needs=("run", "wide-run"),
+        setup=wide_checkpoint_into_run,
+    ),
+    Case(
+        "eval-other-shape",
+        "checkpoint",
+        "`eval` after the run's config.toml was edited to another shape",
+        ["eval", "run"],
+        "weights do not fit this model (",
+        needs=("run",),
+        setup=widen_run_config,
+    ),
+    Case(
+        "eval-flipped-byte",
+        "checkpoint",
+        "`eval --checkpoint 8` when that checkpoint's weights have a flipped byte",
+        ["eval", "run", "--checkpoint", "8"],
+        "model.safetensors is corrupt (checksum mismatch)",
+        needs=("run",),
+        setup=lambda work: flip_byte(checkpoint_dir(work, "run", 8) / "model.safetensors"),
+    ),
+    Case(
+        "eval-all-corrupt",
+        "checkpoint",
+        "`eval` when every checkpoint has a flipped byte",
+        ["eval", "run"],
+        "every checkpoint in run/checkpoints is corrupt",
+        needs=("run",),
+        setup=corrupt_every_checkpoint,
+    ),
+    Case(
+        "eval-weights-missing",
+        "checkpoint",
+        "`eval --checkpoint 8` when that checkpoint's weights file was deleted",
+        ["eval", "run", "--checkpoint", "8"],
+        "model.safetensors is missing",
+        needs=("run",),
+        setup=delete_weights,
+    ),
+    Case(
+        "resume-pickled-code",
+        "checkpoint",
+        "`--resume` when trainer.pt holds a pickle with a code payload (checksum matching)",
+        ["train", "--out", "run", "--resume", "--quiet"],
+        "cannot load trainer.pt: it holds objects other than tensors",
+        needs=("run",),
+        setup=pickled_code_in_trainer_state,
+    ),
+    Case(
+        "resume-broken-config",
+        "checkpoint",
+        "`--resume` when the run's config.toml has a syntax error",
+        ["train", "--out", "run", "--resume", "--quiet"],
+        "run/config.toml: TOML syntax error",
+        needs=("run",),
+        setup=break_run_config,
+    ),
+    # Data.
+    Case(
+        "data-path-missing",
+        "data",
+        "`data.path` that does not exist",
+        ["train", "tokens.toml", "--out", "new-run", "--set", "data.path=nowhere"],
+        "nowhere: no such data directory; make it with `fixedfirst prepare",
+        needs=("tokens.toml",),
+    ),
+    Case(
+        "data-path-unprepared",
+        "data",
+        "`data.path` naming a directory `fixedfirst prepare` did not write",
+        ["train", "tokens.toml", "--out", "new-run", "--set", "data.path=empty"],
+        "empty: not a prepared data directory (no meta.json)",
+        needs=("tokens.toml",),
+        setup=empty_directory,
+    ),
+    Case(
+        "data-vocab-larger-than-model",
+        "data",
+        "a model vocabulary smaller than the data's (byte tokenizer: 257 ids)",
+        ["train", "tokens.toml", "--out", "new-run", "--set", "model.vocab_size=48"],
+        "model.vocab_size = 48 is smaller than the vocabulary of the data",
+        needs=("tokens.toml", "data"),
+    ),
+    Case(
+        "data-validation-too-small",
+        "data",
+        "more validation batches than the validation split holds",
+        ["train", "tokens.toml", "--out", "new-run", "--set", "eval.batches=1000"],
+        "lower eval.batches",
+        needs=("tokens.toml", "data"),
+    ),
+    Case(
+        "resume-other-tokenizer",
+        "data",
+        "`--resume` after the data directory was prepared again with another tokenizer",
+        ["train", "--out", "tokens-run", "--resume", "--quiet"],
+        "the checkpoint was trained on other data than data",
+        needs=("tokens-run", "data", "data-bpe"),
+        setup=reprepare_data_with_bpe,
+    ),
+    Case(
+        "eval-other-tokenizer",
+        "data",
+        "`eval` after the data directory was prepared again with another tokenizer",
+        ["eval", "tokens-run"],
+        "the checkpoint was trained on other data than data",
+        needs=("tokens-run", "data", "data-bpe"),
+        setup=reprepare_data_with_bpe,
+    ),
+]
+
+# A sweep of two runs on tokens.toml (whose data path is "data"); each case breaks one thing.
+SWEEP_TOML = """base = "tokens.toml"
+
+[sweep]
+reference = "uniform"
+
+[[runs]]
+name = "uniform"
+schedule.kind = "uniform"
+schedule.k_max = 16
+
+[[runs]]
+name = "ff"
+schedule.k0 = 2
+"""
+SWEEP = ["sweep", "sweep.toml", "--out", "out"]
+
+
+def sweep_case(
+    id: str, given: str, text: str, fragment: str, argv: list[str] = SWEEP, **kwargs
+) -> Case:
+    needs = kwargs.pop("needs", ("tokens.toml", "data"))
+    return Case(id, "sweep", given, argv, fragment, needs, {"sweep.toml": text}, **kwargs)
+
+
+def changed_run_in_sweep_dir(work: Path) -> None:
+    """out/runs/uniform holds a run of another schedule (a fixed-first run paused at step 4)."""
+    (work / "out" / "runs").mkdir(parents=True)
+    shutil.copytree(work / "tokens-run", work / "out" / "runs" / "uniform")
+
+
+SWEEP_CASES: list[Case] = [
+    sweep_case(
+        "sweep-unknown-key",
+        "a sweep file with an unknown top-level key: `colour = 1`",
+        "colour = 1\n" + SWEEP_TOML,
+        "sweep.toml: unknown key 'colour'; valid: base, sweep, runs",
+    ),
+    sweep_case(
+        "sweep-unknown-run-key",
+        "a run that sets an unknown key: `schedule.kzero = 3`",
+        SWEEP_TOML + "schedule.kzero = 3\n",
+        'run "ff": unknown key schedule.kzero',
+    ),
+    sweep_case(
+        "sweep-duplicate-names",
+        "two runs with the same name",
+        SWEEP_TOML + '[[runs]]\nname = "ff"\n',
+        "two runs are named 'ff'",
+    ),
+    sweep_case(
+        "sweep-no-base",
+        "a sweep file without a base configuration",
+        SWEEP_TOML.replace('base = "tokens.toml"\n', ""),
+        "sweep.toml: no base configuration",
+    ),
+    sweep_case(
+        "sweep-reference-not-uniform",
+        "a reference run that does not train uniform 1..16",
+        SWEEP_TOML.replace('reference = "uniform"', 'reference = "ff"'),
+        "sweep.reference = 'ff' must train uniform 1..16",
+    ),
+    sweep_case(
+        "sweep-flops-of-unknown",
+        "`flops_of` naming no run above it",
+        SWEEP_TOML + 'flops_of = "later"\n',
+        "flops_of = 'later' must name a run listed above this one",
+    ),
+    sweep_case(
+        "sweep-only-unknown",
+        "`sweep --only` naming no run of the file",
+        SWEEP_TOML,
+        "--only: no run named 'fff'",
+        argv=[*SWEEP, "--only", "fff"],
+    ),
+    sweep_case(
+        "sweep-data-missing",
+        "a sweep whose data directory does not exist",
+        SWEEP_TOML,
+        'run "uniform": data: no such data directory',
+        needs=("tokens.toml",),
+    ),
+    sweep_case(
+        "sweep-changed-run",
+        "a sweep directory holding a run of the same name with another configuration",
+        SWEEP_TOML,
+        "out/runs/uniform holds a run with a different configuration (schedule.k_max, ",
+        needs=("tokens.toml", "data", "tokens-run"),
+        setup=changed_run_in_sweep_dir,
+    ),
+    Case(
+        "figure3-not-fixed-first",
+        "sweep",
+        "`figure3` of a run that is not fixed-first",
+        ["figure3", "run", "--out", "f.png"],
+        "Figure 3 needs a fixed-first run",
+        needs=("run",),
+        setup=lambda work: (work / "run" / "config.toml").write_text(
+            (work / "run" / "config.toml").read_text().replace("fixed-first", "uniform")
+        ),
+    ),
+]
+
+
+def config_cases() -> list[Case]:
+    """The configuration cases of tests/test_config.py, run the same way for the table."""
+    from tests.test_config import BAD_CONFIGS
+
+    return [
+        Case(
+            f"test_config-{i}",
+            "config",
+            f"`{text.strip().replace(chr(10), '; ')}` (tests/test_config.py)",
+            ["compute", "bad.toml"],
+            fragment,
+            files={"bad.toml": text},
+        )
+        for i, (text, fragment) in enumerate(BAD_CONFIGS)
+    ]
+
+
+def all_cases() -> list[Case]:
+    return CASES + SWEEP_CASES + config_cases()
+
+
+# -- prebuilt things and running a case ----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def inside(directory: Path) -> Iterator[None]:
+    before = Path.cwd()
+    os.chdir(directory)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def build_assets(root: Path) -> None:
+    """Everything a case may need, built once: a tiny config and a run of it paused at step 8
+    (checkpoints at 4 and 8), a run of another width, byte and BPE token data from the same
+    text, and a run on the byte data."""
+    from fixedfirst.config import load_config
+    from fixedfirst.data.prepare import PrepareOptions, prepare
+    from fixedfirst.train.trainer import Trainer
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "tiny.toml").write_text(TINY_TOML)
+    (root / "tokens.toml").write_text(TOKENS_TOML)
+    rng = np.random.default_rng(0)
+    words = ["river", "stone", "lamp", "orbit", "cedar", "quartz", "violet", "harbor"]
+    documents = [" ".join(rng.choice(words, size=rng.integers(8, 30))) for _ in range(300)]
+    corpus = root / "corpus.txt"
+    corpus.write_text("\n%\n".join(documents) + "\n")
+    with inside(root):
+        Trainer(load_config("tiny.toml"), "run", quiet=True).train(stop_after=8)
+        wide = load_config("tiny.toml", ["model.d_model=64"])
+        Trainer(wide, "wide-run", quiet=True).train(stop_after=4)
+        prepare([str(corpus)], "data", PrepareOptions(separator="%", val_fraction=0.2))
+        bpe = PrepareOptions(tokenizer="bpe", vocab_size=300, separator="%", val_fraction=0.2)
+        prepare([str(corpus)], "data-bpe", bpe)
+        Trainer(load_config("tokens.toml"), "tokens-run", quiet=True).train(stop_after=4)
+
+
+def prepare_work(case: Case, assets: Path, work: Path) -> None:
+    work.mkdir(parents=True, exist_ok=True)
+    for name in case.needs:
+        source = assets / name
+        if source.is_dir():
+            shutil.copytree(source, work / name)
+        else:
+            shutil.copy(source, work / name)
+    for name, content in case.files.items():
+        path = work / name
+        path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
+    if case.setup is not None:
+        case.setup(work)
+
+
+def snapshot(directory: Path) -> dict[str, bytes | None]:
+    """Every file's bytes and every directory (None) under `directory`."""
+    return {
+        str(p.relative_to(directory)): (p.read_bytes() if p.is_file() else None)
+        for p in sorted(directory.rglob("*"))
+    }
+
+
+@dataclass
+class Outcome:
+    code: int | str | None
+    stdout: str
+    stderr: str
+
+
+def _refuse_exec(*args, **kwargs):
+    raise AssertionError("a bad-input case tried to launch torchrun")
+
+
+def run_case(case: Case, work: Path) -> Outcome:
+    """Run the case's command line in process inside `work`."""
+    from fixedfirst.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code: int | str | None = 0
+    exec_before = os.execv
+    os.execv = _refuse_exec
+    try:
+        with inside(work), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main(case.argv)
+    except SystemExit as e:
+        code = e.code
+    finally:
+        os.execv = exec_before
+    return Outcome(code, out.getvalue(), err.getvalue())
+
+
+# -- the table -----------------------------------------------------------------------------------
+
+TABLE_HEADER = """\
+# Bad input: what the user gets
+
+Every row is a test (`tests/test_bad_input.py`): the command runs in process on a fresh copy of
+what it needs; it must exit with status 2, print exactly one line on stderr (no traceback) and
+leave every file that was already on disk unchanged. The table is generated from the same case
+list by `python scripts/update_bad_input_table.py`, and the test fails when a row here differs
+from what the command prints now. Paths are relative to the directory the command ran in.
+
+Not in the table: `fixedfirst prepare`'s own bad inputs (tests/test_data_prepare.py), the
+`--set` syntax cases of tests/test_config.py, faults during a run (disk full while writing a
+checkpoint, a flipped byte followed by `--resume`: tests/test_faults.py; a killed process:
+tests/test_crash.py and tests/test_distributed.py).
+
+| # | area | the user gives | what they get (stderr, exit status 2) |
+| --- | --- | --- | --- |
+"""
+
+
+def table_row(number: int, case: Case, message: str) -> str:
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    return f"| {number} | {case.area} | {cell(case.given)} | `` {cell(message)} `` |"

@@ -1,0 +1,117 @@
+"""`fixedfirst bios --preset smoke` end to end: runs, recall, results, figure, report, reuse."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fixedfirst.cli.main import main
+from fixedfirst.tasks.bios.experiment import SCHEDULES, load_preset
+
+
+@pytest.fixture(scope="module")
+def smoke_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bios") / "smoke"
+    with pytest.raises(SystemExit) as e:
+        main(["bios", "--preset", "smoke", "--out", str(out), "--quiet"])
+    assert e.value.code == 0
+    return out
+
+
+def test_results_schema_and_matched_flops(smoke_dir):
+    results = json.loads((smoke_dir / "results.json").read_text())
+    preset = load_preset("smoke")
+    depths = preset.experiment.depths
+    assert results["ceiling_bits"] > 0
+    assert results["budget_fractions"] == [0.15, 0.45, 1.0]
+    keys = {(r["schedule"], r["budget_fraction"], r["depth"]) for r in results["recall"]}
+    assert keys == {(s, f, d) for s in SCHEDULES for f in (0.15, 0.45, 1.0) for d in depths}
+    for r in results["recall"]:
+        assert 0.0 <= r["bits_per_person"] <= results["ceiling_bits"] + 1e-9
+    budget = results["flop_budget"]
+    for name, run in results["runs"].items():
+        assert run["flops"] == pytest.approx(budget, rel=0.15), name  # compute-matched
+        assert {"steps", "tokens", "wall_s", "path"} <= set(run)
+    # Cheaper schedules take more steps under the same FLOP budget.
+    steps = {n: r["steps"] for n, r in results["runs"].items()}
+    assert steps["fixed-4"] > steps["fixed-first-4-0.8"] > steps["uniform-1-16"]
+    # Snapshots come in budget order: more FLOPs spent at a later fraction.
+    for name in SCHEDULES:
+        flops = sorted(
+            {(r["budget_fraction"], r["flops"]) for r in results["recall"] if r["schedule"] == name}
+        )
+        assert [f for _, f in flops] == sorted(f for _, f in flops)
+        assert flops[0][1] >= 0.15 * budget
+
+
+def test_figure_and_report_are_written_from_the_numbers(smoke_dir):
+    png = (smoke_dir / "figure1.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    report = (smoke_dir / "report.md").read_text()
+    results = json.loads((smoke_dir / "results.json").read_text())
+    first = next(
+        r
+        for r in results["recall"]
+        if r["schedule"] == "fixed-4" and r["budget_fraction"] == 1.0 and r["depth"] == 64
+    )
+    assert f"{first['bits_per_person']:.1f}" in report
+    assert "## What the numbers show" in report and "| schedule | budget |" in report
+
+
+def test_second_invocation_reuses_everything(smoke_dir, capsys):
+    before = {p: p.stat().st_mtime_ns for p in smoke_dir.glob("runs/*/checkpoints/*/*")}
+    with pytest.raises(SystemExit) as e:
+        main(["bios", "--preset", "smoke", "--out", str(smoke_dir)])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert out.count("reusing the finished run") == 3
+    after = {p: p.stat().st_mtime_ns for p in smoke_dir.glob("runs/*/checkpoints/*/*")}
+    assert before == after
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--preset", "huge"], "unknown preset"),
+        (["--set", "experiment.flops=0"], "experiment.flops"),
+        (["--set", "experiment.snapshots=[1.5]"], "experiment.snapshots"),
+        (["--set", "experiment.nope=1"], "unknown key experiment.nope"),
+        (["--set", "model.d_model=63"], "model.d_model"),
+    ],
+)
+def test_bad_preset_input_is_one_line(tmp_path, capsys, args, fragment):
+    with pytest.raises(SystemExit) as e:
+        main(["bios", "--preset", "smoke", "--out", str(tmp_path / "x"), *args])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert fragment in err and err.count("\n") == 1
+
+
+def test_unwritable_out_is_one_line(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(SystemExit) as e:
+        main(["bios", "--preset", "smoke", "--out", str(blocker / "out")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "cannot write to --out" in err and err.count("\n") == 1
+    assert blocker.read_text() == "not a directory"
+
+
+def test_eval_task_bios_matches_the_experiment(smoke_dir, capsys):
+    run = smoke_dir / "runs" / "fixed-first-4-0.8"
+    with pytest.raises(SystemExit) as e:
+        main(["eval", str(run), "--task", "bios", "--depths", "1,4,64"])
+    assert e.value.code == 0
+    step = max(int(p.name.split("-")[1]) for p in (run / "checkpoints").glob("step-*"))
+    saved = json.loads((run / f"eval-bios-step-{step:07d}.json").read_text())
+    results = json.loads((smoke_dir / "results.json").read_text())
+    expected = {
+        r["depth"]: r["bits_per_person"]
+        for r in results["recall"]
+        if r["schedule"] == "fixed-first-4-0.8" and r["budget_fraction"] == 1.0
+    }
+    got = {r["depth"]: r["bits_per_person"] for r in saved["by_depth"]}
+    assert got == {d: expected[d] for d in (1, 4, 64)}
+    assert "| 64 |" in capsys.readouterr().out

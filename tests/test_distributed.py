@@ -1,0 +1,294 @@
+"""Two processes on CPU with gloo, launched the way users launch them (torchrun, --nproc).
+
+What must hold (DESIGN.md §10, issue 7):
+- a 2-process run computes what a 1-process run with the same global batch computes, up to the
+  rounding of summing gradients in another order (TOLERANCE below);
+- every rank trains at the same depth each step (the trainer checks this at every log line, and
+  the runs below log every step, with varying depths and truncated backprop);
+- checkpoints hold full state: a 2-process checkpoint resumes on 1 process, under DDP and FSDP2;
+- a killed rank stops the whole run without leaving a half-written checkpoint, and a resume
+  reproduces the uninterrupted run exactly.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from fixedfirst.compute import plan_budget
+from fixedfirst.schedules import Schedule
+from fixedfirst.train.checkpoint import CheckpointManager
+from fixedfirst.train.metrics import read_metrics
+from fixedfirst.train.trainer import Trainer
+from tests.trainer_helpers import comparable, final_weights, train_records, write_tiny_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
+"""1 vs 2 processes: the same arithmetic except the order in which micro-batch gradients are
+summed (one process accumulates four micro-batches in turn; two processes accumulate two each and
+all-reduce). Measured on this CPU over the 24 steps below, DDP and FSDP2 alike: loss at most
+1.0e-7 relative (one float32 rounding; about half the steps bit-identical), final weights at most
+1.8e-7 absolute. 1e-5 leaves room for other BLAS builds while still failing on any real
+difference (a wrong row, seed or gradient scale moves the loss in the second decimal)."""
+
+# 24 steps of 8 sequences; 2 micro-batches of 2 rows per rank (4 in one process) exercise
+# no_sync/set_requires_gradient_sync; the finish stage draws depths 1..6 with gradients through
+# the last 2 iterations only, so DDP meets varying depths and truncated backprop.
+SETTINGS = [
+    "train.tokens=3072",
+    "train.micro_batch_size=2",
+    "train.grad_depth=2",
+    "train.checkpoint_every=4",
+]
+
+# Each step of this runner sleeps a little, so that a kill lands mid-run on this fast tiny model.
+SLOW_STEPS = """
+import sys, time
+from fixedfirst.train import trainer
+original = trainer.Trainer._train_step
+def slow(self, step, depth):
+    time.sleep(0.15)
+    return original(self, step, depth)
+trainer.Trainer._train_step = slow
+from fixedfirst.cli.main import main
+main(sys.argv[1:])
+"""
+
+
+def environment() -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "src") + os.pathsep + str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        "FIXEDFIRST_DIST_TIMEOUT": "60",
+    }
+
+
+def torchrun(script: list[str], args: list[str], nproc: int = 2) -> subprocess.Popen:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc_per_node", str(nproc), *script, *args]
+    return subprocess.Popen(
+        command, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def finish(proc: subprocess.Popen, timeout: float = 240) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out
+    return out
+
+
+def train_args(config: Path, run: Path, *extra: str) -> list[str]:
+    settings = [a for s in SETTINGS for a in ("--set", s)]
+    return ["train", str(config), "--out", str(run), "--quiet", *settings, *extra]
+
+
+def in_process_config(config: Path, *extra: str):
+    from fixedfirst.config import load_config
+
+    return load_config(config, [*SETTINGS, *extra])
+
+
+def assert_close_runs(a: Path, b: Path) -> None:
+    ra, rb = train_records(a), train_records(b)
+    assert [r["step"] for r in ra] == [r["step"] for r in rb]
+    assert [r["depth"] for r in ra] == [r["depth"] for r in rb]
+    torch.testing.assert_close(
+        torch.tensor([r["loss"] for r in ra], dtype=torch.float64),
+        torch.tensor([r["loss"] for r in rb], dtype=torch.float64),
+        **TOLERANCE,
+    )
+    wa, wb = final_weights(a), final_weights(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], **TOLERANCE)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    """A 1-process reference run and the same run on 2 DDP processes (started with --nproc)."""
+    root = tmp_path_factory.mktemp("runs")
+    config = write_tiny_config(root)
+    ddp = subprocess.Popen(
+        [sys.executable, "-m", "fixedfirst", *train_args(config, root / "ddp", "--nproc", "2")],
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    Trainer(in_process_config(config), root / "single", quiet=True).train()
+    finish(ddp)
+    return {"config": config, "single": root / "single", "ddp": root / "ddp"}
+
+
+def test_two_ddp_processes_equal_one_process(runs):
+    assert_close_runs(runs["single"], runs["ddp"])
+    config = in_process_config(runs["config"])
+    total = plan_budget(config).total_steps
+    depths = [r["depth"] for r in train_records(runs["ddp"])]
+    assert depths == Schedule(config.schedule, config.train.seed).depths(total)
+    assert len(set(depths)) > 2 and max(depths) > config.train.grad_depth
+    meta = CheckpointManager(runs["ddp"] / "checkpoints").all()[-1].meta
+    assert meta["world_size"] == 2
+
+
+def test_fsdp_resumes_a_one_process_checkpoint_and_one_process_resumes_its(tmp_path):
+    """1 process to step 10, FSDP2 on 2 processes to step 18 (evaluating on the way), 1 process
+    to the end: the same run as 1 process throughout. Tied embeddings check that a tensor with
+    two names is saved once and restored to both."""
+    config = write_tiny_config(tmp_path)
+    extra = ("model.tie_embeddings=true", "eval.every=6")
+    run, reference = tmp_path / "run", tmp_path / "reference"
+    Trainer(in_process_config(config, *extra), run, quiet=True).train(stop_after=10)
+    fsdp = ["--set", "train.strategy=fsdp", "--stop-after", "18"]
+    proc = torchrun(["-m", "fixedfirst"], ["train", "--out", str(run), "--resume", *fsdp])
+    Trainer(in_process_config(config, *extra), reference, quiet=True).train()
+    out = finish(proc)
+    assert "resume: continuing from step-0000010 (step 10)" in out
+    meta = CheckpointManager(run / "checkpoints").all()[-1].meta
+    assert (meta["step"], meta["world_size"]) == (18, 2)
+    Trainer(in_process_config(config, *extra), run, resume=True, quiet=True).train()
+    assert_close_runs(reference, run)
+    evals = [read_metrics(r / "metrics.jsonl", "eval") for r in (reference, run)]
+    assert [e["step"] for e in evals[0]] == [e["step"] for e in evals[1]] == [6, 12, 18, 24]
+    for a, b in zip(*evals, strict=True):
+        for depth, nll in a["nll_by_depth"].items():
+            assert b["nll_by_depth"][depth] == pytest.approx(nll, rel=TOLERANCE["rtol"])
+
+
+def test_killed_rank_stops_the_run_and_resume_is_exact(runs, tmp_path):
+    script = tmp_path / "slow_train.py"
+    script.write_text(SLOW_STEPS)
+    run = tmp_path / "killed"
+    proc = torchrun([str(script)], train_args(runs["config"], run))
+    step_8 = run / "checkpoints" / "step-0000008" / "meta.json"
+    deadline = time.monotonic() + 180
+    while not step_8.exists():
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, "timed out waiting for the run"
+        time.sleep(0.02)
+    os.kill(worker_pid(proc.pid, rank=1), signal.SIGKILL)
+    started = time.monotonic()
+    out, _ = proc.communicate(timeout=120)  # the surviving rank must not hang
+    assert proc.returncode != 0, out
+    assert time.monotonic() - started < 90
+    assert not (run / "summary.json").exists()
+    for ckpt in CheckpointManager(run / "checkpoints").all():
+        ckpt.verify()  # whatever is visible as complete is complete
+    finish(torchrun([str(script)], ["train", "--out", str(run), "--resume", "--quiet"]))
+    wa, wb = final_weights(runs["ddp"]), final_weights(run)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert comparable(train_records(runs["ddp"])) == comparable(train_records(run))
+
+
+def worker_pid(agent_pid: int, rank: int) -> int:
+    """The pid of the torchrun worker with RANK=`rank` (a descendant of the agent)."""
+    pending = [agent_pid]
+    while pending:
+        pid = pending.pop()
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            children = (task / "children").read_text().split()
+            pending.extend(int(c) for c in children)
+        if pid == agent_pid:
+            continue
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        if f"RANK={rank}".encode() in environ:
+            return pid
+    raise AssertionError(f"no worker with RANK={rank} under pid {agent_pid}")
+
+
+# -- in process: the pieces the multi-process runs rely on ------------------------------------
+
+
+def test_a_rows_initial_state_depends_on_its_seed_only():
+    """What makes N processes equal 1: a row's noise follows it into any batch split."""
+    from fixedfirst.model import LoopedTransformer
+    from fixedfirst.train.trainer import state_seeds
+    from tests.conftest import tiny_model_config
+
+    torch.manual_seed(0)
+    model = LoopedTransformer(tiny_model_config()).train()
+    x = torch.randint(0, 61, (4, 12))
+    seeds = state_seeds(seed=0, step=3, rows=range(4))
+    whole = model(x, 3, state_seeds=seeds)
+    halves = torch.cat([model(x[:2], 3, state_seeds=seeds[:2]), model(x[2:], 3, None, seeds[2:])])
+    torch.testing.assert_close(whole, halves, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(whole, model(x, 3, state_seeds=state_seeds(0, 4, range(4))))
+    assert state_seeds(0, 3, range(2, 4)) == seeds[2:]
+
+
+@pytest.mark.parametrize("grad_depth", [None, 1, 3])
+@pytest.mark.parametrize("variant", [{}, {"tie_embeddings": True, "injection": "add"}])
+def test_every_parameter_gets_a_gradient_at_every_depth(grad_depth, variant):
+    """Why DDP needs no find_unused_parameters: nothing is left without a gradient, whatever
+    the depth and however few iterations carry gradients."""
+    from fixedfirst.model import LoopedTransformer
+    from tests.conftest import tiny_model_config
+
+    model = LoopedTransformer(tiny_model_config(**variant)).train()
+    x = torch.randint(0, 61, (2, 8))
+    for depth in (1, 2, 5):
+        model.zero_grad(set_to_none=True)
+        model(x, depth, grad_depth).sum().backward()
+        missing = [n for n, p in model.named_parameters() if p.grad is None]
+        assert not missing, (depth, missing)
+
+
+def test_ranks_that_disagree_on_the_depth_stop_the_run(tmp_path, monkeypatch):
+    from fixedfirst.train import trainer as trainer_module
+    from tests.trainer_helpers import tiny_config
+
+    def two_ranks_one_off(world, tensor):
+        other = tensor.clone()
+        other[-1, 2] += 1  # the other rank's depth of the last step
+        return torch.stack([tensor, other])
+
+    monkeypatch.setattr(trainer_module.distributed, "gather", two_ranks_one_off)
+    with pytest.raises(RuntimeError, match="ranks trained at different depths"):
+        Trainer(tiny_config(), tmp_path / "run", quiet=True).train(stop_after=2)
+
+
+def test_nproc_runs_torchrun_with_the_other_arguments(tmp_path, monkeypatch):
+    from fixedfirst.cli.main import main
+
+    config = write_tiny_config(tmp_path)
+    launched = []
+
+    def execv(path, argv):
+        launched.append(argv)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(os, "execv", execv)
+    run = tmp_path / "run"
+    args = ["--out", str(run), "--set", "train.lr=0.002", "--stop-after", "3", "--quiet"]
+    with pytest.raises(SystemExit):
+        main(["train", str(config), "--nproc", "2", *args])
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    assert launched == [
+        [*torchrun, "--nproc_per_node", "2", "-m", "fixedfirst", "train", str(config), *args]
+    ]
+    assert not run.exists()  # the launching process writes nothing
+
+
+def test_world_from_torchrun_environment(monkeypatch):
+    from fixedfirst.errors import UserError
+    from fixedfirst.train.distributed import World
+
+    assert World.from_env() == World()
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    world = World.from_env()
+    assert (world.rank, world.world_size, world.local_rank, world.launched) == (1, 2, 1, True)
+    assert not world.is_main
+    monkeypatch.setenv("RANK", "2")
+    with pytest.raises(UserError, match="outside 0..WORLD_SIZE-1"):
+        World.from_env()

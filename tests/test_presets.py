@@ -1,0 +1,89 @@
+"""The shipped language-model configurations: the GPU presets and the sweeps load, validate and
+have the shapes, costs and runs they promise. Nothing here trains."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fixedfirst.cli.main import main
+from fixedfirst.compute import modeled_savings, plan_budget
+from fixedfirst.config import load_config
+from fixedfirst.sweep import load_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+
+# The paper's modeled savings (paper-summary.txt), which the GPU shapes should land near.
+PAPER_SAVINGS = {(2, 0.67): 0.453, (2, 0.8): 0.543, (4, 0.67): 0.313}
+
+
+def compute_report(capsys, path: Path, *overrides: str) -> dict:
+    args = ["compute", str(path), "--json"]
+    for override in overrides:
+        args += ["--set", override]
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize(
+    ("name", "low", "high"), [("lm-200m", 150e6, 250e6), ("lm-1b", 0.8e9, 1.2e9)]
+)
+def test_gpu_preset_loads_and_has_paper_scale(capsys, name, low, high):
+    path = CONFIGS / f"{name}.toml"
+    config = load_config(path)
+    assert config.model.vocab_size == 32768
+    assert config.train.precision == "bf16" and config.train.compile
+    assert config.train.seq_len <= config.model.max_seq_len
+    assert config.data.kind == "tokens"
+    report = compute_report(capsys, path)
+    assert low < report["parameters"]["total"] < high
+    assert report["modeled_savings"] == pytest.approx(
+        1 - report["schedule_flops"] / report["uniform_flops"]
+    )
+    for (k0, switch), paper in PAPER_SAVINGS.items():
+        variant = load_config(path, [f"schedule.k0={k0}", f"schedule.switch={switch}"])
+        assert modeled_savings(variant) == pytest.approx(paper, abs=0.01), (k0, switch)
+
+
+def test_cpu_sweep_has_the_issues_runs():
+    spec = load_sweep(CONFIGS / "sweeps" / "lm-cpu.toml")
+    schedules = {r.name: r.config.schedule for r in spec.runs}
+    assert len(spec.runs) == 15
+    reference = spec.run(spec.reference).config
+    assert schedules[spec.reference].kind == "uniform" and reference.train.flops is None
+    fixed_first = {
+        (s.k0, s.switch, s.finish) for s in schedules.values() if s.kind == "fixed-first"
+    }
+    assert fixed_first == {
+        (k0, switch, finish)
+        for k0 in (1, 2, 4)
+        for switch in (0.67, 0.8)
+        for finish in ("uniform", "poisson-lognormal")
+    }
+    progressive = [r for r in spec.runs if r.config.schedule.kind == "progressive"]
+    assert len(progressive) == 1
+    assert plan_budget(progressive[0].config).tokens == plan_budget(reference).tokens
+    (matched, target), *_ = spec.flops_of.items()
+    assert schedules[matched].kind == "uniform"
+    assert (schedules[target].k0, schedules[target].switch) == (4, 0.67)
+    assert spec.run(matched).config.train.flops == plan_budget(spec.run(target).config).flops
+    for r in spec.runs:
+        assert r.config.eval.every > 0 and r.config.data.path == "data/fortunes-byte"
+    figure3 = schedules[spec.figure3]
+    assert (figure3.k0, figure3.switch, figure3.finish) == (2, 0.67, "uniform")
+
+
+@pytest.mark.parametrize("name", ["lm-200m", "lm-1b"])
+def test_gpu_sweeps_are_the_cpu_runs_on_the_presets(name):
+    cpu = load_sweep(CONFIGS / "sweeps" / "lm-cpu.toml")
+    gpu = load_sweep(CONFIGS / "sweeps" / f"{name}.toml")
+    assert [r.name for r in gpu.runs] == [r.name for r in cpu.runs]
+    preset = load_config(CONFIGS / f"{name}.toml")
+    for run in gpu.runs:
+        assert run.config.model == preset.model
+        assert run.config.train.precision == "bf16"
