@@ -11,6 +11,7 @@ from fixedfirst.diagnose.training_step import optimizer_step
 from fixedfirst.diagnose.update_pair import (
     StateSnapshot,
     UpdatePair,
+    pair_row_seeds,
     stack_batches,
     state_digest,
     update_rms,
@@ -22,14 +23,18 @@ from tests.conftest import tiny_model_config
 TRAIN = TrainConfig(batch_size=8, micro_batch_size=4, seq_len=16, lr=3e-3)
 
 
+def seeds(index: int) -> list[int]:
+    return pair_row_seeds(0, index, 8)
+
+
 def trained_state():
     """A tiny model and AdamW a few steps into training (so the moments are not zero)."""
     torch.manual_seed(0)
     model = LoopedTransformer(tiny_model_config())
     optimizer = build_optimizer(model, TRAIN)
-    source = SyntheticSource(61, 16, seed=1)
-    for depth in (2, 3, 2):
-        optimizer_step(model, optimizer, source.next_batch(8), depth, 3e-3, TRAIN)
+    source = SyntheticSource(61, 16, seeds(1))
+    for step, depth in enumerate((2, 3, 2)):
+        optimizer_step(model, optimizer, source.next_batch(8), depth, 3e-3, TRAIN, seeds(step))
     heldout = stack_batches(source.validation_batches(2, 4))
     return model, optimizer, source, heldout
 
@@ -54,8 +59,8 @@ def test_both_updates_start_from_the_captured_state():
     before = state_digest(model, optimizer)
     pair = UpdatePair(model, optimizer, TRAIN, heldout, [1, 2, 4], (2, 6), record_digests=True)
     with pair:
-        first = pair.measure(source.next_batch(8), 2e-3, seed=1)
-        second = pair.measure(source.next_batch(8), 2e-3, seed=2)
+        first = pair.measure(source.next_batch(8), 2e-3, seeds(1))
+        second = pair.measure(source.next_batch(8), 2e-3, seeds(2))
         # The live state now is the one after the deep update: not the captured one.
         assert state_digest(model, optimizer) != before
     assert first.start_digests == (before, before)
@@ -77,15 +82,13 @@ def test_snapshot_restores_optimizer_moments_and_step_count():
     batch, other = source.next_batch(8), source.next_batch(8)
     snapshot = StateSnapshot(model, optimizer)
     before = state_digest(model, optimizer)
-    optimizer_step(model, optimizer, other, 5, 3e-3, TRAIN)
+    optimizer_step(model, optimizer, other, 5, 3e-3, TRAIN, seeds(0))
     assert state_digest(model, optimizer) != before
     snapshot.restore(model, optimizer)
     assert state_digest(model, optimizer) == before
     # The restored state steps exactly like an untouched copy of the original does.
-    torch.manual_seed(7)
-    optimizer_step(model, optimizer, batch, 5, 3e-3, TRAIN)
-    torch.manual_seed(7)
-    optimizer_step(twin, twin_optimizer, batch, 5, 3e-3, TRAIN)
+    optimizer_step(model, optimizer, batch, 5, 3e-3, TRAIN, seeds(7))
+    optimizer_step(twin, twin_optimizer, batch, 5, 3e-3, TRAIN, seeds(7))
     assert state_digest(model, optimizer) == state_digest(twin, twin_optimizer)
 
 
@@ -97,7 +100,7 @@ def test_rms_matching_gives_equal_rms(reference, expected):
     model, optimizer, source, heldout = trained_state()
     pair = RecordingPair(model, optimizer, TRAIN, heldout, [1, 2, 4, 6], (1, 6), reference)
     with pair:
-        result = pair.measure(source.next_batch(8), 3e-3, seed=3)
+        result = pair.measure(source.next_batch(8), 3e-3, seeds(3))
     baseline, shallow, deep = pair.applied_rms
     assert baseline == 0.0
     # The raw updates differ in size, so the matching had something to do ...
@@ -117,7 +120,7 @@ def test_equal_depths_give_exactly_zero_benefit():
     model, optimizer, source, heldout = trained_state()
     with UpdatePair(model, optimizer, TRAIN, heldout, list(range(1, 9)), (3, 3)) as pair:
         for seed in range(2):
-            result = pair.measure(source.next_batch(8), 3e-3, seed=seed)
+            result = pair.measure(source.next_batch(8), 3e-3, seeds(seed))
             assert all(v == 0.0 for v in result.benefit.values())
             assert result.nll_shallow != pair.baseline  # the update did change the model
 
@@ -125,13 +128,13 @@ def test_equal_depths_give_exactly_zero_benefit():
 def test_different_depths_give_a_nonzero_benefit():
     model, optimizer, source, heldout = trained_state()
     with UpdatePair(model, optimizer, TRAIN, heldout, [1, 4, 8], (1, 8)) as pair:
-        result = pair.measure(source.next_batch(8), 3e-3, seed=0)
+        result = pair.measure(source.next_batch(8), 3e-3, seeds(0))
     assert any(v != 0.0 for v in result.benefit.values())
     assert result.benefit == {k: result.nll_shallow[k] - result.nll_deep[k] for k in (1, 4, 8)}
 
 
 def test_stack_batches_pads_with_ignored_targets():
-    source = SyntheticSource(61, 16, seed=1)
+    source = SyntheticSource(61, 16, seeds(1))
     a = source.validation_batches(1, 3)[0]
     short = type(a)(a.inputs[:, :10], a.targets[:, :10])
     stacked = stack_batches([a, short])

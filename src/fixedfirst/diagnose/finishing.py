@@ -2,19 +2,18 @@
 
 The diagnostic measures update pairs at the states the run itself passed through: the switch
 checkpoint and u = 1, 2, 4, ... finishing updates later. `open_run_state` loads everything a step
-depends on from a checkpoint: weights, AdamW moments, the data position, and the training-time
-RNG (the initial recurrent state is drawn from it). `FinishingChain.advance` then takes the run's
-next step with the run's own depth (the schedule is a pure function of seed and step), learning
-rate and batch, using the trainer's step (`optimizer_step`), so after u steps the weights equal
-those the trainer wrote at step switch + u. The chain keeps its RNG stream to itself: whatever
-the diagnostic does between two steps cannot shift the next step's draw.
+depends on from a checkpoint: weights, AdamW moments (loaded the way the trainer resumes) and the
+data position. `FinishingChain.advance` then takes the run's next step with the run's own depth
+(the schedule is a pure function of seed and step), learning rate, batch and per-row
+initial-state seeds (a pure function of seed, step and row), using the trainer's step
+(`optimizer_step`), so after u steps the weights equal those the trainer wrote at step
+switch + u. Nothing here reads or moves the global RNG.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -26,8 +25,11 @@ from fixedfirst.hardware import resolve_device, resolve_dtype
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.schedules import Schedule, describe
 from fixedfirst.train.checkpoint import TRAINER_FILE, Checkpoint, CheckpointManager
+from fixedfirst.train.distributed import World
 from fixedfirst.train.optim import build_optimizer, lr_at
+from fixedfirst.train.parallel import ParallelModel
 from fixedfirst.train.run_dir import RunDir
+from fixedfirst.train.trainer import state_seeds
 
 SWITCH_TAG = "switch"
 
@@ -85,7 +87,7 @@ def find_diagnosis_checkpoint(
 
 @dataclass
 class RunState:
-    """A run's model, optimizer, data position and RNG as of one checkpoint, live in memory."""
+    """A run's model, optimizer and data position as of one checkpoint, live in memory."""
 
     path: Path
     config: RunConfig
@@ -97,8 +99,6 @@ class RunState:
     schedule: Schedule
     device: torch.device
     dtype: torch.dtype
-    rng: dict[str, Any]
-    """The training-time RNG state as saved: {"rng_torch": ..., "rng_cuda": ...}."""
 
     @property
     def step(self) -> int:
@@ -110,11 +110,11 @@ class RunState:
 
 
 def open_run_state(run: str | Path, which: str = SWITCH_TAG, device: str = "auto") -> RunState:
+    """Load the checkpoint `which` of `run` into a live model, optimizer and data source."""
     config, ckpt = find_diagnosis_checkpoint(run, which)
     dev = resolve_device(device)
     dtype = resolve_dtype(config.train.precision, dev)
     model = LoopedTransformer(config.model).to(dev)
-    ckpt.load_model(model)
     optimizer = build_optimizer(model, config.train)
     state = ckpt.load_trainer_state()
     optimizer_state = state.get("optimizer") if isinstance(state, dict) else None
@@ -123,11 +123,14 @@ def open_run_state(run: str | Path, which: str = SWITCH_TAG, device: str = "auto
             f"checkpoint {ckpt.path} has no optimizer state; the diagnostic needs the AdamW "
             "moments of the run: use a checkpoint written by `fixedfirst train`"
         )
+    # Loaded the way the trainer resumes (full state dicts keyed by parameter name), on one
+    # process whatever number of processes wrote the checkpoint.
+    parallel = ParallelModel(model, World(), config.train.strategy, dev, dtype)
+    weights = ckpt.load_weights(parallel.parameter_shapes())
     source = build_source(config)
     try:
-        optimizer.load_state_dict(optimizer_state)
+        parallel.load_full_state(optimizer, weights, optimizer_state)
         source.load_state_dict(state["data"])
-        rng = {"rng_torch": state["rng_torch"], "rng_cuda": state.get("rng_cuda", [])}
     except (KeyError, ValueError, RuntimeError, TypeError) as e:
         raise UserError(f"checkpoint {ckpt.path}: trainer state does not fit ({e})") from None
     if "total_steps" not in ckpt.meta:
@@ -143,7 +146,6 @@ def open_run_state(run: str | Path, which: str = SWITCH_TAG, device: str = "auto
         Schedule(config.schedule, config.train.seed),
         dev,
         dtype,
-        rng,
     )
 
 
@@ -162,31 +164,21 @@ class FinishingChain:
     def __init__(self, state: RunState) -> None:
         self.state = state
         self.step = state.step
-        self.rng_cpu: torch.Tensor = state.rng["rng_torch"]
-        self.rng_cuda: list[torch.Tensor] = list(state.rng["rng_cuda"])
         self.history: list[ChainStep] = []
 
     def lr(self, step: int) -> float:
         return lr_at(step, self.state.total_steps, self.state.config.train)
 
     def advance(self, batch: Batch) -> ChainStep:
-        s = self.state
+        s, train = self.state, self.state.config.train
         if self.step >= s.total_steps:
             raise UserError(f"the run ends at step {s.total_steps}; no step is left to take")
         depth = s.schedule.depth(self.step, s.total_steps)
         lr = self.lr(self.step)
-        use_cuda = s.device.type == "cuda" and bool(self.rng_cuda)
-        devices = list(range(len(self.rng_cuda))) if use_cuda else []
-        with torch.random.fork_rng(devices=devices):
-            torch.set_rng_state(self.rng_cpu)
-            if use_cuda:
-                torch.cuda.set_rng_state_all(self.rng_cuda)
-            loss = optimizer_step(
-                s.model, s.optimizer, batch.to(s.device), depth, lr, s.config.train, s.dtype
-            )
-            self.rng_cpu = torch.get_rng_state()
-            if use_cuda:
-                self.rng_cuda = torch.cuda.get_rng_state_all()
+        seeds = state_seeds(train.seed, self.step, range(batch.inputs.shape[0]))
+        loss = optimizer_step(
+            s.model, s.optimizer, batch.to(s.device), depth, lr, train, seeds, s.dtype
+        )
         record = ChainStep(self.step, depth, lr, float(loss))
         self.history.append(record)
         self.step += 1

@@ -36,7 +36,7 @@ from fixedfirst.diagnose.update_pair import (
     RMS_REFERENCES,
     PairResult,
     UpdatePair,
-    batch_seed,
+    pair_row_seeds,
     stack_batches,
 )
 from fixedfirst.errors import UserError
@@ -74,7 +74,7 @@ class DiagnoseOptions:
     level: float = 0.95
     """Confidence level of the t-intervals."""
     seed: int = 0
-    """Seed of the pair updates' initial-state draws (the finishing steps use the run's RNG)."""
+    """Seed of the pair updates' initial-state draws (the finishing steps use the run's own)."""
     device: str = "auto"
 
     def __post_init__(self) -> None:
@@ -226,7 +226,8 @@ def run_diagnostic(
             measured = Measurements(o.batches, len(o.serving_depths))
             with pair:
                 for i, batch in enumerate(pair_batches):
-                    result = pair.measure(batch, lr, batch_seed(o.seed, i))
+                    seeds = pair_row_seeds(o.seed, i, batch.inputs.shape[0])
+                    result = pair.measure(batch, lr, seeds)
                     measured.add(i, result, o.serving_depths)
                     if result.start_digests is not None:
                         digests.append(result.start_digests)

@@ -24,8 +24,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -151,9 +150,17 @@ def stack_batches(batches: list[Batch]) -> Batch:
     return Batch(torch.cat(inputs), torch.cat(targets))
 
 
-def batch_seed(seed: int, index: int) -> int:
-    """The seed of the training-time randomness (initial recurrent state) of pair `index`."""
-    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
+_PAIR_NOISE_STREAM = 0xD1A6_0005E
+"""Keeps the pair updates' initial-state seeds apart from the trainer's."""
+
+
+def pair_row_seeds(seed: int, index: int, rows: int) -> list[int]:
+    """Initial-state seeds of the rows of diagnostic batch `index`: both updates of a pair use
+    the same ones (so the two steps see the same noise), and so does every u."""
+    return [
+        int(np.random.SeedSequence([seed, index, row, _PAIR_NOISE_STREAM]).generate_state(1)[0])
+        for row in range(rows)
+    ]
 
 
 @dataclass
@@ -227,18 +234,13 @@ class UpdatePair:
         self.seconds["evaluation"] += time.perf_counter() - started
         return result
 
-    @contextmanager
-    def _seeded(self, seed: int) -> Iterator[None]:
-        """Both updates of a pair draw the same initial recurrent state; the caller's RNG
-        stream is left as it was."""
-        cuda = self.heldout.inputs.device.type == "cuda"
-        devices = list(range(torch.cuda.device_count())) if cuda else []
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
-            yield
-
     def _update(
-        self, depth: int, batch: Batch, lr: float, seed: int, out: list[torch.Tensor]
+        self,
+        depth: int,
+        batch: Batch,
+        lr: float,
+        row_seeds: Sequence[int],
+        out: list[torch.Tensor],
     ) -> str | None:
         """Restore the captured state, take one step at `depth`, write Δθ into `out`; return the
         digest of the state the step started from (when recording)."""
@@ -248,8 +250,9 @@ class UpdatePair:
             group["lr"] = lr
         digest = state_digest(self.model, self.optimizer) if self.record_digests else None
         started = time.perf_counter()
-        with self._seeded(seed):
-            optimizer_step(self.model, self.optimizer, batch, depth, lr, self.train, self.dtype)
+        optimizer_step(
+            self.model, self.optimizer, batch, depth, lr, self.train, row_seeds, self.dtype
+        )
         with torch.no_grad():
             for d, p, p0 in zip(out, self.params, self.before.params, strict=True):
                 torch.sub(p, p0, out=d)
@@ -263,11 +266,12 @@ class UpdatePair:
         for p, p0, d in zip(self.params, self.before.params, delta, strict=True):
             torch.add(p0, d, alpha=scale, out=p)
 
-    def measure(self, batch: Batch, lr: float, seed: int) -> PairResult:
-        """One paired measurement on `batch` (on the model's device) at learning rate `lr`."""
+    def measure(self, batch: Batch, lr: float, row_seeds: Sequence[int]) -> PairResult:
+        """One paired measurement on `batch` (on the model's device) at learning rate `lr`;
+        `row_seeds` seed each row's initial recurrent state, the same for both updates."""
         (shallow, deep), (delta_s, delta_d) = self.depths, self.deltas
-        digest_s = self._update(shallow, batch, lr, seed, delta_s)
-        digest_d = self._update(deep, batch, lr, seed, delta_d)
+        digest_s = self._update(shallow, batch, lr, row_seeds, delta_s)
+        digest_d = self._update(deep, batch, lr, row_seeds, delta_d)
         rms_s, rms_d = update_rms(delta_s), update_rms(delta_d)
         if rms_s == 0.0 or rms_d == 0.0:
             raise UserError(
