@@ -212,3 +212,38 @@ def test_downstream_writes_a_table_per_depth(text_run, tmp_path, capsys, at_root
         assert entry["samples"] == len(DOCS)
     table = (out / "downstream.md").read_text()
     assert "| task | metric | K=1 | K=3 |" in table and f"| {TASK} | acc_norm |" in table
+
+
+def test_downstream_without_the_network_is_one_line(text_run, tmp_path, monkeypatch, capsys):
+    """A task whose dataset is on the hub, the hub unreachable: one line saying so, quickly."""
+    import fixedfirst.harness.downstream as downstream
+
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.setenv(name, os.environ.get(name, "0"))  # restored after the test
+    monkeypatch.setattr(downstream, "hub_reachable", lambda *a, **k: False)
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    yaml = (TASK_DIR / "fixedfirst_tiny_mc.yaml").read_text()
+    yaml = yaml.replace("task: fixedfirst_tiny_mc", "task: on_the_hub")
+    yaml = yaml.replace("dataset_path: json", "dataset_path: fixedfirst-tests/not-downloaded")
+    (tasks / "on_the_hub.yaml").write_text(yaml)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as info:
+        main(
+            [
+                "downstream",
+                str(text_run / "run"),
+                "--tasks",
+                "on_the_hub",
+                "--depths",
+                "1",
+                "--include-path",
+                str(tasks),
+                "--out",
+                str(out),
+            ]
+        )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and len(err) == 1, err
+    assert "needs the network" in err[0] and "huggingface.co" in err[0]
+    assert not out.exists()

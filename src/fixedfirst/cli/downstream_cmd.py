@@ -62,6 +62,12 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(args.run_dir) / "downstream"
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: exists and is not a directory")
+    from fixedfirst.harness.downstream import go_offline, hub_reachable
+
+    # Before the hub libraries are imported: they read the offline switches once, at import.
+    network = hub_reachable()
+    if not network:
+        go_offline()
     require_lm_eval()
 
     import lm_eval
@@ -70,8 +76,6 @@ def run(args: argparse.Namespace) -> int:
         FORMAT,
         VERSION,
         evaluate_depths,
-        go_offline,
-        hub_reachable,
         markdown_table,
         task_manager,
         write_report,
@@ -79,9 +83,6 @@ def run(args: argparse.Namespace) -> int:
     from fixedfirst.harness.model import FixedFirstLM
 
     manager = task_manager(tasks, args.include_path)
-    network = hub_reachable()
-    if not network:
-        go_offline()
     lm = FixedFirstLM(
         str(args.run_dir),
         depth=depths[0],
