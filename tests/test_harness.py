@@ -172,6 +172,17 @@ def test_fixedfirst_lm_eval_command(text_run, tmp_path, monkeypatch, at_root, ca
 
     local_only = functools.partial(TaskManager, include_defaults=False)
     monkeypatch.setattr(lm_eval.tasks, "TaskManager", local_only)
+    # The harness's command line gives its logger a handler on this test's (captured) stderr;
+    # put the logger back afterwards, or later tests would log into a closed stream.
+    import logging
+
+    import lm_eval.utils
+
+    logger = logging.getLogger("lm_eval")
+    for attribute in ("handlers", "propagate", "level"):
+        monkeypatch.setattr(logger, attribute, getattr(logger, attribute))
+    monkeypatch.setattr(logger, "handlers", list(logger.handlers))
+    monkeypatch.setattr(lm_eval.utils, "_LOGGING_CONFIGURED", lm_eval.utils._LOGGING_CONFIGURED)
 
     model_args = f"run={text_run / 'run'},depth=2"
     argv = ["run", "--model", "fixedfirst", "--model_args", model_args, "--tasks", TASK]
@@ -247,3 +258,17 @@ def test_downstream_without_the_network_is_one_line(text_run, tmp_path, monkeypa
     assert info.value.code == 2 and len(err) == 1, err
     assert "needs the network" in err[0] and "huggingface.co" in err[0]
     assert not out.exists()
+
+
+def test_fixedfirst_does_not_need_lm_eval_to_start():
+    """lm-eval is optional: the package, the harness package and the CLI parser import without
+    it (it is imported only by `register()`, the model class and `downstream`)."""
+    import subprocess
+
+    code = (
+        "import sys, fixedfirst, fixedfirst.harness, fixedfirst.serve\n"
+        "from fixedfirst.cli.main import build_parser\n"
+        "build_parser()\n"
+        "assert 'lm_eval' not in sys.modules and 'datasets' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

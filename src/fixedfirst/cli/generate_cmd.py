@@ -10,8 +10,6 @@ import argparse
 import sys
 import time
 
-from fixedfirst.serve.adaptive import DEFAULT_THRESHOLD
-
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -33,7 +31,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--threshold",
         type=float,
         metavar="T",
-        help=f"--exit kl: stop when KL(previous || current) < T (default {DEFAULT_THRESHOLD:g})",
+        help="--exit kl: stop when KL(previous || current) < T (default 1e-3, Huginn's)",
     )
     parser.add_argument(
         "--max-depth",
@@ -55,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from fixedfirst.errors import UserError
     from fixedfirst.hardware import resolve_device
     from fixedfirst.model import check_depth
-    from fixedfirst.serve.adaptive import KLExit
+    from fixedfirst.serve.adaptive import DEFAULT_THRESHOLD, KLExit
     from fixedfirst.serve.generation import generate_text
     from fixedfirst.serve.loading import load_served
 

@@ -150,27 +150,34 @@ def _fill_deeper_iterations(
     model: LoopedTransformer, cache: KVCache, depths: torch.Tensor, start: int, max_depth: int
 ) -> None:
     """Give position `start` an entry at every iteration up to max_depth: a row that stopped at
-    depth d shows its iteration-d keys/values at every deeper iteration."""
-    for j in range(2, max_depth + 1):  # iteration j (1-based); depth-1 rows always computed j=1
-        frozen = depths < j
-        if not bool(frozen.any()):
-            continue
-        for layer_index in range(model.config.n_core):
+    depth d shows its iteration-d keys/values at every deeper iteration j > d."""
+    row_depths = depths.tolist()
+    stopped_at = sorted(set(row_depths))
+    for layer_index in range(model.config.n_core):
+        source = {d: cache.layer("core", d - 1, layer_index) for d in stopped_at}
+        for j in range(stopped_at[0] + 1, max_depth + 1):
             target = cache.layer("core", j - 1, layer_index)
-            if target.length == start:  # no row reached iteration j: make room for the copies
-                source = cache.layer("core", 0, layer_index)
-                assert source.keys is not None and source.values is not None
+            if target.length == start:  # no row computed iteration j: every row copies
+                if len(stopped_at) == 1:
+                    entry = source[stopped_at[0]]
+                    assert entry.keys is not None and entry.values is not None
+                    target.append(entry.keys[..., start:, :], entry.values[..., start:, :])
+                    continue
+                first = source[stopped_at[0]]
+                assert first.keys is not None and first.values is not None
                 target.append(
-                    torch.zeros_like(source.keys[..., start:, :]),
-                    torch.zeros_like(source.values[..., start:, :]),
+                    torch.empty_like(first.keys[..., start:, :]),
+                    torch.empty_like(first.values[..., start:, :]),
                 )
             assert target.keys is not None and target.values is not None
-            for d in depths[frozen].unique().tolist():
+            for d in stopped_at:
+                if d >= j:
+                    break
                 rows = depths == d
-                source = cache.layer("core", d - 1, layer_index)
-                assert source.keys is not None and source.values is not None
-                target.keys[rows, :, start] = source.keys[rows, :, start]
-                target.values[rows, :, start] = source.values[rows, :, start]
+                entry = source[d]
+                assert entry.keys is not None and entry.values is not None
+                target.keys[rows, :, start] = entry.keys[rows, :, start]
+                target.values[rows, :, start] = entry.values[rows, :, start]
 
 
 def check_prompt(model: LoopedTransformer, prompt: torch.Tensor, max_new_tokens: int) -> None:
