@@ -95,5 +95,6 @@ def run(args: argparse.Namespace) -> int:
         used = f"{rule.describe()}: mean depth {mean:.2f}{spread}"
     else:
         used = f"depth {depth}"
-    print(f"[{served.description}: {len(depths)} tokens, {used}, {rate}]", file=sys.stderr)
+    count = f"{len(depths)} token{'' if len(depths) == 1 else 's'}"
+    print(f"[{served.description}: {count}, {used}, {rate}]", file=sys.stderr)
     return 0

@@ -13,12 +13,22 @@ from fixedfirst.serve.adaptive import (
     stream_kl_exit,
     teacher_forced_kl_exit,
 )
+from fixedfirst.serve.export import export_run, load
+from fixedfirst.serve.generation import generate_text
+from fixedfirst.serve.loading import Served, load_served
+from fixedfirst.serve.scoring import score_pairs
 
 __all__ = [
     "AdaptiveStep",
     "KLExit",
+    "Served",
     "adaptive_step",
+    "export_run",
+    "generate_text",
     "kl_divergence",
+    "load",
+    "load_served",
+    "score_pairs",
     "stream_kl_exit",
     "teacher_forced_kl_exit",
 ]
