@@ -21,9 +21,11 @@ explicit. The coda keeps one entry per position, from the readout at the depth i
 Cost. The rule needs the distribution at every iteration, so each iteration also pays the readout
 (coda layers + the d x vocab head + a log-softmax): a token that stops at depth k costs
 prelude + k * (iteration + readout), against prelude + K * iteration + readout at fixed depth K.
-With the paper's shape (4 core layers, 1 coda layer, d = 1024, 32k vocabulary) a readout costs
-about as much as 0.9 core iterations, so KL exit at mean depth k costs like fixed depth ~1.9 k;
-the CPU model of configs/sweeps/lm-cpu.toml (2 core layers, byte vocabulary) pays ~0.5 iteration.
+With the paper-200m preset (4 core layers, 1 coda layer, d = 1024, 32k vocabulary,
+1024-token sequences) a readout costs about 0.8 of a core iteration, so KL exit at mean depth k
+costs like fixed depth ~1.8 k; the CPU model of configs/sweeps/lm-cpu.toml (2 core layers, byte
+vocabulary) pays ~0.5 of an iteration per readout. In a trained model a token practically never
+stops at depth 1 (its first distribution is far from uniform): the effective minimum is 2.
 `compute.flop_model` gives the exact numbers; benchmarks/generation.py reports them.
 
 Prefill. In generation the prompt, except its last token, is processed at max_depth in one
