@@ -19,8 +19,10 @@ setup: $(STAMP)
 demo: setup
 	$(VENV)/bin/fixedfirst compute configs/paper-200m.toml
 
+# One thread per process: the tests are many small operations and several spawn 2-process runs,
+# where more threads only contend for the cores (on a 2-core machine, badly).
 test: setup
-	$(PY) -m pytest -q -m "not slow"
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow"
 
 test-all: setup
 	$(PY) -m pytest -q

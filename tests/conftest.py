@@ -20,3 +20,65 @@ def tiny_model_config(**overrides) -> ModelConfig:
 def tiny_model() -> LoopedTransformer:
     torch.manual_seed(0)
     return LoopedTransformer(tiny_model_config()).eval()
+
+
+TEXT_RUN_TOML = """
+[model]
+vocab_size = 257
+d_model = 32
+n_heads = 4
+n_prelude = 1
+n_core = 1
+n_coda = 1
+max_seq_len = 64
+
+[schedule]
+kind = "fixed-first"
+k0 = 2
+switch = 0.5
+k_max = 6
+
+[train]
+tokens = 4096
+batch_size = 8
+seq_len = 64
+lr = 3e-3
+log_every = 4
+
+[data]
+kind = "tokens"
+path = "data"
+
+[eval]
+depths = [1, 4]
+batches = 1
+"""
+
+
+@pytest.fixture(scope="session")
+def text_run(tmp_path_factory):
+    """A tiny byte-level language-model run (8 steps on generated sentences), for serving tests:
+    returns the directory holding `data/` and `run/` (the run's data.path is absolute)."""
+    import os
+
+    import numpy as np
+
+    from fixedfirst.config import load_config
+    from fixedfirst.data.prepare import PrepareOptions, prepare
+    from fixedfirst.train.trainer import Trainer
+
+    root = tmp_path_factory.mktemp("text-run")
+    rng = np.random.default_rng(0)
+    words = ["the", "river", "stone", "lamp", "orbit", "cedar", "quartz", "violet", "harbor"]
+    documents = [" ".join(rng.choice(words, size=rng.integers(6, 20))) for _ in range(200)]
+    (root / "corpus.txt").write_text("\n%\n".join(documents) + "\n")
+    (root / "run.toml").write_text(TEXT_RUN_TOML)
+    before = os.getcwd()
+    os.chdir(root)
+    try:
+        prepare(["corpus.txt"], "data", PrepareOptions(separator="%", val_fraction=0.1))
+        config = load_config("run.toml", [f'data.path="{root / "data"}"'])
+        Trainer(config, "run", quiet=True).train()
+    finally:
+        os.chdir(before)
+    return root

@@ -11,10 +11,13 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "KLExit": "fixedfirst.serve",
     "LoopedTransformer": "fixedfirst.model",
     "ModelConfig": "fixedfirst.config",
     "RunConfig": "fixedfirst.config",
+    "load": "fixedfirst.serve.export",
     "load_config": "fixedfirst.config",
+    "load_served": "fixedfirst.serve.loading",
     "Schedule": "fixedfirst.schedules",
     "UserError": "fixedfirst.errors",
 }

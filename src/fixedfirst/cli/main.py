@@ -21,6 +21,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prepare": ("prepare_cmd", "tokenize text, JSONL, Parquet or a HF dataset into token shards"),
     "sweep": ("sweep_cmd", "train, evaluate and tabulate a list of runs (the schedule table)"),
     "figure3": ("figure3_cmd", "plot a fixed-first run's loss around the switch (Figure 3)"),
+    "generate": (
+        "generate_cmd",
+        "stream text from a run at a fixed depth or with per-token KL exit",
+    ),
+    "export": ("export_cmd", "write a run's weights, config and tokenizer for inference"),
+    "downstream": ("downstream_cmd", "lm-evaluation-harness tasks at several serving depths"),
 }
 
 

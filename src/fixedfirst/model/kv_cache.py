@@ -32,6 +32,13 @@ class LayerCache:
             self.values = torch.cat([self.values, v], dim=-2)
         return self.keys, self.values
 
+    def truncate(self, length: int) -> None:
+        """Forget every position from `length` on: adaptive exit reads out the coda at each core
+        iteration to decide whether to stop, and keeps only the readout it stopped at."""
+        if self.keys is not None and self.values is not None:
+            self.keys = self.keys[..., :length, :]
+            self.values = self.values[..., :length, :]
+
 
 class KVCache:
     """All layer caches of one decoding session."""

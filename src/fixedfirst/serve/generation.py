@@ -1,0 +1,102 @@
+"""Text in, text out: generation from a served model at a fixed depth or under the KL exit rule.
+
+Every prompt starts with the tokenizer's start-of-document id (training documents all follow
+one), and generation stops at its end-of-document id, which is not shown. Text is yielded token by
+token as it becomes printable: a byte-level model may emit the bytes of one character over
+several tokens, and those are held back until the character is complete (a character still
+incomplete when generation ends is not shown).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from fixedfirst.errors import UserError
+from fixedfirst.serve.adaptive import KLExit, stream_kl_exit
+from fixedfirst.serve.loading import Served
+from fixedfirst.serve.tokenizer import ServingTokenizer
+
+
+class IncrementalDecoder:
+    """Turns ids, one at a time, into the text they complete."""
+
+    def __init__(self, tokenizer: ServingTokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.shown = 0
+
+    def push(self, token: int) -> str:
+        """The new printable text after `token` ('' while a character is incomplete)."""
+        self.ids.append(token)
+        stable = self.tokenizer.decode(self.ids).rstrip("\ufffd")
+        piece = stable[self.shown :]
+        self.shown = max(self.shown, len(stable))
+        return piece
+
+
+@dataclass
+class GeneratedToken:
+    text: str
+    """The text this token completes; may be ''."""
+    token: int
+    depth: int
+    """The depth whose distribution this token was drawn from."""
+
+
+def encode_prompt(served: Served, prompt: str, max_new_tokens: int) -> torch.Tensor:
+    """(1, T) ids: start-of-document, then the prompt; checked against the model's window."""
+    if served.tokenizer is None:
+        raise UserError("this model has no tokenizer")
+    if max_new_tokens < 1:
+        raise UserError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
+    ids = [served.tokenizer.start_id, *served.tokenizer.encode(prompt)]
+    window = served.model.config.max_seq_len
+    if len(ids) > window:
+        raise UserError(
+            f"the prompt is {len(ids)} tokens (with the start-of-document token), longer than "
+            f"model.max_seq_len = {window}"
+        )
+    if len(ids) + max_new_tokens > window:
+        raise UserError(
+            f"prompt ({len(ids)} tokens) + --max-new-tokens {max_new_tokens} exceeds "
+            f"model.max_seq_len = {window}; at most {window - len(ids)} new tokens fit"
+        )
+    device = next(served.model.parameters()).device
+    return torch.tensor([ids], device=device)
+
+
+def generate_text(
+    served: Served,
+    prompt: str,
+    max_new_tokens: int,
+    depth: int | None = None,
+    rule: KLExit | None = None,
+    temperature: float = 0.0,
+    seed: int = 0,
+) -> Iterator[GeneratedToken]:
+    """Yield each generated token with its text and depth: at fixed `depth`, or under `rule`
+    (exactly one of the two). Stops after max_new_tokens or at the end-of-document token."""
+    if (depth is None) == (rule is None):
+        raise ValueError("give exactly one of depth and rule")
+    if temperature < 0:
+        raise UserError(f"--temperature must be >= 0, got {temperature}")
+    ids = encode_prompt(served, prompt, max_new_tokens)
+    assert served.tokenizer is not None
+    generator = torch.Generator(device=ids.device).manual_seed(seed)
+    if rule is not None:
+        steps = stream_kl_exit(served.model, ids, max_new_tokens, rule, temperature, generator)
+    else:
+        assert depth is not None
+        steps = (
+            (token, torch.tensor([depth]))
+            for token in served.model.stream(ids, max_new_tokens, depth, temperature, generator)
+        )
+    decoder = IncrementalDecoder(served.tokenizer)
+    for token, depths in steps:
+        token_id, used = int(token[0, 0]), int(depths[0])
+        if token_id == served.tokenizer.stop_id:
+            break
+        yield GeneratedToken(decoder.push(token_id), token_id, used)

@@ -1,0 +1,85 @@
+"""Open what is to be served: a training run or an export, as one model plus its tokenizer.
+
+`fixedfirst generate`, `fixedfirst downstream` and the lm-evaluation-harness model all take
+either a run directory (a checkpoint of it: the newest by default) or a directory written by
+`fixedfirst export`; this module tells them apart and returns the same thing for both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from fixedfirst.config import RunConfig
+from fixedfirst.errors import UserError
+from fixedfirst.model import LoopedTransformer
+from fixedfirst.run import LoadedRun
+from fixedfirst.serve.tokenizer import ServingTokenizer
+
+
+@dataclass
+class Served:
+    model: LoopedTransformer
+    """In eval mode."""
+    tokenizer: ServingTokenizer | None
+    """None only when asked for with require_tokenizer=False (runs on synthetic data)."""
+    default_depth: int
+    """The deepest depth the model trained at: the serving depth when none is asked for."""
+    description: str
+    """Where the weights came from, for messages and result files."""
+    run: LoadedRun | None = None
+    """The run and checkpoint, when served from a run directory."""
+
+
+def deepest_training_depth(config: RunConfig) -> int:
+    """The largest depth the run's schedule draws: `depth` for fixed, else k_max (every other
+    schedule draws from 1..k_max or clips at it)."""
+    schedule = config.schedule
+    return schedule.depth if schedule.kind == "fixed" else schedule.k_max
+
+
+def load_served(
+    path: str | Path,
+    checkpoint: int | None = None,
+    device: str | torch.device = "cpu",
+    require_tokenizer: bool = True,
+) -> Served:
+    """A run directory (at `checkpoint`, default the newest) or an export directory."""
+    from fixedfirst.serve.export import TOKENIZER_DIR, is_export, load, read_export
+    from fixedfirst.serve.tokenizer import load_saved_tokenizer, run_tokenizer
+
+    path = Path(path)
+    if is_export(path):
+        if checkpoint is not None:
+            raise UserError(f"{path} is an export of one checkpoint; --checkpoint does not apply")
+        config = read_export(path)
+        model = load(path, device)
+        tokenizer = None
+        if config.get("tokenizer") is not None:
+            tokenizer = load_saved_tokenizer(path / TOKENIZER_DIR)
+        elif require_tokenizer:
+            raise UserError(
+                f"{path}: this export has no tokenizer (its run trained on synthetic data)"
+            )
+        source = config.get("source", {})
+        return Served(
+            model,
+            tokenizer,
+            int(config.get("default_depth", 1)),
+            f"{path} (export of {source.get('run')} step {source.get('step')})",
+        )
+    from fixedfirst.run import load_run
+
+    loaded = load_run(path, checkpoint, device)
+    tokenizer = None
+    if require_tokenizer or loaded.config.data.kind != "synthetic":
+        tokenizer = run_tokenizer(loaded.config, loaded.checkpoint.meta.get("data"))
+    return Served(
+        loaded.model,
+        tokenizer,
+        deepest_training_depth(loaded.config),
+        f"{path} step {loaded.checkpoint.step}",
+        loaded,
+    )
