@@ -65,7 +65,10 @@ class ExperimentConfig:
         if self.flops <= 0:
             raise UserError(f"{s}.flops: the FLOP budget must be > 0, got {self.flops}")
         if not self.snapshots or any(not 0 < f < 1 for f in self.snapshots):
-            raise UserError(f"{s}.snapshots: fractions must be in (0, 1), got {self.snapshots}")
+            raise UserError(
+                f"{s}.snapshots: fractions must be in (0, 1), got {self.snapshots} "
+                "(the end of each run, 1, is always evaluated)"
+            )
         if not self.depths or any(d < 1 for d in self.depths):
             raise UserError(f"{s}.depths: depths must be >= 1, got {self.depths}")
         if self.recall_people is not None and self.recall_people < 1:
@@ -221,11 +224,29 @@ def collect_results(
     }
 
 
+def check_runs_startable(runs: list[PlannedRun]) -> None:
+    """What would stop a run part-way through the experiment, checked before anything is
+    written: each run's budget (a schedule with dearer steps may not afford a single step where
+    a cheaper one does) and the data against the model (shared by the runs: the bios vocabulary
+    against model.vocab_size, one biography against train.seq_len)."""
+    from fixedfirst.compute import plan_budget
+    from fixedfirst.data.source import build_source
+
+    for planned in runs:
+        try:
+            plan_budget(planned.config)
+        except UserError as e:
+            raise UserError(f'run "{planned.name}": {e}') from None
+    build_source(runs[0].config)
+
+
 def run_experiment(preset: Preset, out: Path, quiet: bool = False) -> dict[str, Any]:
     """Train (or reuse) the three runs, measure recall, write results.json, the figure, report."""
     from fixedfirst.tasks.bios.figure import plot_figure1
     from fixedfirst.tasks.bios.report import write_report
 
+    runs = planned_runs(preset)
+    check_runs_startable(runs)
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".write-test"
@@ -234,7 +255,7 @@ def run_experiment(preset: Preset, out: Path, quiet: bool = False) -> dict[str, 
     except OSError as e:
         raise UserError(f"cannot write to --out {out}: {e.strerror or e}") from None
     started = time.perf_counter()
-    outcomes = run_all(planned_runs(preset), out, quiet)
+    outcomes = run_all(runs, out, quiet)
     trained = time.perf_counter()
     results = collect_results(preset, outcomes, quiet)
     results["wall_clock_s"] = {
