@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from fixedfirst.cli.arguments import parse_depths
@@ -32,6 +33,19 @@ def parse_pair(text: str) -> tuple[int, int]:
     if min(a, b) < 1:
         raise UserError(f"--depths {text!r}: depths must be >= 1")
     return a, b
+
+
+def check_out_dir(out: Path) -> None:
+    """Refuse an --out that cannot be made, without making it yet: the run may still be
+    refused (no switch checkpoint, --updates beyond it...), and a refused command leaves the disk
+    as it was. The directory is created once the results exist."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} exists and is not a directory")
+    existing = next(p for p in (out, *out.parents) if p.exists())
+    if not existing.is_dir():
+        raise UserError(f"cannot create --out {out}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"cannot create --out {out}: {existing} is not writable")
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -105,11 +119,12 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
     )
     out = Path(args.out) if args.out else Path(args.run_dir) / "diagnose"
+    check_out_dir(out)
+    results = run_diagnostic(args.run_dir, options, quiet=args.quiet)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"cannot create --out {out}: {e.strerror or e}") from None
-    results = run_diagnostic(args.run_dir, options, quiet=args.quiet)
     (out / "results.json").write_text(json.dumps(results, indent=2))
     plot_figure4(results, out / "figure4.png")
     print(format_tables(results))
