@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from fixedfirst.hardware import resolve_device
     from fixedfirst.model import check_depth
     from fixedfirst.serve.adaptive import DEFAULT_THRESHOLD, KLExit
-    from fixedfirst.serve.generation import generate_text
+    from fixedfirst.serve.generation import check_utf8, generate_text
     from fixedfirst.serve.loading import load_served
 
     if args.exit is None and (args.threshold is not None or args.max_depth is not None):
@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     if args.temperature < 0:
         raise UserError(f"--temperature must be >= 0, got {args.temperature}")
+    check_utf8(args.prompt)
     served = load_served(args.run_dir, args.checkpoint, resolve_device(args.device))
     depth = rule = None
     if args.exit == "kl":

@@ -46,12 +46,31 @@ class GeneratedToken:
     """The depth whose distribution this token was drawn from."""
 
 
+def check_utf8(prompt: str) -> None:
+    """Refuse text that has no UTF-8 encoding: bytes of a command-line argument that were not
+    UTF-8 arrive as lone surrogates (Python's surrogateescape), which no tokenizer can encode."""
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as e:
+        code = ord(prompt[e.start])
+        what = (
+            f"the byte 0x{code - 0xDC00:02x}"
+            if 0xDC80 <= code <= 0xDCFF
+            else f"U+{code:04X} (a lone surrogate)"
+        )
+        raise UserError(
+            f"--prompt is not valid UTF-8: character {e.start + 1} is {what}; "
+            "give the prompt as UTF-8 text"
+        ) from None
+
+
 def encode_prompt(served: Served, prompt: str, max_new_tokens: int) -> torch.Tensor:
     """(1, T) ids: start-of-document, then the prompt; checked against the model's window."""
     if served.tokenizer is None:
         raise UserError("this model has no tokenizer")
     if max_new_tokens < 1:
         raise UserError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
+    check_utf8(prompt)
     ids = [served.tokenizer.start_id, *served.tokenizer.encode(prompt)]
     window = served.model.config.max_seq_len
     if len(ids) > window:
