@@ -16,6 +16,8 @@ def run(args: argparse.Namespace) -> int:
     from fixedfirst.errors import UserError
     from fixedfirst.sweep.figure3 import plot_figure3
 
+    if not Path(args.run_dir).is_dir():
+        raise UserError(f"run directory {args.run_dir} does not exist")
     out = Path(args.out) if args.out else Path(args.run_dir) / "figure3.png"
     if not out.parent.is_dir():
         raise UserError(f"--out {out}: directory {out.parent} does not exist")

@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from fixedfirst.errors import UserError
+
 
 def _clean(value: Any) -> Any:
     """JSON has no NaN/inf: write them as strings so the file stays standard JSON."""
@@ -50,10 +52,19 @@ class MetricsLog:
 def read_metrics(path: str | Path, kind: str | None = None) -> list[dict[str, Any]]:
     """All records of a metrics file, optionally only those of one kind."""
     records = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
                 record = json.loads(line)
-                if kind is None or record.get("kind") == kind:
-                    records.append(record)
+            except ValueError:
+                record = None
+            if not isinstance(record, dict):
+                raise UserError(
+                    f"{path}: line {number} is not a JSON metrics record (the file is "
+                    "damaged); delete or repair that line"
+                )
+            if kind is None or record.get("kind") == kind:
+                records.append(record)
     return records
