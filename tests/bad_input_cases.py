@@ -18,8 +18,10 @@ import io
 import json
 import os
 import shutil
+import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +38,7 @@ TOKENS_TOML = TINY_TOML.replace("vocab_size = 48", "vocab_size = 512") + (
 class Case:
     id: str
     area: str
-    """config, command line, checkpoint or data."""
+    """config, command line, checkpoint or data; or the command (sweep, bios, generate...)."""
     given: str
     """What the user did, in words (the table's first column)."""
     argv: list[str]
@@ -592,6 +594,210 @@ SWEEP_CASES: list[Case] = [
 ]
 
 
+# The other commands: bios, generate, export, figure3, diagnose, downstream.
+
+
+def smoke_preset_with(line: str) -> str:
+    """The shipped smoke preset with `key = value` set in its [experiment] section."""
+    smoke = (resources.files("fixedfirst") / "presets" / "bios-smoke.toml").read_text()
+    head, rest = smoke.split("[experiment]\n", 1)
+    section, tail = rest.split("\n[", 1)
+    key = line.split("=")[0].strip()
+    kept = [x for x in section.splitlines() if x.split("=")[0].strip() != key]
+    return head + "\n".join(["[experiment]", line, *kept]) + "\n\n[" + tail
+
+
+def bios_preset_case(id: str, given: str, line: str, fragment: str) -> Case:
+    return Case(
+        id,
+        "bios",
+        f"{given}: `{line}`",
+        ["bios", "--preset", "preset.toml", "--out", "fig1"],
+        fragment,
+        files={"preset.toml": smoke_preset_with(line)},
+    )
+
+
+def delete_metrics(work: Path) -> None:
+    (work / "run" / "metrics.jsonl").unlink()
+
+
+def tear_last_metrics_line(work: Path) -> None:
+    """What a process killed while appending to metrics.jsonl leaves: half a JSON line."""
+    with open(work / "run" / "metrics.jsonl", "a") as f:
+        f.write('{"kind": "train", "step": 9, "lo')
+
+
+def earlier_export(work: Path) -> None:
+    (work / "exported").mkdir()
+    (work / "exported" / "config.json").write_text('{"format": "fixedfirst-export"}\n')
+    (work / "exported" / "model.safetensors").write_bytes(b"weights of another run")
+
+
+GENERATE = ["generate", "tokens-run", "--prompt", "river stone"]
+
+COMMAND_CASES: list[Case] = [
+    Case(
+        "bios-preset-unknown",
+        "bios",
+        "`bios --preset smok` (a misspelt preset name)",
+        ["bios", "--preset", "smok", "--out", "fig1"],
+        "--preset 'smok': unknown preset; choose one of default, smoke",
+    ),
+    bios_preset_case(
+        "bios-preset-unknown-key",
+        "a preset file with a misspelt key in [experiment]",
+        "recal_people = 8",
+        "unknown key experiment.recal_people",
+    ),
+    bios_preset_case(
+        "bios-recall-people-zero",
+        "a preset file that scores recall on nobody",
+        "recall_people = 0",
+        "experiment.recall_people: must be >= 1, got 0",
+    ),
+    bios_preset_case(
+        "bios-snapshot-at-end",
+        "a preset file with a snapshot at 100% of the budget",
+        "snapshots = [0.45, 1.0]",
+        "experiment.snapshots: fractions must be in (0, 1)",
+    ),
+    Case(
+        "bios-vocab-too-small",
+        "bios",
+        "`bios --preset smoke --set model.vocab_size=100` (below the bios vocabulary)",
+        ["bios", "--preset", "smoke", "--out", "fig1", "--set", "model.vocab_size=100"],
+        "model.vocab_size = 100 is below the 216 tokens of the bios vocabulary",
+    ),
+    Case(
+        "bios-budget-below-uniform-step",
+        "bios",
+        "a FLOP budget that pays for one step of fixed K=4 but not of uniform 1..16",
+        ["bios", "--preset", "smoke", "--out", "fig1", "--set", "experiment.flops=1e10"],
+        'run "uniform-1-16": train.flops = 1e+10 is below the cost of a single step',
+    ),
+    Case(
+        "generate-nonexistent",
+        "generate",
+        "`generate` from a run directory that does not exist",
+        ["generate", "nowhere", "--prompt", "river stone"],
+        "run directory nowhere does not exist",
+    ),
+    Case(
+        "generate-depth-zero",
+        "generate",
+        "`generate --depth 0`",
+        [*GENERATE, "--depth", "0"],
+        "depth must be an integer >= 1, got 0",
+        needs=("tokens-run", "data"),
+    ),
+    Case(
+        "generate-threshold-negative",
+        "generate",
+        "`generate --exit kl --threshold -0.001`",
+        [*GENERATE, "--exit", "kl", "--threshold", "-0.001"],
+        "the KL threshold must be a finite number >= 0, got -0.001",
+        needs=("tokens-run", "data"),
+    ),
+    Case(
+        "generate-depth-and-exit",
+        "generate",
+        "`generate --depth 4 --exit kl` (a fixed depth and an adaptive one)",
+        [*GENERATE, "--depth", "4", "--exit", "kl"],
+        "give either --depth K (fixed depth) or --exit kl, not both",
+        needs=("tokens-run", "data"),
+    ),
+    Case(
+        "generate-prompt-not-utf8",
+        "generate",
+        "a prompt with a byte that is not UTF-8 (`--prompt $'caf\\xff'` in bash)",
+        ["generate", "tokens-run", "--prompt", "caf\udcff"],
+        "--prompt is not valid UTF-8: character 4 is the byte 0xff",
+        needs=("tokens-run", "data"),
+    ),
+    Case(
+        "export-nonexistent",
+        "export",
+        "`export` of a run directory that does not exist",
+        ["export", "nowhere", "--out", "exported"],
+        "run directory nowhere does not exist",
+    ),
+    Case(
+        "export-out-not-empty",
+        "export",
+        "`export --out` naming a directory that holds an earlier export",
+        ["export", "tokens-run", "--out", "exported"],
+        "--out exported: directory exists and is not empty; nothing was written",
+        needs=("tokens-run", "data"),
+        setup=earlier_export,
+    ),
+    Case(
+        "figure3-nonexistent",
+        "figure3",
+        "`figure3` of a run directory that does not exist",
+        ["figure3", "nowhere"],
+        "run directory nowhere does not exist",
+    ),
+    Case(
+        "figure3-no-metrics",
+        "figure3",
+        "`figure3` of a fixed-first run whose metrics.jsonl was deleted",
+        ["figure3", "run", "--out", "f.png"],
+        "run has no metrics.jsonl yet",
+        needs=("run",),
+        setup=delete_metrics,
+    ),
+    Case(
+        "figure3-torn-metrics",
+        "figure3",
+        "`figure3` when metrics.jsonl ends in half a line (the process was killed mid-write)",
+        ["figure3", "run", "--out", "f.png"],
+        "line 9 is not a JSON metrics record (the file is damaged)",
+        needs=("run",),
+        setup=tear_last_metrics_line,
+    ),
+    Case(
+        "diagnose-uniform-run",
+        "diagnose",
+        "`diagnose` of a run trained with a uniform schedule (no switch checkpoint)",
+        ["diagnose", "uniform-run"],
+        "which has no switch point, so it has no 'switch' checkpoint",
+        needs=("uniform-run",),
+    ),
+    Case(
+        "diagnose-before-switch",
+        "diagnose",
+        "`diagnose` of a fixed-first run paused before its switch step",
+        ["diagnose", "run"],
+        "run has no checkpoint tagged 'switch' yet",
+        needs=("run",),
+    ),
+    Case(
+        "diagnose-updates-beyond-run",
+        "diagnose",
+        "`diagnose --checkpoint 8 --updates 0,40` on a run of 48 steps",
+        ["diagnose", "run", "--checkpoint", "8", "--updates", "0,40"],
+        "--updates 40 is beyond the run: the run has 48 steps, 40 after step 8",
+        needs=("run",),
+    ),
+    Case(
+        "diagnose-batches-one",
+        "diagnose",
+        "`diagnose --batches 1`",
+        ["diagnose", "run", "--checkpoint", "8", "--batches", "1"],
+        "--batches must be >= 2 (an interval needs 2), got 1",
+        needs=("run",),
+    ),
+    Case(
+        "downstream-nonexistent",
+        "downstream",
+        "`downstream` of a run directory that does not exist",
+        ["downstream", "nowhere", "--tasks", "piqa"],
+        "nowhere: no such run or export directory",
+    ),
+]
+
+
 def config_cases() -> list[Case]:
     """The configuration cases of tests/test_config.py, run the same way for the table."""
     from tests.test_config import BAD_CONFIGS
@@ -610,7 +816,7 @@ def config_cases() -> list[Case]:
 
 
 def all_cases() -> list[Case]:
-    return CASES + SWEEP_CASES + config_cases()
+    return CASES + SWEEP_CASES + COMMAND_CASES + config_cases()
 
 
 # -- prebuilt things and running a case ----------------------------------------------------------
@@ -628,8 +834,8 @@ def inside(directory: Path) -> Iterator[None]:
 
 def build_assets(root: Path) -> None:
     """Everything a case may need, built once: a tiny config and a run of it paused at step 8
-    (checkpoints at 4 and 8), a run of another width, byte and BPE token data from the same
-    text, and a run on the byte data."""
+    (checkpoints at 4 and 8), a run of another width, a run of it with a uniform schedule, byte
+    and BPE token data from the same text, and a run on the byte data."""
     from fixedfirst.config import load_config
     from fixedfirst.data.prepare import PrepareOptions, prepare
     from fixedfirst.train.trainer import Trainer
@@ -646,6 +852,8 @@ def build_assets(root: Path) -> None:
         Trainer(load_config("tiny.toml"), "run", quiet=True).train(stop_after=8)
         wide = load_config("tiny.toml", ["model.d_model=64"])
         Trainer(wide, "wide-run", quiet=True).train(stop_after=4)
+        uniform = load_config("tiny.toml", ["schedule.kind=uniform"])
+        Trainer(uniform, "uniform-run", quiet=True).train(stop_after=4)
         prepare([str(corpus)], "data", PrepareOptions(separator="%", val_fraction=0.2))
         bpe = PrepareOptions(tokenizer="bpe", vocab_size=300, separator="%", val_fraction=0.2)
         prepare([str(corpus)], "data-bpe", bpe)
@@ -686,21 +894,26 @@ def _refuse_exec(*args, **kwargs):
     raise AssertionError("a bad-input case tried to launch torchrun")
 
 
+def _refuse_network(*args, **kwargs):
+    raise AssertionError("a bad-input case tried to open a network connection")
+
+
 def run_case(case: Case, work: Path) -> Outcome:
     """Run the case's command line in process inside `work`."""
     from fixedfirst.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     code: int | str | None = 0
-    exec_before = os.execv
+    exec_before, connect_before = os.execv, socket.create_connection
     os.execv = _refuse_exec
+    socket.create_connection = _refuse_network  # a refusal must come before any network probe
     try:
         with inside(work), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             main(case.argv)
     except SystemExit as e:
         code = e.code
     finally:
-        os.execv = exec_before
+        os.execv, socket.create_connection = exec_before, connect_before
     return Outcome(code, out.getvalue(), err.getvalue())
 
 
