@@ -93,10 +93,12 @@ def findings(results: dict[str, Any]) -> list[str]:
         low = min(ff, key=ff.get)
         above_one = {d: v for d, v in ff.items() if d >= 2}
         low2 = min(above_one, key=above_one.get) if above_one else low
+        high2 = max((above_one or ff).values())
+        low_share, high_share = f"{ff[low2] / ceiling:.0%}", f"{high2 / ceiling:.0%}"
+        share = low_share if low_share == high_share else f"{low_share} to {high_share}"
         out.append(
             f"Fixed-first at the full budget recalls between {ff[low2]:.1f} (depth {low2}) and "
-            f"{max(ff.values()):.1f} bits at serving depths 2..{max(ff)} "
-            f"({ff[low2] / ceiling:.0%} to {max(ff.values()) / ceiling:.0%} of the ceiling), "
+            f"{high2:.1f} bits at serving depths 2..{max(ff)} ({share} of the ceiling), "
             f"and {ff.get(1, float('nan')):.1f} bits at depth 1."
         )
         if uni:
