@@ -112,7 +112,7 @@ class SweepProgress:
         self.flops = {r.name: plan_budget(r.config).flops for r in runs}
         self.todo = {r.name for r in runs if _status(r, out) != "finished"}
         self.total = sum(self.flops.values())
-        self.done = self.total - sum(self.flops[n] for n in self.todo)
+        self.done = sum(f for n, f in self.flops.items() if n not in self.todo)
         self.started = time.monotonic()
         self.trained_flops = 0.0
         self.previous: str | None = None
