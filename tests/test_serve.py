@@ -201,6 +201,16 @@ def test_bad_generate_input_is_one_line(text_run, capsys, extra, fragment):
     assert snapshot(text_run) == before
 
 
+def test_generate_without_max_new_tokens_fills_the_window(text_run, served, capsys):
+    # The run's window is 64 tokens; "the river" takes 10 with the start token, so 54 fit.
+    code, out, err = run_cli(capsys, "generate", text_run / "run", "--prompt", "the river")
+    assert code == 0, err
+    prompt = torch.tensor([[EOD, *b"the river"]])
+    new = served.model.generate(prompt, 54, served.default_depth)[0, prompt.shape[1] :].tolist()
+    assert out == expected_text(new) + "\n"
+    assert err.count("tokens,") == 1 and ("54 tokens" in err or EOD in new)
+
+
 def test_prompt_longer_than_the_window(text_run, capsys):
     code, _, err = run_cli(capsys, "generate", text_run / "run", "--prompt", "x" * 64)
     assert code == 2 and "longer than model.max_seq_len = 64" in err

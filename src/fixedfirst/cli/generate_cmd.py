@@ -10,6 +10,8 @@ import argparse
 import sys
 import time
 
+DEFAULT_MAX_NEW_TOKENS = 200
+
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -39,7 +41,13 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="K",
         help="--exit kl: never iterate more than K times (default: the deepest training depth)",
     )
-    parser.add_argument("--max-new-tokens", type=int, default=200, metavar="N", help="default 200")
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        metavar="N",
+        help=f"default: as many as fit the model's window after the prompt, at most "
+        f"{DEFAULT_MAX_NEW_TOKENS}",
+    )
     parser.add_argument(
         "--temperature", type=float, default=0.0, help="0 (default) is greedy; > 0 samples"
     )
@@ -54,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from fixedfirst.hardware import resolve_device
     from fixedfirst.model import check_depth
     from fixedfirst.serve.adaptive import DEFAULT_THRESHOLD, KLExit
-    from fixedfirst.serve.generation import check_utf8, generate_text
+    from fixedfirst.serve.generation import check_utf8, generate_text, room_after
     from fixedfirst.serve.loading import load_served
 
     if args.exit is None and (args.threshold is not None or args.max_depth is not None):
@@ -66,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             check_depth(given)
     threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
     KLExit(threshold)  # a bad threshold is refused before the model is loaded
-    if args.max_new_tokens < 1:
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise UserError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     if args.temperature < 0:
         raise UserError(f"--temperature must be >= 0, got {args.temperature}")
@@ -78,10 +86,13 @@ def run(args: argparse.Namespace) -> int:
         rule = KLExit(threshold, max_depth)
     else:
         depth = served.default_depth if args.depth is None else args.depth
+    max_new_tokens = args.max_new_tokens
+    if max_new_tokens is None:
+        max_new_tokens = max(1, min(DEFAULT_MAX_NEW_TOKENS, room_after(served, args.prompt)))
     start = time.perf_counter()
     depths: list[int] = []
     for step in generate_text(
-        served, args.prompt, args.max_new_tokens, depth, rule, args.temperature, args.seed
+        served, args.prompt, max_new_tokens, depth, rule, args.temperature, args.seed
     ):
         depths.append(step.depth)
         sys.stdout.write(step.text)

@@ -64,14 +64,24 @@ def check_utf8(prompt: str) -> None:
         ) from None
 
 
-def encode_prompt(served: Served, prompt: str, max_new_tokens: int) -> torch.Tensor:
-    """(1, T) ids: start-of-document, then the prompt; checked against the model's window."""
+def prompt_ids(served: Served, prompt: str) -> list[int]:
+    """Start-of-document, then the prompt's tokens."""
     if served.tokenizer is None:
         raise UserError("this model has no tokenizer")
+    check_utf8(prompt)
+    return [served.tokenizer.start_id, *served.tokenizer.encode(prompt)]
+
+
+def room_after(served: Served, prompt: str) -> int:
+    """How many new tokens fit the model's window after `prompt` (may be <= 0)."""
+    return served.model.config.max_seq_len - len(prompt_ids(served, prompt))
+
+
+def encode_prompt(served: Served, prompt: str, max_new_tokens: int) -> torch.Tensor:
+    """(1, T) ids: start-of-document, then the prompt; checked against the model's window."""
     if max_new_tokens < 1:
         raise UserError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
-    check_utf8(prompt)
-    ids = [served.tokenizer.start_id, *served.tokenizer.encode(prompt)]
+    ids = prompt_ids(served, prompt)
     window = served.model.config.max_seq_len
     if len(ids) > window:
         raise UserError(
