@@ -187,7 +187,7 @@ CASES: list[Case] = [
         "mean-below-one",
         "a mean depth below 1",
         "[schedule]\nmean = 0.5\n",
-        "schedule.mean: must be in [1, k_max = 16]",
+        "schedule.mean: must be 1 or strictly between 1 and k_max = 16",
     ),
     bad_config(
         "eval-depths-empty",

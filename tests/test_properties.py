@@ -46,17 +46,25 @@ def model_configs(draw) -> ModelConfig:
 def schedule_configs(draw) -> ScheduleConfig:
     k_min = draw(st.integers(1, 8))
     k_max = draw(st.integers(k_min, 24))
+    kind = draw(
+        st.sampled_from(["fixed", "uniform", "poisson-lognormal", "progressive", "fixed-first"])
+    )
+    finish = draw(st.sampled_from(["uniform", "poisson-lognormal"]))
+    uses_pln = kind in ("poisson-lognormal", "progressive") or finish == "poisson-lognormal"
+    # The Poisson-lognormal mean is the mean after the clip at k_max: 1, or below k_max.
+    below_max = st.floats(1.0, float(k_max), exclude_max=True, allow_subnormal=False)
+    mean = draw(st.none() | st.just(1.0) | (below_max if k_max > 1 else st.just(1.0)))
+    if uses_pln and mean is None and k_min == k_max:
+        mean = 1.0  # the default (k_min + k_max) / 2 = k_max is out of reach
     return ScheduleConfig(
-        kind=draw(
-            st.sampled_from(["fixed", "uniform", "poisson-lognormal", "progressive", "fixed-first"])
-        ),
+        kind=kind,
         depth=draw(st.integers(1, 64)),
         k0=draw(st.integers(1, k_max)),
         switch=draw(st.floats(0.0, 1.0)),
-        finish=draw(st.sampled_from(["uniform", "poisson-lognormal"])),
+        finish=finish,
         k_min=k_min,
         k_max=k_max,
-        mean=draw(st.none() | st.floats(1.0, float(k_max))),
+        mean=mean,
         sigma=draw(st.floats(0.05, 2.0)),
         warmup=draw(st.floats(0.01, 1.0)),
         ramp=draw(st.sampled_from(["linear", "sqrt"])),

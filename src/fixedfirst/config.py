@@ -134,8 +134,9 @@ class ScheduleConfig:
     k_max: int = 16
     """Largest depth of `uniform`; also the clip of every Poisson-lognormal draw."""
     mean: float | None = None
-    """Mean depth E[K] of `poisson-lognormal` (and its finish); `progressive` ramps up to it.
-    Default: (k_min + k_max) / 2, the uniform schedule's mean."""
+    """Mean depth E[K] of `poisson-lognormal` (and its finish), the true mean after the clip at
+    k_max (the pre-clip rate is solved for); `progressive` ramps up to it.
+    Default: (k_min + k_max) / 2, the uniform schedule's mean, so the two cost the same."""
     sigma: float = 0.5
     """Log-normal sigma of the Poisson rate."""
     warmup: float = 0.25
@@ -164,9 +165,17 @@ class ScheduleConfig:
         _require(0.0 < self.warmup <= 1.0, f"{s}.warmup", f"must be in (0, 1], got {self.warmup}")
         if self.mean is not None:
             _require(
-                1.0 <= self.mean <= self.k_max,
+                self.mean == 1.0 or 1.0 < self.mean < self.k_max,
                 f"{s}.mean",
-                f"must be in [1, k_max = {self.k_max}], got {self.mean}",
+                f"must be 1 or strictly between 1 and k_max = {self.k_max} (it is the mean "
+                f"depth after the clip at k_max), got {self.mean}",
+            )
+        if self.kind in ("poisson-lognormal", "progressive") or self.finish == "poisson-lognormal":
+            _require(
+                self.mean_depth == 1.0 or self.mean_depth < self.k_max,
+                f"{s}.k_max",
+                f"k_max = {self.k_max} leaves no room for a Poisson-lognormal mean depth of "
+                f"{self.mean_depth:g}; raise k_max or set schedule.mean",
             )
 
     @property

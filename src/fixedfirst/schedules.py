@@ -10,9 +10,10 @@ not a simulation.
 Kinds:
   fixed(K)                 K every step.
   uniform(k_min, k_max)    K ~ U{k_min..k_max} (Geiping et al. 2025: 1..16, mean 8.5).
-  poisson-lognormal(mean)  rate ~ LogNormal(mu, sigma), K = 1 + Poisson(rate), clipped at k_max;
-                           mu = ln(mean - 1) - sigma^2/2 so that E[rate] = mean - 1 and, before the
-                           clip, E[K] = mean (Huginn's parameterisation, named by the mean depth).
+  poisson-lognormal(mean)  rate ~ LogNormal(mu, sigma), K = 1 + Poisson(rate), clipped at k_max
+                           (Huginn's sampler). `mean` is the true E[K] after the clip: the pre-clip
+                           mean rate r (mu = ln r - sigma^2/2) is solved for numerically, so a
+                           Poisson-lognormal schedule with mean 8.5 costs what uniform 1..16 costs.
   progressive(mean)        McLeish et al. 2025: the Poisson-lognormal mean ramps from 1 to `mean`
                            over the first `warmup` of the steps, m(t) = max(1, ceil(mean * f(x)))
                            with x = t / warmup_steps and f(x) = x or 1 - sqrt(1 - x).
@@ -26,7 +27,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -86,17 +87,72 @@ class Uniform(DepthDistribution):
         return f"K~U{{{self.k_min}..{self.k_max}}}"
 
 
+def _clipped_pmf(rate: float, sigma: float, k_max: int) -> dict[int, float]:
+    """P(K = k) for K = min(1 + Poisson(R), k_max), R ~ LogNormal(ln rate - sigma^2/2, sigma).
+
+    P(1 + Poisson(R) = k) = E_Z[Poisson(k - 1; exp(mu + sigma Z))], Z ~ N(0, 1), by Gauss-Hermite
+    quadrature (probabilists' weights, normalised); the tail above k_max goes to k_max.
+    """
+    z, w = np.polynomial.hermite_e.hermegauss(_QUADRATURE_NODES)
+    w = w / w.sum()
+    mu = math.log(rate) - sigma**2 / 2
+    rates = np.exp(mu + sigma * z)
+    out: dict[int, float] = {}
+    for k in range(1, k_max):
+        n = k - 1
+        log_p = n * np.log(rates) - rates - math.lgamma(n + 1)
+        out[k] = float(np.dot(w, np.exp(log_p)))
+    out[k_max] = max(0.0, 1.0 - sum(out.values()))
+    return out
+
+
+def _clipped_mean(rate: float, sigma: float, k_max: int) -> float:
+    return sum(k * p for k, p in _clipped_pmf(rate, sigma, k_max).items())
+
+
+@lru_cache(maxsize=256)
+def solve_rate(mean_depth: float, sigma: float, k_max: int) -> float:
+    """The pre-clip mean rate r whose clipped depth K = min(1 + Poisson(R), k_max) has
+    E[K] = mean_depth. E[K] rises monotonically from 1 (r -> 0) towards k_max (r -> inf), so
+    bisection on log r finds it to machine precision."""
+    if not 1.0 < mean_depth < k_max:
+        raise ValueError(f"mean depth {mean_depth} must lie strictly between 1 and {k_max}")
+    lo, hi = math.log(1e-9), math.log(max(1.0, mean_depth))
+    while _clipped_mean(math.exp(hi), sigma, k_max) < mean_depth:
+        lo, hi = hi, hi + 1.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if _clipped_mean(math.exp(mid), sigma, k_max) < mean_depth:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-13:
+            break
+    return math.exp((lo + hi) / 2)
+
+
 @dataclass(frozen=True)
 class PoissonLogNormal(DepthDistribution):
-    """K = 1 + Poisson(rate), rate ~ LogNormal(ln(mean - 1) - sigma^2/2, sigma), clipped."""
+    """K = min(1 + Poisson(R), k_max), R ~ LogNormal(ln r - sigma^2/2, sigma), E[K] = mean_depth.
+
+    Huginn names the pre-clip rate: E[R] = r, so before the clip E[K] = r + 1. The clip at k_max
+    pulls the mean below that (r = 7.5 gives E[K] = 8.19 at k_max = 16, not 8.5), and a schedule
+    compared with uniform 1..16 must train at the same mean depth, so `mean_depth` here is the
+    true mean after the clip and r is solved for (`rate`).
+    """
 
     mean_depth: float
     sigma: float
     k_max: int
 
+    @cached_property
+    def rate(self) -> float:
+        """The pre-clip mean rate r that gives E[K] = mean_depth after the clip."""
+        return solve_rate(self.mean_depth, self.sigma, self.k_max)
+
     @property
     def mu(self) -> float:
-        return math.log(self.mean_depth - 1) - self.sigma**2 / 2
+        return math.log(self.rate) - self.sigma**2 / 2
 
     def sample(self, rng: np.random.Generator) -> int:
         rate = rng.lognormal(self.mu, self.sigma)
@@ -107,18 +163,7 @@ class PoissonLogNormal(DepthDistribution):
 
     @cached_property
     def _pmf(self) -> dict[int, float]:
-        # P(K = k) = E_Z[Poisson(k - 1; exp(mu + sigma Z))], Z ~ N(0, 1), by Gauss-Hermite
-        # quadrature (probabilists' weights sum to sqrt(2 pi)); the tail above k_max goes to k_max.
-        z, w = np.polynomial.hermite_e.hermegauss(_QUADRATURE_NODES)
-        w = w / w.sum()
-        rate = np.exp(self.mu + self.sigma * z)
-        out: dict[int, float] = {}
-        for k in range(1, self.k_max):
-            n = k - 1
-            log_p = n * np.log(rate) - rate - math.lgamma(n + 1)
-            out[k] = float(np.dot(w, np.exp(log_p)))
-        out[self.k_max] = max(0.0, 1.0 - sum(out.values()))
-        return out
+        return _clipped_pmf(self.rate, self.sigma, self.k_max)
 
     def __str__(self) -> str:
         return f"K~PLN(mean={self.mean_depth:g},sigma={self.sigma:g},max={self.k_max})"
@@ -152,6 +197,7 @@ class Schedule:
         self.config = config
         self.seed = seed
         self._stages: dict[int, list[Stage]] = {}
+        self._draws: dict[tuple[DepthDistribution, int], int] = {}
 
     def __repr__(self) -> str:
         return f"Schedule({describe(self.config)}, seed={self.seed})"
@@ -232,24 +278,42 @@ class Schedule:
                 return stage
         raise AssertionError("stages do not cover every step")  # pragma: no cover
 
+    def _draw(self, dist: DepthDistribution, step: int) -> int:
+        """The depth `dist` gives step `step`, drawn from a generator seeded by (seed, step).
+
+        Memoised: planning a compute-matched run evaluates the realised cost of many candidate
+        run lengths, and every one of them draws the same depths for the steps they share."""
+        key = (dist, step)
+        if key not in self._draws:
+            self._draws[key] = dist.sample(np.random.default_rng([self.seed, step]))
+        return self._draws[key]
+
     def depth(self, step: int, total_steps: int) -> int:
         """The training depth of `step`: a pure function of (seed, step, total_steps)."""
-        stage = self.stage_at(step, total_steps)
-        return stage.dist.sample(np.random.default_rng([self.seed, step]))
+        return self._draw(self.stage_at(step, total_steps).dist, step)
 
     def depths(self, total_steps: int) -> list[int]:
         """Every step's depth, in order (the same values `depth` gives one at a time)."""
-        out: list[int] = []
-        for stage in self.stages(total_steps):
-            out.extend(
-                stage.dist.sample(np.random.default_rng([self.seed, step]))
-                for step in range(stage.start, stage.end)
-            )
-        return out
+        return [
+            self._draw(stage.dist, step)
+            for stage in self.stages(total_steps)
+            for step in range(stage.start, stage.end)
+        ]
 
     def expected_total(self, fn: Callable[[int], float], total_steps: int) -> float:
         """Exact E[sum over steps of fn(K_step)]: e.g. fn = training FLOPs per step at depth K."""
         return sum(s.steps * s.dist.expectation(fn) for s in self.stages(total_steps))
+
+    def realised_total(self, fn: Callable[[int], float], total_steps: int) -> float:
+        """sum over steps of fn(K_step) for the depths this run actually draws. Known before the
+        run starts, since every depth is a pure function of (seed, step, total_steps)."""
+        values: dict[int, float] = {}
+        total = 0.0
+        for k in self.depths(total_steps):
+            if k not in values:
+                values[k] = fn(k)
+            total += values[k]
+        return total
 
 
 def describe(config: ScheduleConfig) -> str:
