@@ -142,9 +142,10 @@ def test_two_run_sweep_end_to_end_then_reused(tmp_path, capsys, corpus, monkeypa
         assert row["eval_tokens"] == 2 * 4 * 16
     spec = load_sweep(sweep)
     for row in (uniform, ff):
-        assert row["modeled_flops"] == plan_budget(spec.run(row["name"]).config).flops
-        assert row["drawn_flops"] > 0
-    ratio = ff["modeled_flops"] / uniform["modeled_flops"]
+        plan = plan_budget(spec.run(row["name"]).config)
+        assert row["modeled_flops"] == pytest.approx(plan.flops, rel=1e-9)  # the drawn depths
+        assert row["expected_flops"] == pytest.approx(plan.expected_flops, rel=1e-12)
+    ratio = ff["expected_flops"] / uniform["expected_flops"]
     assert ff["modeled_savings"] == pytest.approx(1 - ratio)
     assert uniform["modeled_savings"] == pytest.approx(0.0, abs=1e-12)
     assert uniform["wall_savings"] == 0.0 and uniform["mean_nll_rel_diff"] == 0.0

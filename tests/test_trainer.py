@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fixedfirst.cli.main import main
-from fixedfirst.compute import plan_budget
+from fixedfirst.compute import flop_model, plan_budget
 from fixedfirst.config import TrainConfig
 from fixedfirst.errors import UserError
 from fixedfirst.schedules import Schedule
@@ -56,6 +56,19 @@ def test_fixed_first_phases_and_switch_checkpoint(tmp_path):
     assert summary["phases"]["fixed"]["steps"] == switch
 
 
+def test_switch_step_is_exact_at_a_fractional_boundary(tmp_path):
+    """15 steps at switch 0.67: 0.67 * 15 = 10.05, so steps 0..10 (11 of them) train at K0
+    and step 11 is the first finishing step. The switch checkpoint is written after step 11."""
+    config = tiny_config("train.tokens=1920", "schedule.switch=0.67")  # 15 steps of 8 x 16
+    summary = Trainer(config, tmp_path / "run", quiet=True).train()
+    assert summary["total_steps"] == 15
+    records = train_records(tmp_path / "run")
+    assert [r["phase"] for r in records].index("finish") == 11
+    assert summary["phases"]["fixed"]["steps"] == 11
+    assert summary["phases"]["finish"]["steps"] == 4
+    assert CheckpointManager(tmp_path / "run" / "checkpoints").with_tag("switch").step == 11
+
+
 def test_token_budget_stops_where_it_should(tmp_path):
     config = tiny_config("train.tokens=2000")  # 15 whole steps of 8 x 16 tokens
     summary = Trainer(config, tmp_path / "run", quiet=True).train()
@@ -73,9 +86,16 @@ def test_flop_budget_matches_compute(tmp_path):
         plan = plan_budget(config)
         assert runs[kind]["steps"] == plan.total_steps
         assert plan.flops <= budget
-    # Realised FLOPs follow the random depth draws; they stay near the planned budget.
-    for summary in runs.values():
-        assert summary["flops"] == pytest.approx(budget, rel=0.15)
+    # The trainer's FLOP count ends where the plan said: below the budget by less than a step.
+    for kind, summary in runs.items():
+        config = tiny_config(f"schedule.kind={kind}", f"train.flops={budget}")
+        plan = plan_budget(config)
+        assert summary["flops"] == pytest.approx(plan.flops, rel=1e-9)
+        assert summary["flops"] <= budget
+        fm = flop_model(config.model, config.train.seq_len)
+        one_step = config.train.tokens_per_step * fm.train(config.schedule.k_max)
+        assert budget - summary["flops"] < one_step
+        assert summary["flop_budget"] == budget
     assert runs["fixed-first"]["tokens"] > runs["uniform"]["tokens"]
 
 

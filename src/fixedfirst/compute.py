@@ -19,9 +19,13 @@ Training FLOPs per token: 3 * F(K) (forward, then a backward that costs twice th
 gradients with respect to inputs and to weights). With truncated backprop through the last s
 iterations, the first K - s iterations run forward only: 3 * F(K) - 2 * (K - s) * C.
 
-A schedule's cost over a run is tokens_per_step * E[sum over steps of train(K_step)], computed
-exactly from the schedule's stages. Modeled savings = 1 - cost(schedule) / cost(uniform 1..16) at
-the same token budget. Since cost is linear in K, savings of fixed-first with a uniform finish is
+A schedule's expected cost over a run is tokens_per_step * E[sum over steps of train(K_step)],
+computed exactly from the schedule's stages; its realised cost sums train(K) over the depths the
+run actually draws, which are known before it starts (each is a pure function of seed and step).
+Compute-matched runs are planned on the realised cost, so they end within one step of the same
+FLOP budget. Modeled savings = 1 - expected cost(schedule) / expected cost(uniform 1..16) at the
+same token budget: a property of the schedule, not of one run's draws. Since cost is linear in K,
+savings of fixed-first with a uniform finish is
 switch * (8.5 - K0) / ((P + R) / C + 8.5): the paper's three figures pin (P + R) / C near 1.1.
 """
 
@@ -88,8 +92,22 @@ def schedule_flops(
     tokens_per_step: int,
     grad_depth: int | None = None,
 ) -> float:
-    """Exact expected modeled training FLOPs of a run of `total_steps` optimizer steps."""
+    """Exact expected modeled training FLOPs of a run of `total_steps` optimizer steps: the cost
+    of the schedule as a distribution (what modeled savings compare)."""
     per_token = schedule.expected_total(lambda k: flops.train(k, grad_depth), total_steps)
+    return tokens_per_step * per_token
+
+
+def realised_flops(
+    schedule: Schedule,
+    flops: FlopModel,
+    total_steps: int,
+    tokens_per_step: int,
+    grad_depth: int | None = None,
+) -> float:
+    """Modeled training FLOPs of the depths a run of `total_steps` steps actually draws: what
+    the trainer's FLOP counter will read at the end, known before the first step."""
+    per_token = schedule.realised_total(lambda k: flops.train(k, grad_depth), total_steps)
     return tokens_per_step * per_token
 
 
@@ -100,13 +118,19 @@ def plan_steps(
     tokens_per_step: int,
     grad_depth: int | None = None,
 ) -> int:
-    """The most optimizer steps whose expected modeled cost stays within `flop_budget`.
+    """The number of optimizer steps N whose realised modeled cost fits `flop_budget` while
+    N + 1 steps would not: compute-matched runs end within one step of the budget, below it.
 
-    This is how compute-matched runs are planned: a cheaper schedule gets more tokens.
+    This is how compute-matched runs are planned: a cheaper schedule gets more tokens. The
+    realised cost (the depths the run will draw, a pure function of seed and step) is used, not
+    the expectation: 100 uniform draws can cost 5% more than their mean, which would leave
+    "compute-matched" runs several percent apart. The realised cost is not quite monotone in N
+    (a longer fixed-first run moves its switch later, turning a drawn finishing step into a K0
+    step), so after the bisection a final scan makes sure that no slightly longer run fits.
     """
 
     def cost(steps: int) -> float:
-        return schedule_flops(schedule, flops, steps, tokens_per_step, grad_depth)
+        return realised_flops(schedule, flops, steps, tokens_per_step, grad_depth)
 
     if cost(1) > flop_budget:
         raise UserError(
@@ -122,6 +146,8 @@ def plan_steps(
             lo = mid
         else:
             hi = mid
+    while cost(lo + 1) <= flop_budget:
+        lo += 1
     return lo
 
 
@@ -132,7 +158,15 @@ class Budget:
     total_steps: int
     tokens: int
     flops: float
-    compute_matched: bool
+    """Realised: the modeled FLOPs of the depths the run draws (the trainer's final count)."""
+    expected_flops: float
+    """The schedule's expected cost over `total_steps` steps."""
+    flop_budget: float | None
+    """train.flops, when the run is compute-matched; `flops` is then within one step below it."""
+
+    @property
+    def compute_matched(self) -> bool:
+        return self.flop_budget is not None
 
 
 def plan_budget(config: RunConfig) -> Budget:
@@ -149,8 +183,13 @@ def plan_budget(config: RunConfig) -> Budget:
                 f"train.tokens = {t.tokens} is less than one step of batch_size * seq_len = "
                 f"{t.tokens_per_step} tokens; raise train.tokens"
             )
-    cost = schedule_flops(schedule, fm, steps, t.tokens_per_step, t.grad_depth)
-    return Budget(steps, steps * t.tokens_per_step, cost, t.flops is not None)
+    return Budget(
+        total_steps=steps,
+        tokens=steps * t.tokens_per_step,
+        flops=realised_flops(schedule, fm, steps, t.tokens_per_step, t.grad_depth),
+        expected_flops=schedule_flops(schedule, fm, steps, t.tokens_per_step, t.grad_depth),
+        flop_budget=t.flops,
+    )
 
 
 def modeled_savings(config: RunConfig, total_steps: int | None = None) -> float:

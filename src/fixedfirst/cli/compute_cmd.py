@@ -65,7 +65,9 @@ def report(config) -> dict:
         "tokens": budget.tokens,
         "compute_matched": budget.compute_matched,
         "stages": stages,
-        "schedule_flops": budget.flops,
+        "schedule_flops": budget.expected_flops,
+        "realised_flops": budget.flops,
+        "flop_budget": budget.flop_budget,
         "uniform_flops": uniform,
         "modeled_savings": modeled_savings(config, budget.total_steps),
     }
@@ -96,7 +98,11 @@ def run(args: argparse.Namespace) -> int:
             f"  {s['phase']:<10s} {s['steps']:>8d} steps  {s['depth']:<28s} "
             f"mean K {s['mean_depth']:.2f}  {s['flops']:.3e} FLOPs"
         )
-    print(f"schedule training FLOPs:   {r['schedule_flops']:.4e}")
+    print(f"schedule training FLOPs:   {r['schedule_flops']:.4e} (expected)")
+    realised = f"realised by seed {config.train.seed}'s depths: {r['realised_flops']:.4e}"
+    if r["flop_budget"] is not None:
+        realised += f" of the budget {r['flop_budget']:.4e}"
+    print(realised)
     print(f"uniform 1..16 at same tokens: {r['uniform_flops']:.4e}")
     print(f"modeled savings: {100 * r['modeled_savings']:.1f}%")
     return 0

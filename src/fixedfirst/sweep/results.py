@@ -2,10 +2,10 @@
 
 Every number in a row comes from somewhere a reader can check: tokens and wall-clock from the
 run's `summary.json` (wall-clock counts training steps only, not evaluation or checkpoints);
-modeled FLOPs are the schedule's expected training FLOPs under the compute model, the quantity
-compute-matched runs are planned with and `fixedfirst compute` prints (`drawn_flops` beside it
-counts the depths the run actually drew, which the wall-clock follows); modeled savings from
-`compute.modeled_savings` (expected FLOPs against uniform 1..16 at the same token budget); NLL from
+modeled FLOPs are the training FLOPs of the depths the run drew under the compute model (the
+quantity compute-matched runs are planned with, and what the wall-clock follows), shown beside the
+FLOP budget of a compute-matched run; modeled savings from `compute.modeled_savings` (the
+schedule's expected FLOPs against uniform 1..16's at the same token budget); NLL from
 the run's saved evaluation JSON (`run_eval`). Savings in wall-clock and the NLL difference are
 relative to the sweep's reference run.
 """
@@ -24,7 +24,7 @@ from fixedfirst.experiment import PlannedRun
 from fixedfirst.schedules import describe
 
 RESULTS_FORMAT = "fixedfirst-sweep-results"
-RESULTS_VERSION = 1
+RESULTS_VERSION = 2
 TABLE_DEPTHS = (1, 4, 16, 32, 64)
 """NLL columns of table.md (results.json holds every evaluated depth)."""
 
@@ -47,8 +47,9 @@ def result_row(
         "compute_matched_to": flops_of,
         "steps": summary["steps"],
         "tokens": summary["tokens"],
-        "modeled_flops": summary["planned_flops"],
-        "drawn_flops": summary["flops"],
+        "modeled_flops": summary["flops"],
+        "expected_flops": summary.get("expected_flops"),
+        "flop_budget": summary.get("flop_budget"),
         "modeled_savings": modeled_savings(config, summary["total_steps"]),
         "wall": summary["wall"],
         "phases": summary["phases"],
@@ -96,6 +97,13 @@ def _percent(value: float | None, signed: bool = False) -> str:
     return f"{100 * value:+.2f}%" if signed else f"{100 * value:.1f}%"
 
 
+def _budget(row: dict[str, Any]) -> str:
+    budget = row.get("flop_budget")
+    if budget is None:
+        return "–"
+    return f"{budget:.3e} ({100 * row['modeled_flops'] / budget:.2f}%)"
+
+
 def _nll(value: float | None) -> str:
     return "–" if value is None else f"{value:.4f}"
 
@@ -105,6 +113,7 @@ TABLE_COLUMNS = (
     "schedule",
     "tokens",
     "modeled FLOPs",
+    "FLOP budget",
     "modeled savings",
     "wall-clock (s)",
     "wall-clock savings",
@@ -124,6 +133,7 @@ def table_markdown(rows: list[dict[str, Any]], reference: str, missing: list[str
             r["schedule"],
             f"{r['tokens']:,}",
             f"{r['modeled_flops']:.3e}",
+            _budget(r),
             _percent(r["modeled_savings"]),
             f"{r['wall']:.1f}",
             _percent(r["wall_savings"]),
@@ -135,9 +145,11 @@ def table_markdown(rows: list[dict[str, Any]], reference: str, missing: list[str
     eval_tokens = sorted({r["eval_tokens"] for r in rows})
     lines += [
         "",
-        "Modeled FLOPs: the schedule's expected training FLOPs under the compute model "
-        "(results.json also has the FLOPs of the depths each run drew). Modeled savings: "
-        "1 - modeled FLOPs / those of uniform 1..16 at the same token budget. Wall-clock: "
+        "Modeled FLOPs: the training FLOPs of the depths each run drew, under the compute model. "
+        "FLOP budget: for a compute-matched run, the budget it was planned to (it ends within "
+        "one step below it; the share is realised / budget); other runs train a token budget. "
+        "Modeled savings: 1 - the schedule's expected FLOPs / those of uniform 1..16 at the same "
+        "token budget (a property of the schedule, not of one run's draws). Wall-clock: "
         "training steps only (no evaluation or checkpoints), savings relative to the reference "
         f"run `{reference}` on the same machine. NLL: validation nats per token "
         f"over {', '.join(f'{t:,}' for t in eval_tokens)} tokens at serving depth K; mean over "

@@ -1,7 +1,7 @@
 """The training loop: one depth per optimizer step from the schedule, budgets, checkpoints, metrics.
 
 A run is planned before the first step: the token budget (or, with `train.flops`, the number of
-steps whose expected modeled cost fits the FLOP budget) fixes `total_steps`, and with it every
+steps whose realised modeled cost fits the FLOP budget) fixes `total_steps`, and with it every
 step's depth, learning rate and phase. Each step draws its depth from the schedule (a pure
 function of seed and step), runs `batch_size / micro_batch` micro-batches at that depth, clips and
 steps AdamW. Losses stay on the device between log lines: the host waits for the device only when
@@ -178,7 +178,10 @@ class Trainer:
         self.counters = Counters()
         self.peak_flops = measured_peak_flops(self.device.type, self.dtype) * self.world_size
         self.switch_step = self.schedule.switch_step(self.budget.total_steps)
-        self.snapshot_flops = sorted(f * self.budget.flops for f in t.snapshots)
+        # Snapshots are fractions of the FLOP budget when there is one, so compute-matched runs
+        # keep their snapshots at the same FLOPs; otherwise of the run's own cost.
+        budget_flops = self.budget.flop_budget or self.budget.flops
+        self.snapshot_flops = sorted(f * budget_flops for f in t.snapshots)
 
         if resume:
             self._restore()
@@ -404,7 +407,13 @@ class Trainer:
         c = self.counters
         if self.switch_step == 0 and c.step == 0:
             self._save(["switch"])
-        progress = Progress(total, c.step, quiet=self.quiet or not self.is_main)
+        progress = Progress(
+            total,
+            c.step,
+            quiet=self.quiet or not self.is_main,
+            work_total=self.budget.flops,
+            work_initial=c.flops,
+        )
         pending: list[PendingStep] = []
         self.model.train()
         interval_start, interval_tokens, interval_flops = time.perf_counter(), 0, 0.0
@@ -459,6 +468,7 @@ class Trainer:
                             "tok/s": f"{interval[0] / max(interval[2], 1e-9):,.0f}",
                             "FLOPs": f"{c.flops:.2e}/{self.budget.flops:.2e}",
                         },
+                        work=c.flops,
                     )
                 if evaluate:
                     nll = self._evaluate()
@@ -481,6 +491,8 @@ class Trainer:
             "tokens": c.tokens,
             "flops": c.flops,
             "planned_flops": self.budget.flops,
+            "expected_flops": self.budget.expected_flops,
+            "flop_budget": self.budget.flop_budget,
             "wall": c.wall,
             "phases": {k: vars(v) for k, v in c.phases.items()},
         }

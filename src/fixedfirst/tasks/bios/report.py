@@ -27,6 +27,11 @@ def _bits(results: dict[str, Any]) -> dict[tuple[str, float], dict[int, float]]:
     return table
 
 
+def _snapshot_flops(results: dict[str, Any]) -> dict[tuple[str, float], float]:
+    """Realised modeled FLOPs of the checkpoint scored at each (schedule, budget fraction)."""
+    return {(r["schedule"], r["budget_fraction"]): r["flops"] for r in results["recall"]}
+
+
 def _label(name: str) -> str:
     return STYLE.get(name, (name,))[0]
 
@@ -125,8 +130,11 @@ def write_report(results: dict[str, Any], path: Path) -> None:
         "# bioS recall at matched training FLOPs (Figure 1)",
         "",
         f"{results['people']} people, ceiling {results['ceiling_bits']:.2f} bits per person; "
-        f"recall measured on {results['recall_people']} people; every run trained to "
-        f"{results['flop_budget']:.3g} modeled FLOPs. Produced by `fixedfirst bios --preset "
+        f"recall measured on {results['recall_people']} people; every run is planned on the "
+        f"depths it draws to end within one step below the budget of "
+        f"{results['flop_budget']:.3g} modeled training FLOPs (the runs table gives each run's "
+        f"realised FLOPs and their share of the budget; a snapshot is the first checkpoint at or "
+        f"past its fraction of the budget). Produced by `fixedfirst bios --preset "
         f"{results['preset']}`.",
         "",
         "## What the numbers show",
@@ -135,22 +143,29 @@ def write_report(results: dict[str, Any], path: Path) -> None:
         "",
         "## Runs",
         "",
-        "| run | schedule | steps | tokens | modeled FLOPs | training wall-clock s |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| run | schedule | steps | tokens | modeled FLOPs | of the budget | "
+        "training wall-clock s |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
+    budget = results["flop_budget"]
     for name, r in results["runs"].items():
         lines.append(
-            f"| {name} | {r['schedule']} | {r['steps']} | {r['tokens']:,} | {r['flops']:.3e} | "
-            f"{r['wall_s']:.0f} |"
+            f"| {name} | {r['schedule']} | {r['steps']} | {r['tokens']:,} | {r['flops']:.4e} | "
+            f"{100 * r['flops'] / budget:.2f}% | {r['wall_s']:.0f} |"
         )
     lines += ["", "## Recalled bits per person by serving depth", ""]
-    header = "| schedule | budget | " + " | ".join(f"K={d}" for d in depths) + " |"
-    lines += [header, "| --- | --- | " + " | ".join("---" for _ in depths) + " |"]
+    header = "| schedule | budget | FLOPs | " + " | ".join(f"K={d}" for d in depths) + " |"
+    lines += [header, "| --- | --- | --- | " + " | ".join("---" for _ in depths) + " |"]
+    flops = _snapshot_flops(results)
     for fraction in results["budget_fractions"]:
         for name in STYLE:
             row = bits.get((name, fraction))
             if row:
                 cells = " | ".join(f"{row[d]:.1f}" for d in depths)
-                lines.append(f"| {_label(name)} | {fraction:.0%} | {cells} |")
+                spent = flops[(name, fraction)]
+                lines.append(
+                    f"| {_label(name)} | {fraction:.0%} | {spent:.3e} ({100 * spent / budget:.1f}%)"
+                    f" | {cells} |"
+                )
     lines.append("")
     path.write_text("\n".join(lines))
