@@ -27,20 +27,30 @@ def validation_nll(
     device: torch.device,
     dtype: torch.dtype = torch.float32,
 ) -> dict[int, float]:
-    """Mean NLL per depth over `batches` (each batch weighted equally), one pass per batch."""
+    """Mean NLL per scored token at each depth over all `batches`, one pass per batch.
+
+    Weighted by tokens, not by batch: a batch with fewer scored targets (padding, targets of
+    -100) counts for less, so the result is the NLL of the whole held-out set."""
     was_training = model.training
     model.eval()
     totals = dict.fromkeys(depths, 0.0)
+    scored = 0
     try:
         for batch in batches:
             b = batch.to(device)
+            n = int((b.targets != -100).sum())
+            if n == 0:
+                continue
             with autocast(device, dtype):
                 nll = model.nll_by_depth(b.inputs, b.targets, depths)
             for d in depths:
-                totals[d] += nll[d]
+                totals[d] += nll[d] * n
+            scored += n
     finally:
         model.train(was_training)
-    return {d: totals[d] / len(batches) for d in depths}
+    if scored == 0:
+        raise ValueError("the validation batches score no tokens (every target is -100)")
+    return {d: totals[d] / scored for d in depths}
 
 
 def mean_serving_nll(nll_by_depth: dict[int, float]) -> float | None:
