@@ -200,3 +200,49 @@ def test_a_switch_checkpoint_without_optimizer_state_is_refused(
     _rewrite_trainer_state(run, edit)
     code, _, err = run_cli(capsys, run, "--out", tmp_path / "out")
     assert code == 2 and "no optimizer state" in err and err.count("\n") == 1
+
+
+def test_headline_follows_the_intervals_per_band():
+    """A depth average that contains zero at u = 16 but not at u = 32 is no finding of 'faded by
+    16'; a band whose intervals contain zero from some u on is reported from that u."""
+    from fixedfirst.diagnose.report import headline
+    from fixedfirst.diagnose.runner import contained_from, depth_bands
+
+    def interval(mean, low, high):
+        return {"mean": mean, "low": low, "high": high, "contains_zero": low <= 0 <= high}
+
+    rows = []
+    for u, avg, shallow, deep in [
+        (0, (1e-5, 2e-5), (-1e-3, 1e-3), (5e-5, 6e-5)),
+        (16, (-1e-6, 1e-6), (-1e-4, 1e-4), (1e-6, 2e-6)),
+        (32, (-3e-5, -2e-5), (-1e-5, 1e-5), (-1e-6, 1e-6)),
+    ]:
+        rows.append(
+            {
+                "u": u,
+                "depth_average": interval(sum(avg) / 2, *avg),
+                "bands": {
+                    "1..4": interval(sum(shallow) / 2, *shallow),
+                    "5..16": interval(sum(deep) / 2, *deep),
+                },
+            }
+        )
+    assert contained_from(rows) is None
+    assert contained_from(rows, "1..4") == 0
+    assert contained_from(rows, "5..16") == 32
+    results = {
+        "results": rows,
+        "depths": {"shallow": 4, "deep": 16},
+        "contains_zero_from_u": None,
+        "contains_zero_from_u_by_band": {"1..4": 0, "5..16": 32},
+    }
+    lines = headline(results)
+    assert "no u from which every later interval contains 0 (u = 32 excludes it)" in lines[0]
+    assert "favours the shallow depth" in lines[0]
+    assert lines[1] == "serving depths 1..4: every interval from u = 0 on contains 0"
+    assert lines[2] == "serving depths 5..16: every interval from u = 32 on contains 0"
+    assert depth_bands([1, 2, 4, 8, 16, 32], 4, 16) == {
+        "1..4": [1, 2, 4],
+        "5..16": [8, 16],
+        ">16": [32],
+    }

@@ -70,8 +70,10 @@ def plot_figure4(results: dict[str, Any], path: str | Path) -> Path:
         right.set_xlim(-0.3 if us[0] == 0 else us[0] / 1.3, us[-1] * 1.3)
     right.set_xlabel("finishing updates u since the checkpoint")
     right.set_ylabel(f"mean over k={ks[0]}..{ks[-1]} of Benefit(k)  (nats)")
-    first = results["first_u_contains_zero"]
-    note = "no interval contains 0" if first is None else f"first u containing 0: {first}"
+    start = results["contains_zero_from_u"]
+    note = (
+        "the last u excludes 0" if start is None else f"every interval from u = {start} contains 0"
+    )
     right.set_title(f"depth-averaged benefit ({level} t-intervals; {note})", fontsize=10)
 
     for ax in (left, right):

@@ -9,6 +9,36 @@ def _signed(x: float) -> str:
     return f"{x:+.2e}"
 
 
+def _from_u(u: int | None, last: int) -> str:
+    if u is None:
+        return f"no u from which every later interval contains 0 (u = {last} excludes it)"
+    return f"every interval from u = {u} on contains 0"
+
+
+def headline(results: dict[str, Any]) -> list[str]:
+    """What the intervals support: for the depth average and for each band, the first u from
+    which every later measured interval contains zero (a lone interval containing zero between
+    ones that do not is not a finding), and the sign of the last u's interval when it excludes
+    zero."""
+    rows = results["results"]
+    last = rows[-1]
+    deep = results["depths"]["deep"]
+
+    def verdict(u: int | None, interval: dict[str, Any]) -> str:
+        text = _from_u(u, last["u"])
+        if u is None:
+            favoured = f"depth {deep}" if interval["mean"] > 0 else "the shallow depth"
+            text += f"; at u = {last['u']} it favours {favoured}"
+        return text
+
+    lines = [
+        "depth-averaged benefit: " + verdict(results["contains_zero_from_u"], last["depth_average"])
+    ]
+    for name, u in results.get("contains_zero_from_u_by_band", {}).items():
+        lines.append(f"serving depths {name}: " + verdict(u, last["bands"][name]))
+    return lines
+
+
 def format_tables(results: dict[str, Any]) -> str:
     shallow, deep = results["depths"]["shallow"], results["depths"]["deep"]
     interval = results["interval"]
@@ -33,17 +63,23 @@ def format_tables(results: dict[str, Any]) -> str:
             f"| {row['u']} | {row['step']} | {row['lr']:.2e} | {_signed(a['mean'])} | "
             f"[{_signed(a['low'])}, {_signed(a['high'])}] | {zero} |"
         )
-    first = results["first_u_contains_zero"]
+    lines += ["", *headline(results), ""]
+    bands = results.get("bands", {})
+    if bands:
+        lines += [
+            f"benefit averaged within serving-depth bands: mean [{level} interval]",
+            "",
+            "| u | " + " | ".join(f"k in {name}" for name in bands) + " |",
+            "| ---: |" + " :---: |" * len(bands),
+        ]
+        for row in results["results"]:
+            cells = [
+                f"{_signed(b['mean'])} [{_signed(b['low'])}, {_signed(b['high'])}]"
+                for b in (row["bands"][name] for name in bands)
+            ]
+            lines.append(f"| {row['u']} | " + " | ".join(cells) + " |")
+        lines.append("")
     lines += [
-        "",
-        "first u whose depth-averaged interval contains 0: "
-        + ("none of those measured" if first is None else str(first))
-        + (
-            f" (and every u from {results['contains_zero_from_u']} on)"
-            if results["contains_zero_from_u"] is not None
-            else ""
-        ),
-        "",
         f"benefit by serving depth: mean ± {level} half-width",
         "",
         "| k | " + " | ".join(f"u={row['u']}" for row in results["results"]) + " |",

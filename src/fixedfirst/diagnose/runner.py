@@ -98,6 +98,20 @@ class DiagnoseOptions:
             raise UserError(f"--level must be in (0, 1), got {self.level}")
 
 
+def depth_bands(serving_depths: list[int], shallow: int, deep: int) -> dict[str, list[int]]:
+    """The serving depths split where the two update depths split them: at or below the shallow
+    update's depth, between the two, and beyond the deep one (each band only if measured).
+
+    A depth average can hide opposite signs (the shallow update helps at depth 1 while the deep
+    one helps at 5..16, and the two cancel), so the headline is stated per band as well."""
+    bands = {
+        f"1..{shallow}": [k for k in serving_depths if k <= shallow],
+        f"{shallow + 1}..{deep}": [k for k in serving_depths if shallow < k <= deep],
+        f">{deep}": [k for k in serving_depths if k > deep],
+    }
+    return {name: depths for name, depths in bands.items() if depths}
+
+
 def summarize(
     benefits: np.ndarray, serving_depths: list[int], level: float
 ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
@@ -129,13 +143,25 @@ class Measurements:
         self.rms[i] = (result.rms_shallow, result.rms_deep, result.rms_reference)
 
     def summary(
-        self, baseline: dict[int, float], serving_depths: list[int], level: float
+        self,
+        baseline: dict[int, float],
+        serving_depths: list[int],
+        level: float,
+        bands: dict[str, list[int]],
     ) -> dict[str, Any]:
         per_depth, average = summarize(self.benefit, serving_depths, level)
         names = [str(k) for k in serving_depths]
+        columns = {k: j for j, k in enumerate(serving_depths)}
+        band_intervals = {
+            name: t_interval(
+                self.benefit[:, [columns[k] for k in depths]].mean(axis=1), level
+            ).to_dict()
+            for name, depths in bands.items()
+        }
         return {
             "benefit": per_depth,
             "depth_average": average,
+            "bands": band_intervals,
             "contains_zero": average["contains_zero"],
             "baseline_nll": {str(k): baseline[k] for k in serving_depths},
             "nll_after_shallow": dict(zip(names, self.nll_shallow.mean(0).tolist(), strict=True)),
@@ -147,18 +173,24 @@ class Measurements:
         }
 
 
-def first_u_containing_zero(rows: list[dict[str, Any]]) -> int | None:
+def _interval(row: dict[str, Any], band: str | None) -> dict[str, Any]:
+    return row["depth_average"] if band is None else row["bands"][band]
+
+
+def first_u_containing_zero(rows: list[dict[str, Any]], band: str | None = None) -> int | None:
+    """The first measured u whose interval (depth average, or one band's) contains zero."""
     for row in rows:
-        if row["depth_average"]["contains_zero"]:
+        if _interval(row, band)["contains_zero"]:
             return row["u"]
     return None
 
 
-def contained_from(rows: list[dict[str, Any]]) -> int | None:
-    """The smallest u from which every larger measured u also contains zero."""
+def contained_from(rows: list[dict[str, Any]], band: str | None = None) -> int | None:
+    """The smallest u from which every larger measured u also contains zero: the headline,
+    since a single interval that contains zero between two that do not says little."""
     start = None
     for row in reversed(rows):
-        if not row["depth_average"]["contains_zero"]:
+        if not _interval(row, band)["contains_zero"]:
             break
         start = row["u"]
     return start
@@ -198,6 +230,7 @@ def run_diagnostic(
     data_seconds = time.perf_counter() - data_started
 
     chain = FinishingChain(state)
+    bands = depth_bands(o.serving_depths, *o.depths)
     progress = Progress(max_u + len(o.updates) * o.batches, quiet=quiet, description="diagnose")
     done, chain_seconds = 0, 0.0
     seconds = {"updates": 0.0, "evaluation": 0.0}
@@ -243,7 +276,7 @@ def run_diagnostic(
             for key in seconds:
                 seconds[key] += pair.seconds[key]
             row = {"u": u, "step": chain.step, "lr": lr}
-            row.update(measured.summary(pair.baseline, o.serving_depths, o.level))
+            row.update(measured.summary(pair.baseline, o.serving_depths, o.level, bands))
             rows.append(row)
     finally:
         progress.close()
@@ -282,6 +315,8 @@ def run_diagnostic(
         "finishing_steps": [vars(s) for s in chain.history],
         "first_u_contains_zero": first_u_containing_zero(rows),
         "contains_zero_from_u": contained_from(rows),
+        "bands": {name: list(depths) for name, depths in bands.items()},
+        "contains_zero_from_u_by_band": {name: contained_from(rows, name) for name in bands},
         "timing": {
             "total_s": time.perf_counter() - started,
             "data_s": data_seconds,
