@@ -129,6 +129,55 @@ def test_truncated_backprop_only_reaches_last_iterations():
     assert not torch.allclose(core_grad, full["core.0.mlp.down.weight"])
 
 
+def hand_unrolled_logits(model, tokens, depth, free, seeds):
+    """The recurrence written out from the model's parts: `free` iterations without gradient
+    (their result detached), then depth - free with it. Independent of `forward`'s loop."""
+    x = model.embed(tokens)
+    for block in model.prelude:
+        x = block(x, model.rotary)
+    e = x
+    state = model._initial_state(e, 0, deterministic=False, state_seeds=seeds)
+
+    def iteration(s):
+        s = model.adapter(torch.cat([s, e], dim=-1)) if model.adapter is not None else s + e
+        for block in model.core:
+            s = block(s, model.rotary)
+        return s
+
+    with torch.no_grad():
+        for _ in range(free):
+            state = iteration(state)
+    state = state.detach()
+    for _ in range(depth - free):
+        state = iteration(state)
+    x = model.core_norm(state)
+    for block in model.coda:
+        x = block(x, model.rotary)
+    return model.head(model.out_norm(x))
+
+
+@pytest.mark.parametrize("overrides", [{}, {"injection": "add"}])
+@pytest.mark.parametrize(("depth", "grad_depth"), [(5, 2), (5, 1), (4, 3), (3, 3), (2, 7)])
+def test_truncated_backprop_equals_a_hand_detached_unroll(overrides, depth, grad_depth):
+    """grad_depth = s: exactly the last s iterations carry gradients (an off-by-one in the
+    number of no-grad iterations changes the gradients of the core and of the prelude)."""
+    model = build(**overrides).train()
+    x = torch.randint(0, 61, (2, 12))
+    seeds = [11, 12]
+    model(x, depth, grad_depth=grad_depth, state_seeds=seeds).square().mean().backward()
+    got = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    free = max(0, depth - grad_depth)
+    hand_unrolled_logits(model, x, depth, free, seeds).square().mean().backward()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(got[n], p.grad, msg=n)
+    if free:  # and the unroll with one more gradient iteration differs, so the test can fail
+        model.zero_grad()
+        hand_unrolled_logits(model, x, depth, free - 1, seeds).square().mean().backward()
+        core = "core.0.mlp.down.weight"
+        assert not torch.allclose(got[core], dict(model.named_parameters())[core].grad)
+
+
 def test_parameter_counts_cover_every_parameter_once():
     for overrides in VARIANTS:
         model = build(**overrides)

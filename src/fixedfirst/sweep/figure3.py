@@ -1,10 +1,12 @@
 """Figure 3: a fixed-first run's training loss around the switch, and validation NLL by depth.
 
-Top: the training loss of every logged step against tokens (thin, light) and a trailing mean over
-a few logged steps (dark). A trailing mean never moves post-switch losses to before the switch,
-so the spike starts exactly at the switch line; the window is 2% of the logged steps (at least
-one), short enough to keep the spike's height. Before the switch the loss is measured at K0; after
-it, at the depth each step drew, which is why the raw line turns jagged.
+Top: the training loss of every logged step over the whole run (thin, light) and a trailing mean
+over a few logged steps (dark), on a logarithmic loss axis so the first steps (near ln V) and the
+end both show. Middle: the same curves zoomed to the switch (15% of the run's tokens either side),
+where the spike is. A trailing mean never moves post-switch losses to before the switch, so the
+spike starts exactly at the switch line; the window is 2% of the logged steps but at least
+MIN_WINDOW of them, short enough to keep the spike's height. Before the switch the loss is
+measured at K0; after it, at the depth each step drew, which is why the raw line turns jagged.
 Bottom: validation NLL at a few serving depths at every evaluation the run logged (`eval.every`),
 showing how far the deep serving depths lag while training at K0 and how fast they recover.
 
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
-from matplotlib.ticker import EngFormatter
+from matplotlib.ticker import EngFormatter, FormatStrFormatter
 
 from fixedfirst.compute import plan_budget
 from fixedfirst.errors import UserError
@@ -27,6 +29,8 @@ from fixedfirst.train.run_dir import RunDir
 
 PREFERRED_DEPTHS = (1, 4, 16)
 SMOOTHING_FRACTION = 0.02
+MIN_WINDOW = 4
+ZOOM_FRACTION = 0.15
 DEPTH_STYLES = (
     {"color": "tab:blue", "marker": "o", "ls": "-"},
     {"color": "tab:orange", "marker": "s", "ls": "--"},
@@ -85,9 +89,15 @@ def figure3_data(run: str | Path) -> dict[str, Any]:
         ),
         "switch_fraction": config.schedule.switch,
         "switch_tokens": switch_step * config.train.tokens_per_step,
+        "log_every": config.train.log_every,
         "train": [(r["tokens"], float(r["loss"])) for r in train],
         "evals": [(r["tokens"], r["nll_by_depth"]) for r in evals],
     }
+
+
+def _window_label(window: int, log_every: int) -> str:
+    every = "every step" if log_every == 1 else f"one every {log_every} steps"
+    return f"trailing mean of {window} logged steps ({every})"
 
 
 def plot_figure3(run: str | Path, path: str | Path) -> Path:
@@ -95,26 +105,31 @@ def plot_figure3(run: str | Path, path: str | Path) -> Path:
     data = figure3_data(run)
     tokens = [t for t, _ in data["train"]]
     losses = [loss for _, loss in data["train"]]
-    window = max(1, round(SMOOTHING_FRACTION * len(losses)))
-    fig = Figure(figsize=(9, 7.5), layout="constrained")
-    top, bottom = fig.subplots(2, 1, sharex=True)
+    window = min(len(losses), max(MIN_WINDOW, round(SMOOTHING_FRACTION * len(losses))))
+    smooth = trailing_mean(losses, window)
+    switch = data["switch_tokens"]
+    fig = Figure(figsize=(9, 10), layout="constrained")
+    whole, zoom, bottom = fig.subplots(3, 1, height_ratios=[1, 1.2, 1.2])
 
-    top.plot(tokens, losses, color="0.7", lw=0.7, label="loss of each logged step")
-    top.plot(
-        tokens,
-        trailing_mean(losses, window),
-        color="black",
-        lw=1.5,
-        label=f"trailing mean of {window} logged step{'s' if window > 1 else ''}",
-    )
-    top.set_ylabel("training loss (nats/token)")
-    top.set_title(f"Figure 3: {data['schedule']}", fontsize=11)
-    # Zoom to the part of training where the switch happens: the first steps' loss (near ln V)
-    # would otherwise flatten everything after them.
-    later = [loss for t, loss in zip(tokens, losses, strict=True) if t >= 0.2 * tokens[-1]]
-    if later:
-        spread = max(later) - min(later)
-        top.set_ylim(min(later) - 0.05 * spread, max(later) + 0.15 * spread)
+    for ax in (whole, zoom):
+        ax.plot(tokens, losses, color="0.7", lw=0.7, label="loss of each logged step")
+        ax.plot(tokens, smooth, color="black", lw=1.5,
+                label=_window_label(window, data["log_every"]))  # fmt: skip
+        ax.set_ylabel("training loss (nats/token)")
+    whole.set_yscale("log")
+    whole.yaxis.set_major_formatter(FormatStrFormatter("%.2g"))
+    whole.yaxis.set_minor_formatter(FormatStrFormatter("%.2g"))
+    whole.set_title(f"Figure 3: {data['schedule']}", fontsize=11)
+    # The zoom: the switch and ZOOM_FRACTION of the run's tokens either side of it, with the
+    # loss axis fitted to what lies in that window.
+    half = ZOOM_FRACTION * tokens[-1]
+    low, high = max(tokens[0], switch - half), min(tokens[-1], switch + half)
+    inside = [v for t, v in zip(tokens, losses, strict=True) if low <= t <= high]
+    if len(inside) >= 2 and high > low:
+        spread = max(inside) - min(inside) or 1e-3
+        zoom.set_xlim(low, high)
+        zoom.set_ylim(min(inside) - 0.05 * spread, max(inside) + 0.15 * spread)
+    zoom.set_title(f"around the switch (±{ZOOM_FRACTION:.0%} of the run's tokens)", fontsize=10)
 
     available = sorted({int(d) for _, nll in data["evals"] for d in nll})
     for style, depth in zip(DEPTH_STYLES, shown_depths(available), strict=False):
@@ -128,11 +143,11 @@ def plot_figure3(run: str | Path, path: str | Path) -> Path:
         bottom.text(0.5, 0.5, "no evaluations logged (set eval.every)", ha="center",
                     transform=bottom.transAxes)  # fmt: skip
 
-    switch = data["switch_tokens"]
-    for ax in (top, bottom):
+    for ax in (whole, zoom, bottom):
         ax.axvline(switch, color="tab:red", ls="--", lw=1.2)
         ax.grid(True, color="0.88", lw=0.6)
-    top.annotate(
+        ax.xaxis.set_major_formatter(EngFormatter())
+    whole.annotate(
         f"switch: K={data['k0']} → {data['finish']}\n"
         f"({100 * data['switch_fraction']:g}% of tokens)",
         (switch, 1.0),
@@ -144,9 +159,9 @@ def plot_figure3(run: str | Path, path: str | Path) -> Path:
         fontsize=9,
         color="tab:red",
     )
-    top.legend(loc="upper right", fontsize=8, frameon=False)
-    bottom.legend(loc="upper right", fontsize=8, frameon=False)
-    bottom.xaxis.set_major_formatter(EngFormatter())
+    whole.legend(loc="lower left", fontsize=8, frameon=False)  # the loss falls: room low left
+    for ax in (zoom, bottom):
+        ax.legend(loc="best", fontsize=8, frameon=False)
     path = Path(path)
     fig.savefig(path, dpi=130)
     return path

@@ -1,8 +1,14 @@
 """Progress display for long work: a live bar on a terminal, plain lines in logs, or nothing.
 
-On a terminal (stderr is a TTY) a tqdm bar shows step/total, phase, depth, loss, tok/s, FLOPs spent
-against the budget and the ETA. Redirected to a file or a CI log, the same facts are printed as a
-plain line every `every` steps or 30 seconds, whichever comes first. `quiet` prints nothing.
+On a terminal (stderr is a TTY) a tqdm bar shows how far the work is, the caller's short fields
+(step, phase, depth, loss, tok/s, ...) and the ETA. Redirected to a file or a CI log, the same
+facts are printed as a plain line every 5% of the steps or 30 seconds, whichever comes first.
+`quiet` prints nothing.
+
+The ETA follows the work, not the step count, when the caller says what the work is
+(`work_total`): a fixed-first run's finishing steps cost about four times its K0 = 2 steps, so an
+ETA from the step rate of the fixed stage would be far too optimistic after the switch. The
+trainer passes modeled FLOPs, which the wall-clock follows (see benchmarks/wallclock_savings.py).
 """
 
 from __future__ import annotations
@@ -29,7 +35,11 @@ class Progress:
         quiet: bool = False,
         stream: TextIO | None = None,
         description: str = "train",
+        work_total: float | None = None,
+        work_initial: float = 0.0,
     ) -> None:
+        """total/initial: steps; work_total/work_initial: the same progress in units of work
+        (e.g. modeled FLOPs) when steps differ in cost, which then drives the bar and the ETA."""
         self.total = total
         self.quiet = quiet
         self.stream = stream or sys.stderr
@@ -38,35 +48,65 @@ class Progress:
         self.every = max(1, total // 20)
         self.start = time.monotonic()
         self.start_step = initial
+        self.work_total = work_total
+        self.start_work = work_initial
         self.last_print = self.start
         self.bar = None
         if not quiet and self.tty:
-            self.bar = tqdm(
-                total=total,
-                initial=initial,
-                file=self.stream,
-                desc=description,
-                unit="step",
-                dynamic_ncols=True,
-            )
+            if work_total is None:
+                self.bar = tqdm(
+                    total=total,
+                    initial=initial,
+                    file=self.stream,
+                    desc=description,
+                    unit="step",
+                    dynamic_ncols=True,
+                )
+            else:
+                self.bar = tqdm(
+                    total=work_total,
+                    initial=work_initial,
+                    file=self.stream,
+                    desc=description,
+                    dynamic_ncols=True,
+                    bar_format="{desc} {percentage:3.0f}%|{bar}| {postfix} [{elapsed}<{remaining}]",
+                )
 
-    def update(self, step: int, fields: dict[str, str]) -> None:
-        """`step` = steps completed; `fields` = short labelled values to show."""
+    def eta_seconds(self, step: int, work: float | None, now: float) -> float | None:
+        """Seconds left at the rate of this invocation so far (None before any progress)."""
+        elapsed = max(now - self.start, 1e-9)
+        if self.work_total is not None and work is not None:
+            done, left = work - self.start_work, self.work_total - work
+        else:
+            done, left = step - self.start_step, self.total - step
+        if done <= 0:
+            return None
+        return left / (done / elapsed)
+
+    def update(self, step: int, fields: dict[str, str], work: float | None = None) -> None:
+        """`step` = steps completed; `work` = work completed (when `work_total` was given);
+        `fields` = short labelled values to show."""
         if self.quiet:
             return
         if self.bar is not None:
-            self.bar.n = step
+            if self.work_total is not None and work is not None:
+                self.bar.n = work
+                fields = {"step": f"{step}/{self.total}", **fields}
+            else:
+                self.bar.n = step
             self.bar.set_postfix(fields, refresh=False)
             self.bar.refresh()
             return
         now = time.monotonic()
         if step == self.total or step % self.every == 0 or now - self.last_print > 30:
             self.last_print = now
-            done = step - self.start_step
-            rate = done / max(now - self.start, 1e-9)
-            eta = _eta((self.total - step) / rate) if rate > 0 else "?"
+            eta = self.eta_seconds(step, work, now)
             text = "  ".join(f"{k} {v}" for k, v in fields.items())
-            print(f"{self.description} {step}/{self.total}  {text}  eta {eta}", file=self.stream)
+            print(
+                f"{self.description} {step}/{self.total}  {text}  "
+                f"eta {'?' if eta is None else _eta(eta)}",
+                file=self.stream,
+            )
             self.stream.flush()
 
     def write(self, line: str) -> None:
