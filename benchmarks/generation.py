@@ -32,12 +32,13 @@ import torch
 import torch.nn.functional as F
 
 from fixedfirst.compute import flop_model
-from fixedfirst.run import load_run
+from fixedfirst.model.loss import IGNORE_INDEX
+from fixedfirst.runs.opening import load_run
 from fixedfirst.serve import KLExit, teacher_forced_kl_exit
 
 
 def validation_batches(loaded, n_batches: int):
-    from fixedfirst.data.source import build_source
+    from fixedfirst.data.registry import build_source
 
     source = build_source(loaded.config)
     state = loaded.checkpoint.meta.get("data")
@@ -93,7 +94,7 @@ def exit_table(model, batches, thresholds: list[float], depths: list[int], max_d
     fixed_sums = dict.fromkeys(depths, 0.0)
     count = 0
     for batch in batches:
-        scored = batch.targets != -100
+        scored = batch.targets != IGNORE_INDEX
         n = int(scored.sum())
         count += n
         for depth, nll in model.nll_by_depth(batch.inputs, batch.targets, depths).items():
@@ -113,7 +114,7 @@ def exit_table(model, batches, thresholds: list[float], depths: list[int], max_d
         t0 = time.perf_counter()
         for batch in batches:
             logits, used = teacher_forced_kl_exit(model, batch.inputs, rule)
-            scored = batch.targets != -100
+            scored = batch.targets != IGNORE_INDEX
             nll = F.cross_entropy(
                 logits.flatten(0, 1).float(), batch.targets.flatten(), reduction="none"
             )
@@ -186,7 +187,7 @@ def main() -> None:
         [int(d) for d in args.depths.split(",")],
         args.max_depth,
     )
-    tokens = sum(int((b.targets != -100).sum()) for b in batches)
+    tokens = sum(int((b.targets != IGNORE_INDEX).sum()) for b in batches)
     print(f"\nTeacher-forced validation NLL over {tokens:,} tokens ({len(batches)} batches):\n")
     print("| serving | mean depth | NLL (nats/token) | modeled GFLOPs/token |")
     print("| --- | --- | --- | --- |")

@@ -226,7 +226,38 @@ CASES: list[Case] = [
         "data-kind-unknown",
         "an unknown data kind",
         '[data]\nkind = "csv"\n',
-        "data.kind: 'csv' is not one of",
+        "data.kind = 'csv' is not a known data kind",
+    ),
+    bad_config(
+        "data-task-option-flat",
+        "a task's option written in [data] itself (the layout before [data.KIND])",
+        '[data]\nkind = "bios"\npeople = 100\n',
+        "unknown key data.people; valid keys in [data]: kind, path, seed; a data kind's own "
+        "options go in its table [data.bios]",
+    ),
+    bad_config(
+        "data-task-table-other-kind",
+        "options of one kind while [data] names another",
+        '[data]\nkind = "synthetic"\n\n[data.bios]\npeople = 100\n',
+        "[data.bios] holds options of the data kind 'bios', but data.kind = 'synthetic'",
+    ),
+    bad_config(
+        "data-task-option-unknown",
+        "a misspelt task option",
+        '[data]\nkind = "bios"\n\n[data.bios]\npeple = 100\n',
+        "unknown key data.bios.peple; valid keys in [data.bios]:",
+    ),
+    bad_config(
+        "data-task-option-range",
+        "a task option out of range",
+        '[data]\nkind = "bios"\n\n[data.bios]\npeople = 0\n',
+        "data.bios.people: must be >= 1, got 0",
+    ),
+    bad_config(
+        "data-options-on-plain-kind",
+        "options for a kind that takes none",
+        '[data]\nkind = "synthetic"\n\n[data.synthetic]\nbranching = 3\n',
+        "[data.synthetic]: the data kind 'synthetic' takes no options",
     ),
     Case(
         "config-not-utf8",
@@ -599,7 +630,7 @@ SWEEP_CASES: list[Case] = [
 
 def smoke_preset_with(line: str) -> str:
     """The shipped smoke preset with `key = value` set in its [experiment] section."""
-    smoke = (resources.files("fixedfirst") / "presets" / "bios-smoke.toml").read_text()
+    smoke = (resources.files("fixedfirst.experiments.bios") / "presets" / "smoke.toml").read_text()
     head, rest = smoke.split("[experiment]\n", 1)
     section, tail = rest.split("\n[", 1)
     key = line.split("=")[0].strip()

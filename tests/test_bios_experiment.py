@@ -8,8 +8,8 @@ import pytest
 
 from fixedfirst.cli.main import main
 from fixedfirst.compute import flop_model
+from fixedfirst.experiments.bios.experiment import SCHEDULES, load_preset
 from fixedfirst.schedules import Schedule
-from fixedfirst.tasks.bios.experiment import SCHEDULES, load_preset
 
 
 @pytest.fixture(scope="module")

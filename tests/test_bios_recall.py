@@ -10,10 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fixedfirst.config import DataConfig, ModelConfig
+from fixedfirst.config import ModelConfig
 from fixedfirst.errors import UserError
-from fixedfirst.model import LoopedTransformer
-from fixedfirst.tasks.bios.recall import (
+from fixedfirst.experiments.bios.recall import (
     RecallReport,
     build_prompts,
     evaluate_recall,
@@ -21,11 +20,13 @@ from fixedfirst.tasks.bios.recall import (
     recalled_bits,
     recalled_facts,
 )
-from fixedfirst.tasks.bios.source import BiosSource, bios_seq_len
-from fixedfirst.tasks.bios.templates import render
-from fixedfirst.tasks.bios.world import ATTRIBUTES, build_world
+from fixedfirst.experiments.bios.source import BiosSource, bios_seq_len
+from fixedfirst.experiments.bios.templates import render
+from fixedfirst.experiments.bios.world import ATTRIBUTES, BiosOptions, build_world
+from fixedfirst.model import LoopedTransformer
 
-DATA = DataConfig(seed=1, people=16, first_names=6, middle_names=6, last_names=6, cities=8)
+DATA_SEED = 1
+DATA = BiosOptions(people=16, first_names=6, middle_names=6, last_names=6, cities=8)
 DATA.universities = DATA.majors = DATA.employers = 8
 DEPTHS = [1, 2, 4]
 
@@ -44,8 +45,8 @@ def one_thread():
 def trained(one_thread):
     """A tiny looped model trained at depth 2 until about half the prompts are right."""
     torch.manual_seed(0)
-    world = build_world(DATA)
-    source = BiosSource(world, bios_seq_len(DATA), order_seed=0)
+    world = build_world(DATA, DATA_SEED)
+    source = BiosSource(world, bios_seq_len(DATA, DATA_SEED), order_seed=0)
     config = ModelConfig(vocab_size=source.vocab_size, d_model=64, n_heads=4, n_core=1)
     model = LoopedTransformer(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)

@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from fixedfirst.config import DataConfig, ModelConfig, RunConfig, TrainConfig
-from fixedfirst.data.source import build_source
+from fixedfirst.data.registry import build_source
 from fixedfirst.errors import UserError
-from fixedfirst.tasks.bios.source import BiosSource, bios_seq_len, bios_vocab_size
-from fixedfirst.tasks.bios.world import ATTRIBUTES, build_world
+from fixedfirst.experiments.bios.source import BiosSource, bios_seq_len, bios_vocab_size
+from fixedfirst.experiments.bios.world import ATTRIBUTES, BiosOptions, build_world
 
-DATA = DataConfig(people=12, first_names=5, middle_names=5, last_names=5, cities=7)
+DATA = BiosOptions(people=12, first_names=5, middle_names=5, last_names=5, cities=7)
 WORLD = build_world(DATA)
 LENGTH = bios_seq_len(DATA)
 
@@ -122,7 +122,7 @@ def test_build_source_checks_the_model_vocabulary():
 
     def config(vocab_size: int) -> RunConfig:
         model = ModelConfig(vocab_size=vocab_size, max_seq_len=64)
-        data = DataConfig(**{**vars(DATA), "kind": "bios"})
+        data = DataConfig(kind="bios", options=vars(DATA))
         return RunConfig(model=model, train=train, data=data)
 
     built = build_source(config(vocab))

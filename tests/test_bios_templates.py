@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from fixedfirst.config import DataConfig
 from fixedfirst.errors import UserError
-from fixedfirst.tasks.bios.source import bios_vocab_size
-from fixedfirst.tasks.bios.templates import TEMPLATES, render
-from fixedfirst.tasks.bios.tokenizer import BiosTokenizer
-from fixedfirst.tasks.bios.world import ATTRIBUTES, build_world
+from fixedfirst.experiments.bios.source import bios_vocab_size
+from fixedfirst.experiments.bios.templates import TEMPLATES, render
+from fixedfirst.experiments.bios.tokenizer import BiosTokenizer
+from fixedfirst.experiments.bios.world import ATTRIBUTES, BiosOptions, build_world
 
-DATA = DataConfig(people=30, first_names=10, middle_names=10, last_names=10, cities=20)
+DATA = BiosOptions(people=30, first_names=10, middle_names=10, last_names=10, cities=20)
 
 
 def test_five_templates_per_attribute_with_the_answer_last():
@@ -61,6 +60,6 @@ def test_tokenizer_vocabulary():
     words = {w for v in world.pools.values["university"] for w in v.split()}
     assert words <= set(tokenizer.vocab)
     assert bios_vocab_size(DATA) == tokenizer.vocab_size
-    assert bios_vocab_size(DataConfig()) > 400 + 400 + 1000 + 200 + 300 + 100 + 263
-    with pytest.raises(UserError, match="'Zzyzx' is not in the bios vocabulary"):
+    assert bios_vocab_size(BiosOptions()) > 400 + 400 + 1000 + 200 + 300 + 100 + 263
+    with pytest.raises(UserError, match="'Zzyzx' is not in the vocabulary"):
         tokenizer.encode("Zzyzx was born in")

@@ -7,19 +7,25 @@ import math
 import numpy as np
 import pytest
 
-from fixedfirst.config import DataConfig
 from fixedfirst.errors import UserError
-from fixedfirst.tasks.bios.templates import template_words
-from fixedfirst.tasks.bios.world import ATTRIBUTES, MONTHS, build_pools, build_world, ordinal
+from fixedfirst.experiments.bios.templates import template_words
+from fixedfirst.experiments.bios.world import (
+    ATTRIBUTES,
+    MONTHS,
+    BiosOptions,
+    build_pools,
+    build_world,
+    ordinal,
+)
 
 SMALL = dict(first_names=20, middle_names=20, last_names=30, cities=15, universities=12)
 SMALL |= dict(majors=9, employers=11)
 
 
 def test_same_seed_same_world_other_seed_other_world():
-    a = build_world(DataConfig(seed=3, people=60, **SMALL))
-    b = build_world(DataConfig(seed=3, people=60, **SMALL))
-    c = build_world(DataConfig(seed=4, people=60, **SMALL))
+    a = build_world(BiosOptions(people=60, **SMALL), seed=3)
+    b = build_world(BiosOptions(people=60, **SMALL), seed=3)
+    c = build_world(BiosOptions(people=60, **SMALL), seed=4)
     assert a.names == b.names and a.pools == b.pools
     np.testing.assert_array_equal(a.facts, b.facts)
     assert a.pools.first_names != c.pools.first_names
@@ -29,21 +35,23 @@ def test_same_seed_same_world_other_seed_other_world():
 
 
 def test_names_are_unique_even_when_every_combination_is_used():
-    data = DataConfig(people=2 * 3 * 4, first_names=2, middle_names=3, last_names=4)
+    data = BiosOptions(people=2 * 3 * 4, first_names=2, middle_names=3, last_names=4)
     world = build_world(data)
     assert len(set(world.names)) == world.people == 24
     assert all(len(name.split()) == 3 for name in world.names)
-    big = build_world(DataConfig(people=500, **SMALL))
+    big = build_world(BiosOptions(people=500, **SMALL))
     assert len(set(big.names)) == 500
 
 
 def test_more_people_than_names_is_a_user_error():
-    with pytest.raises(UserError, match=r"data.people = 25 exceeds the 24 distinct full names"):
-        build_world(DataConfig(people=25, first_names=2, middle_names=3, last_names=4))
+    with pytest.raises(
+        UserError, match=r"data.bios.people = 25 exceeds the 24 distinct full names"
+    ):
+        build_world(BiosOptions(people=25, first_names=2, middle_names=3, last_names=4))
 
 
 def test_pool_sizes_come_from_the_config():
-    data = DataConfig(people=10, **SMALL)
+    data = BiosOptions(people=10, **SMALL)
     pools = build_pools(data)
     assert (len(pools.first_names), len(pools.middle_names), len(pools.last_names)) == (20, 20, 30)
     assert pools.sizes() == {
@@ -59,12 +67,12 @@ def test_pool_sizes_come_from_the_config():
     assert [ordinal(n) for n in (11, 12, 13, 21, 22, 23, 28)] == [
         "11th", "12th", "13th", "21st", "22nd", "23rd", "28th",
     ]  # fmt: skip
-    default = build_pools(DataConfig())
+    default = build_pools(BiosOptions())
     assert len(default.last_names) == 1000 and default.sizes()["employer"] == 263
 
 
 def test_generated_words_are_fictional_unique_and_fixed_length_per_attribute():
-    pools = build_pools(DataConfig())
+    pools = build_pools(BiosOptions())
     name_parts = [*pools.first_names, *pools.middle_names, *pools.last_names]
     stems = [v.split()[0] for a in ("birth_city", "university", "major", "employer")
              for v in pools.values[a]]  # fmt: skip
@@ -79,7 +87,7 @@ def test_generated_words_are_fictional_unique_and_fixed_length_per_attribute():
 
 
 def test_facts_index_their_pools_and_cover_them():
-    world = build_world(DataConfig(people=2000, **SMALL))
+    world = build_world(BiosOptions(people=2000, **SMALL))
     sizes = world.pools.sizes()
     for i, attribute in enumerate(ATTRIBUTES):
         column = world.facts[:, i]
@@ -89,9 +97,9 @@ def test_facts_index_their_pools_and_cover_them():
 
 
 def test_bits_per_person():
-    default = build_pools(DataConfig())
+    default = build_pools(BiosOptions())
     expected = sum(math.log2(n) for n in (200, 28, 12, 300, 100, 263))
     assert default.bits_per_person() == pytest.approx(expected)
     assert round(default.bits_per_person(), 2) == 38.95
-    small = build_world(DataConfig(people=5, **SMALL))
+    small = build_world(BiosOptions(people=5, **SMALL))
     assert small.bits_per_person == pytest.approx(math.log2(15 * 28 * 12 * 12 * 9 * 11))

@@ -45,4 +45,11 @@ def test_config_reference_lists_every_key(capsys):
     out = capsys.readouterr().out
     for section in SECTIONS:
         for f in fields(section):
+            if f.metadata.get("table"):  # [data.KIND]: listed per kind below
+                continue
             assert f"`{f.name}`" in out
+    from fixedfirst.experiments.bios.world import BiosOptions
+
+    assert "**[data.bios]**" in out
+    for f in fields(BiosOptions):
+        assert f"`{f.name}`" in out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -107,3 +108,27 @@ def test_error_exit_from_a_real_process(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "fixedfirst compute: error: schedule.k0: 17 exceeds k_max = 16; lower k0 or raise k_max"
     ]
+
+
+def test_a_data_kinds_options_live_in_their_own_table(tmp_path):
+    """[data.bios] is read, set with --set data.bios.KEY, completed with defaults when
+    resolved, and written back as its own table (so a run's config.toml round-trips)."""
+    from fixedfirst.config import to_toml
+    from fixedfirst.data.registry import kind_options, resolve_data
+
+    path = tmp_path / "bios.toml"
+    path.write_text('[data]\nkind = "bios"\nseed = 3\n\n[data.bios]\npeople = 40\n')
+    config = load_config(path, ["data.bios.cities=9"])
+    assert config.data.options == {"people": 40, "cities": 9}
+    resolved = resolve_data(config)
+    options = kind_options(resolved)
+    assert (options.people, options.cities, options.majors) == (40, 9, 100)
+    assert set(resolved.data.options) == {f.name for f in dataclasses.fields(options)}
+    text = to_toml(resolved)
+    assert "[data.bios]\npeople = 40\n" in text
+    again = tmp_path / "again.toml"
+    again.write_text(text)
+    assert load_config(again) == resolved
+    plain = resolve_data(load_config(None))
+    assert plain.data.kind == "synthetic" and plain.data.options == {}
+    assert "[data." not in to_toml(plain)

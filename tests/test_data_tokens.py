@@ -9,8 +9,8 @@ import torch
 from fixedfirst.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from fixedfirst.data.prepare import PrepareOptions, prepare
 from fixedfirst.data.prepared import data_vocab_size
+from fixedfirst.data.registry import build_source
 from fixedfirst.data.shards import open_shard
-from fixedfirst.data.source import build_source
 from fixedfirst.data.tokens import TokenSource
 from fixedfirst.errors import UserError
 

@@ -10,8 +10,8 @@ import torch
 from safetensors.torch import load_file
 
 from fixedfirst.cli.main import main
-from fixedfirst.diagnose.finishing import FinishingChain, open_run_state
-from fixedfirst.diagnose.runner import (
+from fixedfirst.experiments.diagnose.finishing import FinishingChain, open_run_state
+from fixedfirst.experiments.diagnose.runner import (
     DiagnoseOptions,
     contained_from,
     first_u_containing_zero,
@@ -205,8 +205,8 @@ def test_a_switch_checkpoint_without_optimizer_state_is_refused(
 def test_headline_follows_the_intervals_per_band():
     """A depth average that contains zero at u = 16 but not at u = 32 is no finding of 'faded by
     16'; a band whose intervals contain zero from some u on is reported from that u."""
-    from fixedfirst.diagnose.report import headline
-    from fixedfirst.diagnose.runner import contained_from, depth_bands
+    from fixedfirst.experiments.diagnose.report import headline
+    from fixedfirst.experiments.diagnose.runner import contained_from, depth_bands
 
     def interval(mean, low, high):
         return {"mean": mean, "low": low, "high": high, "contains_zero": low <= 0 <= high}

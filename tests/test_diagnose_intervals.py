@@ -6,7 +6,11 @@ import math
 
 import pytest
 
-from fixedfirst.diagnose.intervals import regularized_incomplete_beta, t_interval, t_quantile
+from fixedfirst.experiments.diagnose.intervals import (
+    regularized_incomplete_beta,
+    t_interval,
+    t_quantile,
+)
 
 # Two-sided critical values from standard Student-t tables: (p, df) -> t.
 T_TABLE = {

@@ -7,8 +7,7 @@ import torch
 
 from fixedfirst.config import TrainConfig
 from fixedfirst.data.synthetic import SyntheticSource
-from fixedfirst.diagnose.training_step import optimizer_step
-from fixedfirst.diagnose.update_pair import (
+from fixedfirst.experiments.diagnose.update_pair import (
     StateSnapshot,
     UpdatePair,
     pair_row_seeds,
@@ -18,6 +17,7 @@ from fixedfirst.diagnose.update_pair import (
 )
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.train.optim import build_optimizer
+from fixedfirst.train.step import train_step
 from tests.conftest import tiny_model_config
 
 TRAIN = TrainConfig(batch_size=8, micro_batch_size=4, seq_len=16, lr=3e-3)
@@ -34,7 +34,7 @@ def trained_state():
     optimizer = build_optimizer(model, TRAIN)
     source = SyntheticSource(61, 16, seeds(1))
     for step, depth in enumerate((2, 3, 2)):
-        optimizer_step(model, optimizer, source.next_batch(8), depth, 3e-3, TRAIN, seeds(step))
+        train_step(model, optimizer, source.next_batch(8), depth, 3e-3, TRAIN, seeds(step))
     heldout = stack_batches(source.validation_batches(2, 4))
     return model, optimizer, source, heldout
 
@@ -82,13 +82,13 @@ def test_snapshot_restores_optimizer_moments_and_step_count():
     batch, other = source.next_batch(8), source.next_batch(8)
     snapshot = StateSnapshot(model, optimizer)
     before = state_digest(model, optimizer)
-    optimizer_step(model, optimizer, other, 5, 3e-3, TRAIN, seeds(0))
+    train_step(model, optimizer, other, 5, 3e-3, TRAIN, seeds(0))
     assert state_digest(model, optimizer) != before
     snapshot.restore(model, optimizer)
     assert state_digest(model, optimizer) == before
     # The restored state steps exactly like an untouched copy of the original does.
-    optimizer_step(model, optimizer, batch, 5, 3e-3, TRAIN, seeds(7))
-    optimizer_step(twin, twin_optimizer, batch, 5, 3e-3, TRAIN, seeds(7))
+    train_step(model, optimizer, batch, 5, 3e-3, TRAIN, seeds(7))
+    train_step(twin, twin_optimizer, batch, 5, 3e-3, TRAIN, seeds(7))
     assert state_digest(model, optimizer) == state_digest(twin, twin_optimizer)
 
 

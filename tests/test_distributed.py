@@ -54,9 +54,9 @@ SLOW_STEPS = """
 import sys, time
 from fixedfirst.train import trainer
 original = trainer.Trainer._train_step
-def slow(self, step, depth):
+def slow(self, *args):
     time.sleep(0.15)
-    return original(self, step, depth)
+    return original(self, *args)
 trainer.Trainer._train_step = slow
 from fixedfirst.cli.main import main
 main(sys.argv[1:])
@@ -211,7 +211,7 @@ def worker_pid(agent_pid: int, rank: int) -> int:
 def test_a_rows_initial_state_depends_on_its_seed_only():
     """What makes N processes equal 1: a row's noise follows it into any batch split."""
     from fixedfirst.model import LoopedTransformer
-    from fixedfirst.train.trainer import state_seeds
+    from fixedfirst.train.step import state_seeds
     from tests.conftest import tiny_model_config
 
     torch.manual_seed(0)

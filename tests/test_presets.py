@@ -11,7 +11,7 @@ import pytest
 from fixedfirst.cli.main import main
 from fixedfirst.compute import modeled_savings, plan_budget
 from fixedfirst.config import load_config
-from fixedfirst.sweep import load_sweep
+from fixedfirst.experiments.sweep import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"

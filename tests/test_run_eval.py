@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from fixedfirst.cli.main import main
-from fixedfirst.run_eval import cached_evaluation, eval_path
-from fixedfirst.sweep.figure3 import shown_depths, trailing_mean
+from fixedfirst.experiments.sweep.figure3 import shown_depths, trailing_mean
+from fixedfirst.runs.evaluation import cached_evaluation, eval_path
 from fixedfirst.train.trainer import Trainer
 from tests.trainer_helpers import tiny_config
 

@@ -11,10 +11,11 @@ import torch
 
 import fixedfirst
 from fixedfirst.cli.main import main
+from fixedfirst.data.tokenizer import load_tokenizer
 from fixedfirst.serve import KLExit, stream_kl_exit
 from fixedfirst.serve.generation import IncrementalDecoder
 from fixedfirst.serve.loading import load_served
-from fixedfirst.serve.tokenizer import load_saved_tokenizer, run_tokenizer
+from fixedfirst.serve.tokenizer import run_tokenizer
 from tests.trainer_helpers import tiny_config
 
 EOD = 256
@@ -151,19 +152,20 @@ def test_export_into_an_empty_directory(text_run, tmp_path, capsys):
 
 def test_bios_run_tokenizer_and_its_export(tmp_path):
     from fixedfirst.config import load_config
-    from fixedfirst.tasks.bios import BiosTokenizer, build_pools
+    from fixedfirst.data.registry import kind_options
+    from fixedfirst.experiments.bios import BiosTokenizer, build_pools
 
-    preset = Path(fixedfirst.__file__).parent / "presets" / "bios-smoke.toml"
+    preset = Path(fixedfirst.__file__).parent / "experiments" / "bios" / "presets" / "smoke.toml"
     text = preset.read_text()
     text = text[text.index("[data]") :]  # the run sections, not [experiment]
     (tmp_path / "bios.toml").write_text(text + '\n[schedule]\nkind = "fixed"\ndepth = 3\n')
     config = load_config(tmp_path / "bios.toml")
     tokenizer = run_tokenizer(config)
-    words = BiosTokenizer.for_pools(build_pools(config.data))
-    assert tokenizer.kind == "bios" and tokenizer.vocab_size == words.vocab_size
+    words = BiosTokenizer.for_pools(build_pools(kind_options(config), config.data.seed))
+    assert tokenizer.kind == "words" and tokenizer.vocab_size == words.vocab_size
     assert (tokenizer.start_id, tokenizer.stop_id) == (words.bos_id, words.eos_id)
     tokenizer.save(tmp_path / "tok")
-    again = load_saved_tokenizer(tmp_path / "tok")
+    again = load_tokenizer(tmp_path / "tok")
     sentence = " ".join(words.vocab[3:12])
     assert again.encode(sentence) == tokenizer.encode(sentence)
     assert again.decode(again.encode(sentence)) == sentence

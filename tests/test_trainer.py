@@ -146,17 +146,19 @@ def test_checkpoints_retention_keeps_tagged_ones(tmp_path):
 
 
 def test_non_finite_loss_stops_with_step_and_depth(tmp_path, monkeypatch):
+    import fixedfirst.train.step as step_module
+
     config = tiny_config()
     trainer = Trainer(config, tmp_path / "run", quiet=True)
-    original = trainer._loss
+    original = step_module.next_token_loss
     calls = {"n": 0}
 
-    def poisoned(batch, depth, seeds):
+    def poisoned(logits, targets):
         calls["n"] += 1
-        loss = original(batch, depth, seeds)
+        loss = original(logits, targets)
         return loss * float("nan") if calls["n"] > 2 * 6 else loss  # step 7 (2 micro-batches)
 
-    monkeypatch.setattr(trainer, "_loss", poisoned)
+    monkeypatch.setattr(step_module, "next_token_loss", poisoned)
     with pytest.raises(TrainingDiverged, match=r"at step 7 \(depth 2\)"):
         trainer.train()
     # The checkpoint taken at step 4 is intact and loadable; nothing from step 7 on was saved.

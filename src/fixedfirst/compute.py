@@ -1,4 +1,6 @@
-"""The compute model: modeled FLOPs of a looped transformer and of a depth schedule (DESIGN.md §5).
+"""The compute model: modeled FLOPs of a looped transformer and of a depth schedule.
+
+docs/design.md §3 explains the model and its calibration against the paper.
 
 Forward FLOPs per token at depth K:
 
@@ -59,7 +61,7 @@ class FlopModel:
 
     @property
     def non_recurrent_ratio(self) -> float:
-        """(prelude + readout) / one core iteration: the a/b of DESIGN.md §5."""
+        """(prelude + readout) / one core iteration: the a/b of docs/design.md §3."""
         return (self.prelude + self.readout) / self.iteration
 
 

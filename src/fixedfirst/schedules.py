@@ -1,4 +1,4 @@
-"""Depth schedules: which recurrent depth K each optimizer step trains at (DESIGN.md §4).
+"""Depth schedules: which recurrent depth K each optimizer step trains at (docs/design.md §2).
 
 A schedule is data: for a run of `total_steps` steps it is a list of `Stage`s, each a range of
 steps and the depth distribution used there (the modded-nanogpt pattern). The depth of a step is

@@ -30,7 +30,11 @@ def add_set_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
-    return load_config(args.config, args.overrides)
+    """The configuration file plus `--set` overrides, with its data kind and the kind's options
+    checked (and their defaults filled in) before any command starts work."""
+    from fixedfirst.data.registry import resolve_data
+
+    return resolve_data(load_config(args.config, args.overrides))
 
 
 def parse_depths(text: str) -> list[int]:
@@ -54,3 +58,18 @@ def parse_depths(text: str) -> list[int]:
     if bad:
         raise UserError(f"--depths {text!r}: depths must be >= 1, got {bad[0]}")
     return sorted(set(depths))
+
+
+def format_depths(depths: list[int]) -> str:
+    """[1, 2, ..., 16, 32, 64] -> '1..16,32,64': the inverse of parse_depths."""
+    parts: list[str] = []
+    ordered = sorted(set(depths))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        run = ordered[i : j + 1]
+        parts.append(f"{run[0]}..{run[-1]}" if len(run) >= 3 else ",".join(map(str, run)))
+        i = j + 1
+    return ",".join(parts)

@@ -101,9 +101,9 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fixedfirst.diagnose.figure import plot_figure4
-    from fixedfirst.diagnose.report import format_tables
-    from fixedfirst.diagnose.runner import DiagnoseOptions, run_diagnostic
+    from fixedfirst.experiments.diagnose.figure import plot_figure4
+    from fixedfirst.experiments.diagnose.report import format_tables
+    from fixedfirst.experiments.diagnose.runner import DiagnoseOptions, run_diagnostic
 
     if not Path(args.run_dir).is_dir():
         raise UserError(f"run directory {args.run_dir} does not exist")

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from fixedfirst.cli.arguments import parse_depths
     from fixedfirst.errors import UserError
     from fixedfirst.harness import require_lm_eval
-    from fixedfirst.serve.export import is_export
+    from fixedfirst.serve.exported import is_export
 
     depths = parse_depths(args.depths)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]

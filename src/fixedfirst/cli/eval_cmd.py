@@ -1,4 +1,5 @@
-"""`fixedfirst eval`: a run's checkpoint at many serving depths: validation NLL, or bios recall."""
+"""`fixedfirst eval`: a run's checkpoint at many serving depths: validation NLL, or the task's own
+metric (bios recall, ...) for a run on a task's data."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import argparse
 import json
 from pathlib import Path
 
-from fixedfirst.cli.arguments import parse_depths
+from fixedfirst.cli.arguments import format_depths, parse_depths
+from fixedfirst.train.evaluation import EVAL_DEPTHS
 
-DEFAULT_DEPTHS = "1..16,32,64"
+DEFAULT_DEPTHS = format_depths(EVAL_DEPTHS)
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -18,51 +20,54 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batches", type=int, help="validation batches (default: eval.batches)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument(
-        "--out", metavar="FILE", help="JSON output (default RUN/eval[-bios]-step-STEP.json)"
+        "--out", metavar="FILE", help="JSON output (default RUN/eval[-TASK]-step-STEP.json)"
     )
     parser.add_argument(
         "--task",
-        choices=["nll", "bios"],
         default="nll",
-        help="nll: validation NLL (default); bios: recalled bits per person of a bios run",
+        metavar="nll|KIND",
+        help="nll: validation NLL (default); or the run's data kind (e.g. bios) for that task's "
+        "own metric (bios: recalled bits per person)",
     )
-    parser.add_argument("--people", type=int, help="bios: people scored (default all)")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        metavar="N",
+        help="task metric: score the first N examples (bios: people); default all",
+    )
     parser.set_defaults(run=run)
 
 
-def bios_recall(args: argparse.Namespace, depths: list[int], device) -> dict:
-    """Recalled bits per person of a bios run at each depth, printed as a table."""
+def task_metric(args: argparse.Namespace, depths: list[int], device) -> dict:
+    """The task's own metric of a run on the task's data, printed as a table."""
+    from fixedfirst.data.registry import data_kind
     from fixedfirst.errors import UserError
-    from fixedfirst.run import load_run
-    from fixedfirst.tasks.bios.recall import evaluate_recall
-    from fixedfirst.tasks.bios.world import build_world
+    from fixedfirst.runs.opening import load_run
 
-    if args.people is not None and args.people < 1:
-        raise UserError(f"--people must be >= 1, got {args.people}")
-    loaded = load_run(args.run_dir, args.checkpoint, device)
-    if loaded.config.data.kind != "bios":
+    if args.limit is not None and args.limit < 1:
+        raise UserError(f"--limit must be >= 1, got {args.limit}")
+    kind = data_kind(args.task)
+    if kind.evaluate is None:
         raise UserError(
-            f"--task bios needs a run trained on [data] kind = 'bios'; {args.run_dir} trained "
-            f"on {loaded.config.data.kind!r} (use --task nll)"
+            f"--task {args.task}: the data kind {args.task!r} has no task metric; use --task nll"
         )
-    report = evaluate_recall(
-        loaded.model, build_world(loaded.config.data), depths, people=args.people
-    )
+    loaded = load_run(args.run_dir, args.checkpoint, device)
+    if loaded.config.data.kind != args.task:
+        raise UserError(
+            f"--task {args.task} needs a run trained on [data] kind = {args.task!r}; "
+            f"{args.run_dir} trained on {loaded.config.data.kind!r} (use --task nll)"
+        )
+    report = kind.evaluate(loaded.model, loaded.config, depths, args.limit)
     step = loaded.checkpoint.step
-    print(
-        f"{args.run_dir} step {step}: recalled bits per person "
-        f"({report.people} people, ceiling {report.ceiling_bits:.2f})"
-    )
-    print("| depth | bits |\n| --- | --- |")
-    for depth, bits in report.bits().items():
-        print(f"| {depth} | {bits:.2f} |")
-    return {"task": "bios", "run": str(args.run_dir), "step": step, **report.to_dict()}
+    print(f"{args.run_dir} step {step}: {report.headline}")
+    print(report.table)
+    return {"task": args.task, "run": str(args.run_dir), "step": step, **report.record}
 
 
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.errors import UserError
     from fixedfirst.hardware import resolve_device
-    from fixedfirst.run_eval import eval_path, evaluate_run, write_eval
+    from fixedfirst.runs.evaluation import eval_path, evaluate_run, write_eval
 
     depths = parse_depths(args.depths)
     if args.batches is not None and args.batches < 1:
@@ -71,9 +76,9 @@ def run(args: argparse.Namespace) -> int:
     if out is not None and not out.parent.is_dir():
         raise UserError(f"--out {out}: directory {out.parent} does not exist")
     device = resolve_device(args.device)
-    if args.task == "bios":
-        result = bios_recall(args, depths, device)
-        out = out or Path(args.run_dir) / f"eval-bios-step-{result['step']:07d}.json"
+    if args.task != "nll":
+        result = task_metric(args, depths, device)
+        out = out or Path(args.run_dir) / f"eval-{args.task}-step-{result['step']:07d}.json"
         out.write_text(json.dumps(result, indent=2))
         print(f"wrote {out}")
         return 0

@@ -14,7 +14,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.errors import UserError
-    from fixedfirst.sweep.figure3 import plot_figure3
+    from fixedfirst.experiments.sweep.figure3 import plot_figure3
 
     if not Path(args.run_dir).is_dir():
         raise UserError(f"run directory {args.run_dir} does not exist")

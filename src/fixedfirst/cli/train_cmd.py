@@ -81,8 +81,9 @@ def launch(args: argparse.Namespace, config: RunConfig) -> None:
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.errors import UserError
     from fixedfirst.train import distributed
+    from fixedfirst.train.counters import format_summary
     from fixedfirst.train.run_dir import RunDir
-    from fixedfirst.train.trainer import Trainer, format_summary
+    from fixedfirst.train.trainer import Trainer
 
     if args.stop_after is not None and args.stop_after < 1:
         raise UserError(f"--stop-after must be >= 1, got {args.stop_after}")

@@ -1,7 +1,9 @@
-"""Where batches come from: the `BatchSource` interface and the sources that implement it."""
+"""Where batches come from: the `BatchSource` interface, the registry of data kinds, and the
+sources of your own text (`fixedfirst prepare` shards) and of a toy language."""
 
 from fixedfirst.data.prepared import data_vocab_size
-from fixedfirst.data.source import Batch, BatchSource, build_source
+from fixedfirst.data.registry import build_source, data_kind, resolve_data
+from fixedfirst.data.source import Batch, BatchSource
 from fixedfirst.data.tokenizer import load_tokenizer
 from fixedfirst.data.tokens import TokenSource
 
@@ -10,6 +12,8 @@ __all__ = [
     "BatchSource",
     "TokenSource",
     "build_source",
+    "data_kind",
     "data_vocab_size",
     "load_tokenizer",
+    "resolve_data",
 ]

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from fixedfirst.config import RunConfig
+from fixedfirst.data.registry import DataKind
 from fixedfirst.data.source import Batch, BatchSource, rank_rows
 
 _VALIDATION_OFFSET = 1 << 40  # validation sequences live far away from training indices
@@ -64,3 +66,14 @@ class SyntheticSource(BatchSource):
 
     def describe(self) -> str:
         return f"synthetic language (vocab {self.vocab_size}, seed {self.seed})"
+
+
+def _build(config: RunConfig) -> SyntheticSource:
+    return SyntheticSource(config.model.vocab_size, config.train.seq_len, config.data.seed)
+
+
+KIND = DataKind(
+    name="synthetic",
+    summary="a seeded toy language (a sparse random transition table) for tests and smoke runs",
+    build=_build,
+)

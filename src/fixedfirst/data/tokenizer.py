@@ -1,8 +1,11 @@
-"""Tokenizers: byte-level (needs nothing) and byte-level BPE trained locally.
+"""Tokenizers: byte-level (needs nothing), byte-level BPE trained locally, and a word-level one
+for synthetic tasks whose text is made of a known set of words.
 
-Both share one interface (`encode`, `decode`, `vocab_size`, `eod_id`, `save`) and are saved beside
-the token shards they produced, so a run, its evaluation and later generation all decode with the
-exact tokenizer the data was made with (`load_tokenizer(DATA)`).
+All share one interface (`encode`, `decode`, `vocab_size`, `eod_id`, `start_id`, `stop_id`,
+`save`). Byte and BPE tokenizers are saved beside the token shards they produced, so a run, its
+evaluation and later generation all decode with the exact tokenizer the data was made with
+(`load_tokenizer(DATA)`); a task's word tokenizer is rebuilt from the task's configuration, and an
+export saves whichever the run used.
 
 Every document ends with an end-of-document token (`EOD_TOKEN`). Text that happens to contain the
 string "<|endoftext|>" is encoded as ordinary characters, never as the special id: only the data
@@ -60,12 +63,26 @@ class Tokenizer(ABC):
             ids.append(self.eod_id)
         return np.array(ids, dtype=np.int64)
 
+    @property
+    def start_id(self) -> int:
+        """The id every document starts after: every prompt and scored context begins with it,
+        as every training document followed one. For byte and BPE data the end-of-document id,
+        which separates documents in the token stream."""
+        return self.eod_id
+
+    @property
+    def stop_id(self) -> int:
+        """The id that ends a document: generation stops there."""
+        return self.eod_id
+
     def description(self) -> dict:
         return {
             "kind": self.kind,
             "vocab_size": self.vocab_size,
             "eod_id": self.eod_id,
             "eod_token": EOD_TOKEN,
+            "start_id": self.start_id,
+            "stop_id": self.stop_id,
         }
 
     def save(self, directory: Path) -> None:
@@ -177,6 +194,44 @@ class BpeTokenizer(Tokenizer):
         return cls(tk.Tokenizer.from_file(str(Path(directory) / BPE_FILE)))
 
 
+class WordTokenizer(Tokenizer):
+    """One id per whitespace-separated word of a fixed vocabulary.
+
+    For synthetic tasks whose generator writes from a known, small set of words: a task builds the
+    vocabulary from everything it can produce. Sub-word tokenizers would spell a fictional name
+    in several pieces; one token per word keeps examples short, which is what makes such tasks
+    train in minutes on a CPU. The first three ids are `<pad>`, `<bos>` (starts every document)
+    and `<eos>` (ends it).
+    """
+
+    kind = "words"
+    PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
+
+    def __init__(self, words: Iterable[str]) -> None:
+        self.vocab: list[str] = list(dict.fromkeys([self.PAD, self.BOS, self.EOS, *words]))
+        self.ids: dict[str, int] = {word: i for i, word in enumerate(self.vocab)}
+        self.pad_id, self.bos_id, self.eos_id = 0, 1, 2  # the specials come first
+        self.vocab_size = len(self.vocab)
+        self.eod_id = self.eos_id
+
+    @property
+    def start_id(self) -> int:
+        return self.bos_id
+
+    def encode(self, text: str) -> list[int]:
+        try:
+            return [self.ids[word] for word in text.split()]
+        except KeyError as e:
+            raise UserError(f"the word {e.args[0]!r} is not in the vocabulary") from None
+
+    def decode(self, ids: Iterable[int]) -> str:
+        # An id beyond the vocabulary (a model's may be padded) reads as U+FFFD.
+        return " ".join(self.vocab[i] if 0 <= i < self.vocab_size else "\ufffd" for i in ids)
+
+    def description(self) -> dict:
+        return {**super().description(), "words": self.vocab}
+
+
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """The tokenizer saved in a DATA directory (or in its `tokenizer/` directory)."""
     path = Path(path)
@@ -194,6 +249,11 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         tokenizer: Tokenizer = ByteTokenizer()
     elif kind == BpeTokenizer.kind:
         tokenizer = BpeTokenizer.load(directory)
+    elif kind == WordTokenizer.kind:
+        words = description.get("words")
+        if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+            raise UserError(f"{description_file}: a word tokenizer needs its list of words")
+        tokenizer = WordTokenizer(words)
     else:
         raise UserError(f"{description_file}: unknown tokenizer kind {kind!r}")
     if tokenizer.vocab_size != description.get("vocab_size"):

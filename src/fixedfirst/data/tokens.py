@@ -21,9 +21,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from fixedfirst.data.prepared import read_meta
+from fixedfirst.config import RunConfig
+from fixedfirst.data.prepared import check_model_vocab, read_meta
+from fixedfirst.data.registry import DataKind
 from fixedfirst.data.shards import open_shard
 from fixedfirst.data.source import Batch, BatchSource, rank_rows
+from fixedfirst.data.tokenizer import Tokenizer, load_tokenizer
 from fixedfirst.errors import UserError
 
 
@@ -78,6 +81,26 @@ class TokenSource(BatchSource):
         self.position = 0
         self._order_epoch = -1
         self._order = np.empty(0, dtype=np.int64)
+        self._tokenizer: Tokenizer | None = None
+
+    @classmethod
+    def from_config(cls, config: RunConfig) -> TokenSource:
+        """The source of a run; refuses a model whose vocabulary does not cover the data's."""
+        assert config.data.path is not None  # DataConfig requires it for kind = "tokens"
+        check_model_vocab(config.model.vocab_size, config.data.path)
+        return cls(config.data.path, config.train.seq_len, seed=config.train.seed)
+
+    @property
+    def tokenizer(self) -> Tokenizer:  # type: ignore[override]
+        """The tokenizer saved beside the shards (read on first use: BPE needs `tokenizers`)."""
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.path)
+            if self._tokenizer.vocab_size != self.vocab_size:
+                raise UserError(
+                    f"{self.path}: the tokenizer has {self._tokenizer.vocab_size} ids, the data "
+                    f"{self.vocab_size}; prepare the data again"
+                )
+        return self._tokenizer
 
     def _order_of(self, epoch: int) -> np.ndarray:
         """The window permutation of `epoch` (kept for the current epoch only)."""
@@ -134,3 +157,10 @@ class TokenSource(BatchSource):
             f"{len(self.train):,} sequences of {self.seq_len}, {kind} tokenizer, "
             f"vocab {self.vocab_size})"
         )
+
+
+KIND = DataKind(
+    name="tokens",
+    summary="token shards written by `fixedfirst prepare` at data.path (your own text)",
+    build=TokenSource.from_config,
+)

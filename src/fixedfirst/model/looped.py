@@ -18,13 +18,13 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from fixedfirst.config import ModelConfig
 from fixedfirst.errors import UserError
 from fixedfirst.model.kv_cache import KVCache
 from fixedfirst.model.layers import Block, RMSNorm, RotaryEmbedding
+from fixedfirst.model.loss import next_token_loss
 
 
 def check_depth(depth: object) -> int:
@@ -176,20 +176,15 @@ class LoopedTransformer(nn.Module):
                 yield i + 1, self._readout(state)
 
     def nll_by_depth(
-        self,
-        tokens: torch.Tensor,
-        targets: torch.Tensor,
-        depths: Iterable[int],
-        ignore_index: int = -100,
+        self, tokens: torch.Tensor, targets: torch.Tensor, depths: Iterable[int]
     ) -> dict[int, float]:
-        """Mean next-token NLL (nats) at each requested depth, from one pass of the recurrence."""
+        """Mean next-token NLL (nats) at each requested depth, from one pass of the recurrence
+        (targets of IGNORE_INDEX are not scored)."""
         depths = list(depths)
-        losses: dict[int, float] = {}
-        for depth, logits in self.logits_by_depth(tokens, depths):
-            loss = F.cross_entropy(
-                logits.flatten(0, 1).float(), targets.flatten(), ignore_index=ignore_index
-            )
-            losses[depth] = loss.item()
+        losses = {
+            depth: next_token_loss(logits, targets).item()
+            for depth, logits in self.logits_by_depth(tokens, depths)
+        }
         return {d: losses[d] for d in depths}
 
     @torch.no_grad()

@@ -13,7 +13,8 @@ from fixedfirst.serve.adaptive import (
     stream_kl_exit,
     teacher_forced_kl_exit,
 )
-from fixedfirst.serve.export import export_run, load
+from fixedfirst.serve.export import export_run
+from fixedfirst.serve.exported import load
 from fixedfirst.serve.generation import generate_text
 from fixedfirst.serve.loading import Served, load_served
 from fixedfirst.serve.scoring import score_pairs

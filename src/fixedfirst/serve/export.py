@@ -1,19 +1,7 @@
 """Export a run for inference: its weights, model configuration and tokenizer in one directory.
 
-    DIR/
-      model.safetensors   the weights of one checkpoint (each tied tensor once)
-      config.json         what the model is and where it came from (below)
-      tokenizer/          the tokenizer's files (absent for runs on synthetic data)
-
-config.json: {"format": "fixedfirst-export", "version": 1, "model": {ModelConfig fields},
-"tokenizer": {"kind", "vocab_size", "start_id", "stop_id", "directory"} or null,
-"default_depth": the deepest depth the run trained at, "source": {run, step, tokens, schedule,
-weights_sha256}, "fixedfirst_version"}.
-
-An export holds no optimizer, RNG or data state: `fixedfirst.load(DIR)` needs only this directory
-and returns the model in eval mode, ready for `model(tokens, depth)`, `generate` or the KL-exit
-decoder. The directory is written under a temporary name and renamed when complete, and a
-non-empty DIR is refused, so an export never overwrites anything.
+The layout and the reader are in `exported.py`. The directory is written under a temporary name
+and renamed when complete, and a non-empty DIR is refused, so an export never overwrites anything.
 """
 
 from __future__ import annotations
@@ -24,23 +12,19 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import torch
 from safetensors.torch import save_file
 
-from fixedfirst.config import ModelConfig, build_section
 from fixedfirst.errors import UserError
-from fixedfirst.model import LoopedTransformer
-
-EXPORT_FORMAT = "fixedfirst-export"
-EXPORT_VERSION = 1
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
-TOKENIZER_DIR = "tokenizer"
-
-
-def is_export(path: str | Path) -> bool:
-    """Whether `path` looks like an export (it has a config.json), not a run directory."""
-    return (Path(path) / CONFIG_FILE).is_file()
+from fixedfirst.serve.exported import (
+    CONFIG_FILE,
+    EXPORT_FORMAT,
+    EXPORT_VERSION,
+    TOKENIZER_DIR,
+    WEIGHTS_FILE,
+    is_export,
+)
+from fixedfirst.serve.loading import deepest_training_depth, load_served
+from fixedfirst.serve.tokenizer import tokenizer_summary
 
 
 def check_out_dir(out: Path) -> None:
@@ -56,7 +40,6 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None) -> dic
     """Write the run's checkpoint at `step` (default: the newest) into `out`; return config.json."""
     from fixedfirst import __version__
     from fixedfirst.schedules import describe
-    from fixedfirst.serve.loading import deepest_training_depth, load_served
     from fixedfirst.train.checkpoint import MODEL_FILE, tied_aliases
 
     out = Path(out)
@@ -73,7 +56,7 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None) -> dic
         "model": loaded.config.to_dict()["model"],
         "tokenizer": None
         if tokenizer is None
-        else {**tokenizer.describe(), "directory": TOKENIZER_DIR},
+        else {**tokenizer_summary(tokenizer), "directory": TOKENIZER_DIR},
         "default_depth": deepest_training_depth(loaded.config),
         "source": {
             "run": str(run),
@@ -105,42 +88,3 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None) -> dic
         shutil.rmtree(tmp, ignore_errors=True)
         raise UserError(f"cannot write {out} ({e.strerror or e})") from None
     return config
-
-
-def read_export(directory: str | Path) -> dict[str, Any]:
-    """config.json of an export, checked to be one this version reads."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise UserError(f"{directory}: no such directory")
-    path = directory / CONFIG_FILE
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError):
-        raise UserError(
-            f"{directory}: not an export ({CONFIG_FILE} missing or unreadable); "
-            "make one with `fixedfirst export RUN --out DIR`"
-        ) from None
-    if not isinstance(config, dict) or config.get("format") != EXPORT_FORMAT:
-        raise UserError(f"{path}: not written by `fixedfirst export`")
-    if config.get("version") != EXPORT_VERSION:
-        raise UserError(
-            f"{path}: export version {config.get('version')}, this fixedfirst reads "
-            f"version {EXPORT_VERSION}"
-        )
-    return config
-
-
-def load(directory: str | Path, device: str | torch.device = "cpu") -> LoopedTransformer:
-    """The exported model, in eval mode on `device`, for inference at any depth."""
-    from fixedfirst.train.checkpoint import MODEL_FILE, Checkpoint
-
-    assert MODEL_FILE == WEIGHTS_FILE
-    directory = Path(directory)
-    config = read_export(directory)
-    if not isinstance(config.get("model"), dict):
-        raise UserError(f"{directory / CONFIG_FILE}: no model configuration")
-    model = LoopedTransformer(build_section(ModelConfig, config["model"]))
-    # The same reader as a training checkpoint's weights: names and shapes checked, tied
-    # tensors stored once; an export's model.safetensors has the checkpoint's layout.
-    Checkpoint(directory, meta={}).load_model(model)
-    return model.to(device).eval()

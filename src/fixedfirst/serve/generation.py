@@ -14,16 +14,16 @@ from dataclasses import dataclass
 
 import torch
 
+from fixedfirst.data.tokenizer import Tokenizer
 from fixedfirst.errors import UserError
 from fixedfirst.serve.adaptive import KLExit, stream_kl_exit
 from fixedfirst.serve.loading import Served
-from fixedfirst.serve.tokenizer import ServingTokenizer
 
 
 class IncrementalDecoder:
     """Turns ids, one at a time, into the text they complete."""
 
-    def __init__(self, tokenizer: ServingTokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
         self.ids: list[int] = []
         self.shown = 0

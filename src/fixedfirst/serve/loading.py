@@ -13,17 +13,19 @@ from pathlib import Path
 import torch
 
 from fixedfirst.config import RunConfig
+from fixedfirst.data.tokenizer import Tokenizer, load_tokenizer
 from fixedfirst.errors import UserError
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.run import LoadedRun
-from fixedfirst.serve.tokenizer import ServingTokenizer
+from fixedfirst.runs.opening import LoadedRun, load_run
+from fixedfirst.serve.exported import TOKENIZER_DIR, is_export, load, read_export
+from fixedfirst.serve.tokenizer import run_tokenizer
 
 
 @dataclass
 class Served:
     model: LoopedTransformer
     """In eval mode."""
-    tokenizer: ServingTokenizer | None
+    tokenizer: Tokenizer | None
     """None only when asked for with require_tokenizer=False (runs on synthetic data)."""
     default_depth: int
     """The deepest depth the model trained at: the serving depth when none is asked for."""
@@ -47,9 +49,6 @@ def load_served(
     require_tokenizer: bool = True,
 ) -> Served:
     """A run directory (at `checkpoint`, default the newest) or an export directory."""
-    from fixedfirst.serve.export import TOKENIZER_DIR, is_export, load, read_export
-    from fixedfirst.serve.tokenizer import load_saved_tokenizer, run_tokenizer
-
     path = Path(path)
     if is_export(path):
         if checkpoint is not None:
@@ -58,10 +57,10 @@ def load_served(
         model = load(path, device)
         tokenizer = None
         if config.get("tokenizer") is not None:
-            tokenizer = load_saved_tokenizer(path / TOKENIZER_DIR)
+            tokenizer = load_tokenizer(path / TOKENIZER_DIR)
         elif require_tokenizer:
             raise UserError(
-                f"{path}: this export has no tokenizer (its run trained on synthetic data)"
+                f"{path}: this export has no tokenizer (its run trained on data without text)"
             )
         source = config.get("source", {})
         return Served(
@@ -70,12 +69,10 @@ def load_served(
             int(config.get("default_depth", 1)),
             f"{path} (export of {source.get('run')} step {source.get('step')})",
         )
-    from fixedfirst.run import load_run
-
     loaded = load_run(path, checkpoint, device)
-    tokenizer = None
-    if require_tokenizer or loaded.config.data.kind != "synthetic":
-        tokenizer = run_tokenizer(loaded.config, loaded.checkpoint.meta.get("data"))
+    tokenizer = run_tokenizer(
+        loaded.config, loaded.checkpoint.meta.get("data"), required=require_tokenizer
+    )
     return Served(
         loaded.model,
         tokenizer,

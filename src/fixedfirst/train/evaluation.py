@@ -11,6 +11,8 @@ from fixedfirst.model import LoopedTransformer
 
 SERVING_RANGE = range(1, 17)
 """The paper's "mean serving NLL" averages NLL over serving depths 1..16."""
+EVAL_DEPTHS = [*SERVING_RANGE, 32, 64]
+"""The serving depths a finished run is evaluated at: the training range 1..16 and two beyond."""
 
 
 def autocast(device: torch.device, dtype: torch.dtype):
@@ -30,7 +32,7 @@ def validation_nll(
     """Mean NLL per scored token at each depth over all `batches`, one pass per batch.
 
     Weighted by tokens, not by batch: a batch with fewer scored targets (padding, targets of
-    -100) counts for less, so the result is the NLL of the whole held-out set."""
+    IGNORE_INDEX) counts for less, so the result is the NLL of the whole held-out set."""
     was_training = model.training
     model.eval()
     totals = dict.fromkeys(depths, 0.0)
@@ -38,7 +40,7 @@ def validation_nll(
     try:
         for batch in batches:
             b = batch.to(device)
-            n = int((b.targets != -100).sum())
+            n = b.scored_tokens
             if n == 0:
                 continue
             with autocast(device, dtype):
@@ -49,7 +51,7 @@ def validation_nll(
     finally:
         model.train(was_training)
     if scored == 0:
-        raise ValueError("the validation batches score no tokens (every target is -100)")
+        raise ValueError("the validation batches score no tokens (every target is ignored)")
     return {d: totals[d] / scored for d in depths}
 
 

@@ -1,4 +1,4 @@
-"""The run directory (DESIGN.md §9) and the rules for starting or resuming a run in it.
+"""The run directory (docs/design.md §7) and the rules for starting or resuming a run in it.
 
     RUN/config.toml     the resolved configuration
     RUN/metrics.jsonl   training and evaluation records
@@ -57,6 +57,18 @@ class RunDir:
         except OSError as e:
             raise UserError(f"cannot write to {self.path}: {e.strerror or e}") from None
 
+    def refuse_other_run(self, config: RunConfig) -> None:
+        """Refuse a directory that holds a run defined differently from `config` (experiments
+        reuse a finished run only when it is the run they ask for)."""
+        if not self.config_path.is_file():
+            return
+        diff = run_defining_differences(self.saved_config(), config)
+        if diff:
+            raise UserError(
+                f"{self.path} holds a run with a different configuration ({', '.join(diff)}); "
+                "use another --out or delete that run directory"
+            )
+
     def write_config(self, config: RunConfig) -> None:
         tmp = self.config_path.with_suffix(".toml.tmp")
         tmp.write_text(to_toml(config))
@@ -64,7 +76,12 @@ class RunDir:
 
 
 def run_defining_differences(saved: RunConfig, new: RunConfig) -> list[str]:
-    """The `section.key` names whose values differ and that a resume may not change."""
+    """The `section.key` names whose values differ and that a resume may not change. Both
+    configurations are compared resolved (a data kind's options with their defaults), as the
+    run directory stores them."""
+    from fixedfirst.data.registry import resolve_data
+
+    saved, new = resolve_data(saved), resolve_data(new)
 
     def flat(config: RunConfig) -> dict[str, Any]:
         d = config.to_dict()

@@ -11,7 +11,7 @@ Everything a resumed run needs (weights, optimizer, data position, counters, the
 length) is in each checkpoint, so N steps straight through and k steps plus a resume give the same
 weights and the same metrics.
 
-Under torchrun (DESIGN.md §10) every process builds the same model from the same seed, draws the
+Under torchrun (docs/design.md §8) every process builds the same model from the same seed, draws the
 same depth for a step (the schedule is a pure function of seed and step; `_flush` checks that the
 ranks agree), trains on its own rows of the global batch and averages gradients with DDP or
 FSDP2 (`parallel.py`). Only rank 0 writes the run directory. The random initial recurrent state
@@ -25,87 +25,35 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 
 from fixedfirst.compute import Budget, flop_model, plan_budget
 from fixedfirst.config import RunConfig
-from fixedfirst.data.source import Batch, BatchSource, build_source, rank_rows
+from fixedfirst.data.registry import build_source, resolve_data
+from fixedfirst.data.source import BatchSource, rank_rows
 from fixedfirst.errors import UserError
 from fixedfirst.hardware import measured_peak_flops, resolve_device, resolve_dtype
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.schedules import Schedule, describe
 from fixedfirst.train import distributed
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
+from fixedfirst.train.counters import Counters
 from fixedfirst.train.distributed import World, on_main
-from fixedfirst.train.evaluation import autocast, mean_serving_nll, validation_nll
+from fixedfirst.train.evaluation import mean_serving_nll, validation_nll
 from fixedfirst.train.metrics import MetricsLog
 from fixedfirst.train.optim import build_optimizer, lr_at
 from fixedfirst.train.parallel import ParallelModel
 from fixedfirst.train.progress import Progress
+from fixedfirst.train.resume import check_trainer_state
 from fixedfirst.train.run_dir import RunDir, check_resume
-
-_STATE_NOISE_STREAM = 0x5EED_57A7E
-"""Keeps the initial-state seeds apart from every other stream derived from the run seed."""
+from fixedfirst.train.step import state_seeds, train_step
 
 
 class TrainingDiverged(UserError):
     """The loss became NaN or infinite."""
-
-
-def state_seeds(seed: int, step: int, rows: range) -> list[int]:
-    """Seeds of the random initial recurrent state of the given rows of a step's global batch.
-
-    A pure function of (seed, step, global row index): the noise a sequence sees does not depend
-    on the number of processes, the micro-batch size or what ran before. So an N-process run
-    computes what a 1-process run with the same global batch computes, and a resume (on any
-    number of processes) needs no RNG state from the checkpoint.
-    """
-    return [
-        int(
-            np.random.SeedSequence([seed, step, row, _STATE_NOISE_STREAM]).generate_state(
-                1, np.uint64
-            )[0]
-        )
-        for row in rows
-    ]
-
-
-@dataclass
-class PhaseTotals:
-    steps: int = 0
-    tokens: int = 0
-    flops: float = 0.0
-    wall: float = 0.0
-
-
-@dataclass
-class Counters:
-    """Progress of the run so far; saved in every checkpoint."""
-
-    step: int = 0
-    tokens: int = 0
-    flops: float = 0.0
-    wall: float = 0.0
-    phases: dict[str, PhaseTotals] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "tokens": self.tokens,
-            "flops": self.flops,
-            "wall": self.wall,
-            "phases": {k: vars(v) for k, v in self.phases.items()},
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Counters:
-        phases = {k: PhaseTotals(**v) for k, v in d.get("phases", {}).items()}
-        return cls(int(d["step"]), int(d["tokens"]), float(d["flops"]), float(d["wall"]), phases)
 
 
 @dataclass
@@ -128,6 +76,9 @@ class Trainer:
         resume: bool = False,
         quiet: bool = False,
     ) -> None:
+        # The data kind's options complete, as config.toml stores them (a later change of a
+        # default cannot change a saved run); an unknown kind or option is refused here.
+        config = resolve_data(config)
         self.config = config
         self.run = RunDir(out)
         self.quiet = quiet
@@ -156,7 +107,6 @@ class Trainer:
                 f"train.batch_size = {t.batch_size} must split into {self.world_size} rank(s) "
                 f"of whole micro-batches of {t.micro_batch}"
             )
-        self.micro_steps = local // t.micro_batch
 
         distributed.start(self.world, self.device)
         if resume:
@@ -230,7 +180,7 @@ class Trainer:
                 return None
             loaded["weights"] = ckpt.load_weights(self.parallel.parameter_shapes())
             state = ckpt.load_trainer_state()
-            self._check_trainer_state(ckpt, state)
+            check_trainer_state(ckpt, state, self.source, self.parallel, self.optimizer)
             loaded.update(state)
             return ckpt
 
@@ -249,68 +199,20 @@ class Trainer:
             self.metrics.truncate(int(ckpt.meta["metrics_bytes"]))
         self._say(f"resume: continuing from {ckpt.path.name} (step {ckpt.step})")
 
-    def _check_trainer_state(self, ckpt: Checkpoint, state: Any) -> None:
-        """Refuse (on rank 0, before any broadcast) trainer state that does not fit this run."""
-        try:
-            groups = [g["params"] for g in state["optimizer"]["param_groups"]]
-            moments = state["optimizer"]["state"]
-            data = state["data"]
-        except (KeyError, TypeError) as e:
-            raise UserError(f"checkpoint {ckpt.path}: trainer state does not fit ({e})") from None
-        # The source refuses a position on other data (e.g. the data directory was prepared
-        # again with another tokenizer); _restore then sets the position on every rank.
-        self.source.load_state_dict(data)
-        if groups != self.parallel.optimizer_parameter_names(self.optimizer):
-            raise UserError(
-                f"checkpoint {ckpt.path}: trainer state does not fit (the optimizer's parameters "
-                "differ from this model's)"
-            )
-        shapes = self.parallel.parameter_shapes()
-        if not isinstance(moments, dict) or not set(moments) <= set(shapes):
-            raise UserError(
-                f"checkpoint {ckpt.path}: trainer state does not fit (optimizer state for "
-                "parameters this model does not have)"
-            )
-        for name, values in moments.items():
-            for key, value in values.items():
-                if torch.is_tensor(value) and value.dim() and tuple(value.shape) != shapes[name]:
-                    raise UserError(
-                        f"checkpoint {ckpt.path}: trainer state does not fit (optimizer {key} of "
-                        f"{name} is {list(value.shape)}, the parameter {list(shapes[name])})"
-                    )
-
     # -- the loop --------------------------------------------------------------------------------
 
     def _say(self, line: str) -> None:
         if self.is_main and not self.quiet:
             print(line, flush=True)
 
-    def _loss(self, batch: Batch, depth: int, seeds: list[int]) -> torch.Tensor:
-        with autocast(self.device, self.dtype):
-            logits = self.parallel.train_module(
-                batch.inputs, depth, self.config.train.grad_depth, seeds
-            )
-        return F.cross_entropy(
-            logits.float().flatten(0, 1), batch.targets.flatten(), ignore_index=-100
-        )
-
-    def _train_step(self, step: int, depth: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _train_step(self, step: int, depth: int, lr: float) -> tuple[torch.Tensor, torch.Tensor]:
         t = self.config.train
         batch = self.source.next_batch(t.batch_size, self.rank, self.world_size).to(self.device)
         rows = rank_rows(t.batch_size, self.rank, self.world_size)  # in the global batch
-        total_loss = torch.zeros((), device=self.device)
-        for i in range(self.micro_steps):
-            micro = slice(i * t.micro_batch, (i + 1) * t.micro_batch)
-            seeds = state_seeds(t.seed, step, rows[micro])
-            with self.parallel.gradient_sync(i == self.micro_steps - 1):
-                loss = self._loss(Batch(batch.inputs[micro], batch.targets[micro]), depth, seeds)
-                (loss / self.micro_steps).backward()
-            total_loss += loss.detach() / self.micro_steps
-        max_norm = t.grad_clip if t.grad_clip > 0 else float("inf")
-        grad_norm = self.parallel.clip_grad_norm(max_norm)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return total_loss, grad_norm
+        seeds = state_seeds(t.seed, step, rows)
+        return train_step(
+            self.model, self.optimizer, batch, depth, lr, t, seeds, self.dtype, self.parallel
+        )
 
     def _flush(self, pending: list[PendingStep], interval: tuple[int, float, float]) -> float:
         """Bring pending losses to the host (one sync, one collective), stop on a non-finite one,
@@ -423,23 +325,14 @@ class Trainer:
                 stage = self.schedule.stage_at(step, total)
                 depth = self.schedule.depth(step, total)
                 lr = lr_at(step, total, t)
-                for group in self.optimizer.param_groups:
-                    group["lr"] = lr
                 started = time.perf_counter()
-                loss, grad_norm = self._train_step(step, depth)
+                loss, grad_norm = self._train_step(step, depth, lr)
                 if self.device.type == "cuda" and (step + 1) % t.log_every == 0:
                     torch.cuda.synchronize(self.device)
                 seconds = time.perf_counter() - started
                 step_flops = t.tokens_per_step * self.flops_model.train(depth, t.grad_depth)
                 flops_before = c.flops
-                c.step, c.tokens = step + 1, c.tokens + t.tokens_per_step
-                c.flops += step_flops
-                c.wall += seconds
-                phase = c.phases.setdefault(stage.phase, PhaseTotals())
-                phase.steps += 1
-                phase.tokens += t.tokens_per_step
-                phase.flops += step_flops
-                phase.wall += seconds
+                c.add_step(stage.phase, t.tokens_per_step, step_flops, seconds)
                 interval_tokens += t.tokens_per_step
                 interval_flops += step_flops
                 pending.append(PendingStep(step, depth, stage.phase, lr, loss, grad_norm))
@@ -483,35 +376,7 @@ class Trainer:
         return self._summary()
 
     def _summary(self) -> dict[str, Any]:
-        c = self.counters
-        summary = {
-            "schedule": describe(self.config.schedule),
-            "steps": c.step,
-            "total_steps": self.budget.total_steps,
-            "tokens": c.tokens,
-            "flops": c.flops,
-            "planned_flops": self.budget.flops,
-            "expected_flops": self.budget.expected_flops,
-            "flop_budget": self.budget.flop_budget,
-            "wall": c.wall,
-            "phases": {k: vars(v) for k, v in c.phases.items()},
-        }
+        summary = self.counters.summary(describe(self.config.schedule), self.budget)
         if self.is_main:
             self.run.summary_path.write_text(json.dumps(summary, indent=2))
         return summary
-
-
-def format_summary(summary: dict[str, Any]) -> str:
-    finished = summary["steps"] == summary["total_steps"]
-    state = "done" if finished else f"paused at step {summary['steps']}/{summary['total_steps']}"
-    lines = [
-        f"{state}: {summary['schedule']}: {summary['steps']} steps, {summary['tokens']:,} tokens, "
-        f"{summary['flops']:.3e} modeled FLOPs, {summary['wall']:.1f} s training wall-clock"
-    ]
-    for name, p in summary["phases"].items():
-        share = p["flops"] / summary["flops"] if summary["flops"] else 0.0
-        lines.append(
-            f"  {name:<18s} {p['steps']:>7d} steps {p['tokens']:>12,} tokens "
-            f"{p['flops']:.3e} FLOPs ({100 * share:.0f}%) {p['wall']:8.1f} s"
-        )
-    return "\n".join(lines)

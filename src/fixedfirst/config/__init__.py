@@ -1,0 +1,43 @@
+"""Run configuration: TOML sections loaded into validated dataclasses.
+
+sections.py   [model] [schedule] [train] [data] [eval]: fields, docstrings, checks
+run.py        RunConfig: all sections, to and from TOML-shaped dicts
+schema.py     raw values checked against the annotations (one-line errors naming the key)
+files.py      TOML files, `--set` overrides, writing the resolved configuration back
+"""
+
+from fixedfirst.config.files import (
+    apply_overrides,
+    load_config,
+    parse_override,
+    read_toml,
+    to_toml,
+)
+from fixedfirst.config.run import SECTIONS, RunConfig, section_names
+from fixedfirst.config.schema import build_section, field_docs, require
+from fixedfirst.config.sections import (
+    DataConfig,
+    EvalConfig,
+    ModelConfig,
+    ScheduleConfig,
+    TrainConfig,
+)
+
+__all__ = [
+    "SECTIONS",
+    "DataConfig",
+    "EvalConfig",
+    "ModelConfig",
+    "RunConfig",
+    "ScheduleConfig",
+    "TrainConfig",
+    "apply_overrides",
+    "build_section",
+    "field_docs",
+    "load_config",
+    "parse_override",
+    "read_toml",
+    "require",
+    "section_names",
+    "to_toml",
+]

@@ -1,0 +1,104 @@
+"""Configuration files and command-line overrides.
+
+A run is described by one TOML file with the sections `[model]`, `[schedule]`, `[train]`, `[data]`
+(plus the data kind's own `[data.KIND]`) and `[eval]`; every command also takes
+`--set section.key=value` overrides (`--set data.KIND.key=value` for a kind's option). Loading
+checks that every key exists, has the field's type and is possible, and names the offending key
+in a one-line `UserError` when not (see `schema` and `sections`).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from fixedfirst.config.run import RunConfig, section_names
+from fixedfirst.config.schema import toml_value
+from fixedfirst.errors import UserError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """Split `section.key=value` (key may be `KIND.option` in [data]); the value is read as
+    TOML, or else taken as a bare string."""
+    if "=" not in text or "." not in text.split("=", 1)[0]:
+        raise UserError(f"--set {text!r}: expected section.key=value, e.g. --set train.lr=3e-4")
+    path, raw = text.split("=", 1)
+    section, key = path.strip().split(".", 1)
+    raw = raw.strip()
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return section, key, value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Return a copy of the raw config dict with the `--set` overrides applied."""
+    merged = {
+        k: {kk: dict(vv) if isinstance(vv, dict) else vv for kk, vv in v.items()}
+        if isinstance(v, dict)
+        else v
+        for k, v in data.items()
+    }
+    for text in overrides:
+        section, key, value = parse_override(text)
+        if section not in section_names():
+            raise UserError(
+                f"--set {text!r}: unknown section [{section}]; valid sections: "
+                + ", ".join(section_names())
+            )
+        table = merged.setdefault(section, {})
+        if "." in key:  # a nested table: data.KIND.option
+            sub, key = key.split(".", 1)
+            if section != "data" or "." in key:
+                raise UserError(f"--set {text!r}: only [data] has nested tables (data.KIND.option)")
+            nested = table.setdefault(sub, {})
+            if not isinstance(nested, dict):
+                raise UserError(f"--set {text!r}: data.{sub} is not a table")
+            nested[key] = value
+        else:
+            table[key] = value
+    return merged
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """Read a TOML file, turning a missing file or a syntax error into a one-line UserError."""
+    p = Path(path)
+    if p.is_dir():
+        raise UserError(f"config file {str(p)!r} is a directory, not a TOML file")
+    if not p.is_file():
+        raise UserError(f"config file {str(p)!r} does not exist")
+    try:
+        return tomllib.loads(p.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{p}: TOML syntax error: {e}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{p}: not a UTF-8 text file") from None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """Load a run configuration from a TOML file (or the defaults) plus `--set` overrides."""
+    data = read_toml(path) if path is not None else {}
+    return RunConfig.from_dict(apply_overrides(data, overrides or []))
+
+
+def to_toml(config: RunConfig) -> str:
+    """The resolved configuration as TOML text (unset optional keys are left out); a nested
+    table such as [data.bios] follows its section's own keys."""
+    lines: list[str] = []
+    for name, section in config.to_dict().items():
+        lines.append(f"[{name}]")
+        tables = {k: v for k, v in section.items() if isinstance(v, dict)}
+        lines.extend(f"{k} = {toml_value(v)}" for k, v in section.items() if k not in tables)
+        lines.append("")
+        for sub, values in tables.items():
+            lines.append(f"[{name}.{sub}]")
+            lines.extend(f"{k} = {toml_value(v)}" for k, v in values.items())
+            lines.append("")
+    return "\n".join(lines)

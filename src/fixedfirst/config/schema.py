@@ -1,0 +1,123 @@
+"""Checking raw TOML values against the section dataclasses' annotations.
+
+Every configuration section is a dataclass whose annotations say what each key accepts; `coerce`
+turns a raw TOML value into that type or raises a one-line `UserError` naming the key, and
+`build_section` refuses unknown keys before the dataclass's own `__post_init__` checks what is
+possible. `field_docs` reads the attribute docstrings, which are the configuration reference.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import types
+import typing
+from dataclasses import MISSING, fields
+from typing import Any, Literal, Union
+
+from fixedfirst.errors import UserError
+
+
+def require(ok: bool, key: str, message: str) -> None:
+    """Raise `UserError("key: message")` unless `ok`."""
+    if not ok:
+        raise UserError(f"{key}: {message}")
+
+
+def coerce(value: Any, annotation: Any, key: str) -> Any:
+    """Return `value` as the annotated type, or raise a UserError naming `key`."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (Union, types.UnionType):
+        is_none = value is None or (isinstance(value, str) and value.lower() == "none")
+        if is_none and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return coerce(value, inner[0], key)
+    if origin is Literal:
+        if value not in args:
+            choices = ", ".join(repr(a) for a in args)
+            raise UserError(f"{key}: {value!r} is not one of {choices}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise UserError(f"{key}: expected a list, got {value!r}")
+        return [coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise UserError(f"{key}: expected true or false, got {value!r}")
+        return value
+    if annotation is int:
+        if isinstance(value, float) and value.is_integer() and math.isfinite(value):
+            return int(value)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise UserError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"{key}: expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise UserError(f"{key}: must be a finite number, got {value!r}")
+        return float(value)
+    if annotation is str:
+        if not isinstance(value, str):
+            raise UserError(f"{key}: expected a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported annotation {annotation!r} for {key}")  # a bug, not user input
+
+
+def build_section(section_cls: type, raw: dict[str, Any]) -> Any:
+    """Build one section dataclass from a dict of raw values, checking keys and types."""
+    name = section_cls.SECTION
+    hints = typing.get_type_hints(section_cls)
+    known = {f.name: f for f in fields(section_cls)}
+    for key in raw:
+        if key not in known:
+            raise UserError(
+                f"unknown key {name}.{key}; valid keys in [{name}]: " + ", ".join(sorted(known))
+            )
+    values = {key: coerce(value, hints[key], f"{name}.{key}") for key, value in raw.items()}
+    return section_cls(**values)
+
+
+def field_docs(section_cls: type) -> list[tuple[str, str, str]]:
+    """(name, default, docstring) for every field, read from the attribute docstrings."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(section_cls)))
+    docs: dict[str, str] = {}
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    for node, nxt in itertools.pairwise(body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+        ):
+            docs[node.target.id] = " ".join(str(nxt.value.value).split())
+    out = []
+    for f in fields(section_cls):
+        if f.metadata.get("table"):  # a nested table (data.options = [data.KIND]), not a key
+            continue
+        if f.default is not MISSING:
+            default = f.default
+        elif f.default_factory is not MISSING:
+            default = f.default_factory()
+        else:  # pragma: no cover
+            default = None
+        out.append((f.name, toml_value(default) if default is not None else "unset", docs[f.name]))
+    return out
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")

@@ -1,0 +1,329 @@
+"""The sections of a run configuration: `[model]`, `[schedule]`, `[train]`, `[data]`, `[eval]`.
+
+Each is a dataclass whose attribute docstrings are the configuration reference (`fixedfirst
+config-reference` prints them) and whose `__post_init__` refuses what is impossible, naming the
+key: d_model divisible by n_heads, depth >= 1, switch in [0, 1], ...
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from fixedfirst.config.schema import require
+
+
+@dataclass
+class ModelConfig:
+    """The looped transformer's shape (docs/design.md §1)."""
+
+    SECTION: ClassVar[str] = "model"
+
+    vocab_size: int = 256
+    """Vocabulary size (rows of the embedding, columns of the head)."""
+    d_model: int = 128
+    """Width of the residual stream and of the recurrent state."""
+    n_heads: int = 4
+    """Attention heads per layer; must divide d_model."""
+    n_prelude: int = 1
+    """Untied layers before the recurrence (may be 0)."""
+    n_core: int = 2
+    """Layers in the shared core block, applied `depth` times."""
+    n_coda: int = 1
+    """Untied layers after the recurrence (may be 0)."""
+    max_seq_len: int = 256
+    """Longest sequence the rotary tables (and the generation cache) cover."""
+    d_ff: int | None = None
+    """MLP hidden width; default 4*d_model for gelu, 8/3*d_model rounded up to 64 for swiglu."""
+    mlp: Literal["swiglu", "gelu"] = "swiglu"
+    """MLP kind."""
+    norm: Literal["pre", "sandwich"] = "pre"
+    """`pre`: pre-norm blocks. `sandwich`: also normalise after each residual sum (Huginn), which
+    keeps the recurrent state bounded at large depth."""
+    injection: Literal["concat", "add"] = "concat"
+    """How the prelude output enters every iteration: `concat` = Linear(2d, d)(state ++ input)
+    (Huginn, McLeish), `add` = state + input."""
+    state_init: Literal["normal", "zeros"] = "normal"
+    """Initial recurrent state. `normal`: truncated normal, std sqrt(2/(5d)), redrawn every training
+    forward; evaluation uses a fixed per-position draw from `eval_seed`. `zeros`: always zeros."""
+    eval_seed: int = 0
+    """Seed of the fixed initial state used in evaluation and generation (state_init = normal)."""
+    tie_embeddings: bool = False
+    """Share the embedding matrix with the output head."""
+    rope_base: float = 10000.0
+    """Rotary position embedding base."""
+
+    def __post_init__(self) -> None:
+        s = self.SECTION
+        require(self.vocab_size >= 2, f"{s}.vocab_size", f"must be >= 2, got {self.vocab_size}")
+        require(self.d_model >= 2, f"{s}.d_model", f"must be >= 2, got {self.d_model}")
+        require(self.n_heads >= 1, f"{s}.n_heads", f"must be >= 1, got {self.n_heads}")
+        require(
+            self.d_model % self.n_heads == 0,
+            f"{s}.d_model",
+            f"{self.d_model} is not divisible by n_heads = {self.n_heads}",
+        )
+        require(
+            (self.d_model // self.n_heads) % 2 == 0,
+            f"{s}.n_heads",
+            f"head size d_model/n_heads = {self.d_model // self.n_heads} must be even (rotary)",
+        )
+        require(self.n_prelude >= 0, f"{s}.n_prelude", f"must be >= 0, got {self.n_prelude}")
+        require(self.n_core >= 1, f"{s}.n_core", f"must be >= 1, got {self.n_core}")
+        require(self.n_coda >= 0, f"{s}.n_coda", f"must be >= 0, got {self.n_coda}")
+        require(self.max_seq_len >= 1, f"{s}.max_seq_len", "must be >= 1")
+        require(self.d_ff is None or self.d_ff >= 1, f"{s}.d_ff", "must be >= 1")
+        require(self.rope_base > 1, f"{s}.rope_base", "must be > 1")
+
+    @property
+    def hidden_size(self) -> int:
+        """The MLP hidden width actually used."""
+        if self.d_ff is not None:
+            return self.d_ff
+        if self.mlp == "gelu":
+            return 4 * self.d_model
+        return 64 * math.ceil(8 * self.d_model / 3 / 64)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+@dataclass
+class ScheduleConfig:
+    """Which training depth each optimizer step uses (docs/design.md §2)."""
+
+    SECTION: ClassVar[str] = "schedule"
+
+    kind: Literal["fixed", "uniform", "poisson-lognormal", "progressive", "fixed-first"] = (
+        "fixed-first"
+    )
+    """Schedule kind."""
+    depth: int = 4
+    """`fixed`: the depth of every step."""
+    k0: int = 2
+    """`fixed-first`: the depth before the switch."""
+    switch: float = 0.67
+    """`fixed-first`: fraction of the token budget trained at k0."""
+    finish: Literal["uniform", "poisson-lognormal"] = "uniform"
+    """`fixed-first`: the distribution after the switch."""
+    k_min: int = 1
+    """Smallest depth of `uniform` (and of a uniform finish)."""
+    k_max: int = 16
+    """Largest depth of `uniform`; also the clip of every Poisson-lognormal draw."""
+    mean: float | None = None
+    """Mean depth E[K] of `poisson-lognormal` (and its finish), the true mean after the clip at
+    k_max (the pre-clip rate is solved for); `progressive` ramps up to it.
+    Default: (k_min + k_max) / 2, the uniform schedule's mean, so the two cost the same."""
+    sigma: float = 0.5
+    """Log-normal sigma of the Poisson rate."""
+    warmup: float = 0.25
+    """`progressive`: fraction of the steps over which the mean ramps from 1 to `mean`."""
+    ramp: Literal["linear", "sqrt"] = "sqrt"
+    """`progressive`: ramp shape f(x) = x (`linear`) or 1 - sqrt(1 - x) (`sqrt`)."""
+
+    def __post_init__(self) -> None:
+        s = self.SECTION
+        require(self.depth >= 1, f"{s}.depth", f"must be >= 1, got {self.depth}")
+        require(self.k0 >= 1, f"{s}.k0", f"must be >= 1, got {self.k0}")
+        require(self.k_min >= 1, f"{s}.k_min", f"must be >= 1, got {self.k_min}")
+        require(
+            self.k_max >= self.k_min,
+            f"{s}.k_max",
+            f"{self.k_max} is below k_min = {self.k_min}",
+        )
+        require(0.0 <= self.switch <= 1.0, f"{s}.switch", f"must be in [0, 1], got {self.switch}")
+        if self.kind == "fixed-first":
+            require(
+                self.k0 <= self.k_max,
+                f"{s}.k0",
+                f"{self.k0} exceeds k_max = {self.k_max}; lower k0 or raise k_max",
+            )
+        require(self.sigma > 0, f"{s}.sigma", f"must be > 0, got {self.sigma}")
+        require(0.0 < self.warmup <= 1.0, f"{s}.warmup", f"must be in (0, 1], got {self.warmup}")
+        if self.mean is not None:
+            require(
+                self.mean == 1.0 or 1.0 < self.mean < self.k_max,
+                f"{s}.mean",
+                f"must be 1 or strictly between 1 and k_max = {self.k_max} (it is the mean "
+                f"depth after the clip at k_max), got {self.mean}",
+            )
+        if self.kind in ("poisson-lognormal", "progressive") or self.finish == "poisson-lognormal":
+            require(
+                self.mean_depth == 1.0 or self.mean_depth < self.k_max,
+                f"{s}.k_max",
+                f"k_max = {self.k_max} leaves no room for a Poisson-lognormal mean depth of "
+                f"{self.mean_depth:g}; raise k_max or set schedule.mean",
+            )
+
+    @property
+    def mean_depth(self) -> float:
+        """The Poisson-lognormal mean in use (explicit, or the uniform range's midpoint)."""
+        return self.mean if self.mean is not None else (self.k_min + self.k_max) / 2
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation, budgets, device and checkpointing."""
+
+    SECTION: ClassVar[str] = "train"
+
+    seed: int = 0
+    """Seed of the model init, the data order and the depth schedule."""
+    tokens: int = 1_000_000
+    """Token budget; the schedule's switch is a fraction of it. Ignored when `flops` is set."""
+    flops: float | None = None
+    """Modeled training-FLOP budget. When set, the number of steps is planned on the depths the
+    run will draw (a pure function of seed and step), so that runs with different schedules end
+    within one step below the same FLOPs."""
+    batch_size: int = 16
+    """Sequences per optimizer step (global, over all ranks and micro-batches)."""
+    micro_batch_size: int | None = None
+    """Sequences per forward/backward; batch_size / micro_batch_size steps are accumulated."""
+    seq_len: int = 128
+    """Training sequence length (<= model.max_seq_len)."""
+    lr: float = 1e-3
+    """Peak learning rate."""
+    final_lr_fraction: float = 0.1
+    """Learning rate at the end, as a fraction of `lr`."""
+    lr_schedule: Literal["cosine", "wsd"] = "cosine"
+    """`cosine`: warmup then cosine decay. `wsd`: warmup, constant, then linear decay."""
+    warmup: float = 0.05
+    """Fraction of the steps spent in linear warmup."""
+    decay: float = 0.2
+    """`wsd`: fraction of the steps spent in the final decay."""
+    weight_decay: float = 0.1
+    """AdamW weight decay, applied to matrices only (not norms)."""
+    beta1: float = 0.9
+    """AdamW beta1."""
+    beta2: float = 0.95
+    """AdamW beta2."""
+    grad_clip: float = 1.0
+    """Gradient-norm clip (0 disables)."""
+    grad_depth: int | None = None
+    """Truncated backprop: gradients through the last `grad_depth` core iterations only.
+    Default: full backprop."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where to train; `auto` takes CUDA when present."""
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """`auto`: bf16 autocast on CUDA, fp32 on CPU."""
+    compile: bool = False
+    """torch.compile each block; the depth loop stays in Python, so a new depth never recompiles."""
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    """Multi-process strategy under torchrun."""
+    log_every: int = 10
+    """Steps between metric lines."""
+    checkpoint_every: int = 0
+    """Steps between checkpoints (0: only at the switch and at the end)."""
+    keep_checkpoints: int = 3
+    """Periodic checkpoints kept (the switch checkpoint and snapshots are always kept)."""
+    snapshots: list[float] = field(default_factory=list)
+    """Fractions of the run's modeled FLOP budget at which a checkpoint is kept for later
+    evaluation, e.g. [0.15, 0.45] (the end of the run is always checkpointed)."""
+
+    def __post_init__(self) -> None:
+        s = self.SECTION
+        require(self.tokens > 0, f"{s}.tokens", f"the token budget must be > 0, got {self.tokens}")
+        if self.flops is not None:
+            require(self.flops > 0, f"{s}.flops", f"the FLOP budget must be > 0, got {self.flops}")
+        require(self.batch_size >= 1, f"{s}.batch_size", f"must be >= 1, got {self.batch_size}")
+        if self.micro_batch_size is not None:
+            require(
+                self.micro_batch_size >= 1 and self.batch_size % self.micro_batch_size == 0,
+                f"{s}.micro_batch_size",
+                f"{self.micro_batch_size} must be >= 1 and divide batch_size = {self.batch_size}",
+            )
+        require(self.seq_len >= 2, f"{s}.seq_len", f"must be >= 2, got {self.seq_len}")
+        require(self.lr > 0, f"{s}.lr", f"must be > 0, got {self.lr}")
+        require(
+            0.0 <= self.final_lr_fraction <= 1.0,
+            f"{s}.final_lr_fraction",
+            f"must be in [0, 1], got {self.final_lr_fraction}",
+        )
+        require(0.0 <= self.warmup < 1.0, f"{s}.warmup", f"must be in [0, 1), got {self.warmup}")
+        require(0.0 <= self.decay <= 1.0, f"{s}.decay", f"must be in [0, 1], got {self.decay}")
+        require(
+            self.lr_schedule != "wsd" or self.warmup + self.decay <= 1.0,
+            f"{s}.decay",
+            f"warmup + decay = {self.warmup + self.decay} exceeds 1",
+        )
+        require(self.weight_decay >= 0, f"{s}.weight_decay", "must be >= 0")
+        require(0.0 <= self.beta1 < 1.0, f"{s}.beta1", f"must be in [0, 1), got {self.beta1}")
+        require(0.0 <= self.beta2 < 1.0, f"{s}.beta2", f"must be in [0, 1), got {self.beta2}")
+        require(self.grad_clip >= 0, f"{s}.grad_clip", "must be >= 0 (0 disables clipping)")
+        if self.grad_depth is not None:
+            require(self.grad_depth >= 1, f"{s}.grad_depth", f"must be >= 1, got {self.grad_depth}")
+        require(self.log_every >= 1, f"{s}.log_every", f"must be >= 1, got {self.log_every}")
+        require(self.checkpoint_every >= 0, f"{s}.checkpoint_every", "must be >= 0")
+        require(self.keep_checkpoints >= 1, f"{s}.keep_checkpoints", "must be >= 1")
+        bad = [f for f in self.snapshots if not 0.0 < f <= 1.0]
+        require(not bad, f"{s}.snapshots", f"fractions must be in (0, 1], got {bad}")
+
+    @property
+    def micro_batch(self) -> int:
+        return self.micro_batch_size or self.batch_size
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.seq_len
+
+
+@dataclass
+class DataConfig:
+    """Where training and validation batches come from.
+
+    `kind` names a data source of `fixedfirst.data.registry`; a kind's own options live in its
+    own table, `[data.KIND]` (e.g. `[data.bios] people = 100`), held here as `options` and
+    checked against that kind's options dataclass when the source is resolved, so a new task
+    adds its fields without touching this section.
+    """
+
+    SECTION: ClassVar[str] = "data"
+
+    kind: str = "synthetic"
+    """The data source: `synthetic` (a seeded toy language for tests and smoke runs), `tokens`
+    (shards written by `fixedfirst prepare` at `path`), or a task such as `bios`; `fixedfirst
+    config-reference` lists every kind and its options."""
+    path: str | None = None
+    """`tokens`: the prepared data directory."""
+    seed: int = 0
+    """Seed of the data itself (the synthetic language, the task's world); the order in which
+    training visits it follows train.seed."""
+    options: dict[str, Any] = field(default_factory=dict, metadata={"table": True})
+    """The kind's own options: the table [data.KIND]."""
+
+    def __post_init__(self) -> None:
+        require(
+            isinstance(self.kind, str) and self.kind != "",
+            f"{self.SECTION}.kind",
+            "must name a data source",
+        )
+        if self.kind == "tokens":
+            require(
+                self.path is not None,
+                f"{self.SECTION}.path",
+                "kind = 'tokens' needs path = the directory written by `fixedfirst prepare`",
+            )
+
+
+@dataclass
+class EvalConfig:
+    """Validation during and after training."""
+
+    SECTION: ClassVar[str] = "eval"
+
+    depths: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
+    """Serving depths at which validation NLL is measured (one pass of the recurrence)."""
+    every: int = 0
+    """Steps between evaluations (0: only at the end)."""
+    batches: int = 4
+    """Validation batches per evaluation."""
+
+    def __post_init__(self) -> None:
+        s = self.SECTION
+        require(len(self.depths) > 0, f"{s}.depths", "needs at least one depth")
+        bad = [d for d in self.depths if d < 1]
+        require(not bad, f"{s}.depths", f"depths must be >= 1, got {bad}")
+        require(self.every >= 0, f"{s}.every", "must be >= 0")
+        require(self.batches >= 1, f"{s}.batches", "must be >= 1")

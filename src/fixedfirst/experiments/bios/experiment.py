@@ -1,0 +1,256 @@
+"""Figure 1: three depth schedules trained on the same people at matched modeled FLOPs.
+
+The paper's synthetic experiment: fixed K=4, uniform K in 1..16, and fixed-first (K0=4, switch
+0.8, uniform finish), each trained to the same modeled training-FLOP budget, so a cheap schedule
+gets more optimizer steps. Each run keeps checkpoints at 15% and 45% of the budget and at its end
+(the trainer's FLOP snapshots); each checkpoint's recall is measured at serving depths 1..64 in
+one pass of the recurrence per prompt batch.
+
+A preset is a TOML file: the run sections (`[model]`, `[data]`, `[train]`, `[eval]`) shared by
+the three runs, plus an `[experiment]` section (budget, snapshots, serving depths, recall sample).
+Runs live in `DIR/runs/NAME/` (see `fixedfirst.runs.experiment`), and each checkpoint's recall is
+cached beside it, so a second invocation with the same DIR reuses everything already done.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fixedfirst.config import RunConfig, apply_overrides, build_section, parse_override, read_toml
+from fixedfirst.errors import UserError
+from fixedfirst.runs.experiment import PlannedRun, RunOutcome, check_runs_startable, run_all
+from fixedfirst.schedules import describe
+from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
+from fixedfirst.train.run_dir import RunDir
+
+PRESETS = ("default", "smoke")
+SCHEDULES: dict[str, list[str]] = {
+    "fixed-4": ["schedule.kind=fixed", "schedule.depth=4"],
+    "uniform-1-16": ["schedule.kind=uniform", "schedule.k_min=1", "schedule.k_max=16"],
+    "fixed-first-4-0.8": [
+        "schedule.kind=fixed-first",
+        "schedule.k0=4",
+        "schedule.switch=0.8",
+        "schedule.finish=uniform",
+        "schedule.k_min=1",
+        "schedule.k_max=16",
+    ],
+}
+"""Run name -> schedule overrides: the paper's three schedules."""
+
+
+@dataclass
+class ExperimentConfig:
+    """The `[experiment]` section of a bios preset."""
+
+    SECTION = "experiment"
+
+    flops: float = 1e15
+    """Modeled training-FLOP budget of every run (compute-matched)."""
+    snapshots: list[float] = field(default_factory=lambda: [0.15, 0.45])
+    """Fractions of the budget evaluated besides the end of the run."""
+    depths: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64])
+    """Serving depths at which recall is measured."""
+    recall_people: int | None = None
+    """People scored by recall (the first n, an unbiased sample); default all."""
+    recall_batch: int = 512
+    """Prompts per recall forward pass."""
+
+    def __post_init__(self) -> None:
+        s = self.SECTION
+        if self.flops <= 0:
+            raise UserError(f"{s}.flops: the FLOP budget must be > 0, got {self.flops}")
+        if not self.snapshots or any(not 0 < f < 1 for f in self.snapshots):
+            raise UserError(
+                f"{s}.snapshots: fractions must be in (0, 1), got {self.snapshots} "
+                "(the end of each run, 1, is always evaluated)"
+            )
+        if not self.depths or any(d < 1 for d in self.depths):
+            raise UserError(f"{s}.depths: depths must be >= 1, got {self.depths}")
+        if self.recall_people is not None and self.recall_people < 1:
+            raise UserError(f"{s}.recall_people: must be >= 1, got {self.recall_people}")
+        if self.recall_batch < 1:
+            raise UserError(f"{s}.recall_batch: must be >= 1, got {self.recall_batch}")
+
+    @property
+    def fractions(self) -> list[float]:
+        return [*sorted(self.snapshots), 1.0]
+
+
+@dataclass
+class Preset:
+    name: str
+    experiment: ExperimentConfig
+    base: dict[str, Any]
+    """The raw run sections shared by all runs (schedule overrides are applied per run)."""
+
+    def run_config(self, schedule_overrides: list[str]) -> RunConfig:
+        snapshots = "[" + ", ".join(repr(f) for f in self.experiment.snapshots) + "]"
+        extra = [f"train.flops={self.experiment.flops!r}", f"train.snapshots={snapshots}"]
+        return RunConfig.from_dict(apply_overrides(self.base, [*extra, *schedule_overrides]))
+
+
+def load_preset(name: str, overrides: list[str] | None = None) -> Preset:
+    """A shipped preset (`default`, `smoke`) or a path to a preset TOML, plus `--set` overrides."""
+    if name in PRESETS:
+        resource = resources.files("fixedfirst.experiments.bios") / "presets" / f"{name}.toml"
+        with resources.as_file(resource) as path:
+            raw = read_toml(path)
+    elif name.endswith(".toml"):
+        raw = read_toml(name)
+    else:
+        raise UserError(
+            f"--preset {name!r}: unknown preset; choose one of {', '.join(PRESETS)} "
+            "or give a path to a preset .toml file"
+        )
+    experiment_overrides = [o for o in overrides or [] if o.startswith("experiment.")]
+    run_overrides = [o for o in overrides or [] if not o.startswith("experiment.")]
+    raw = apply_overrides(raw, run_overrides)
+    experiment_raw = dict(raw.pop("experiment", {}))
+    for text in experiment_overrides:
+        _, key, value = parse_override(text)
+        experiment_raw[key] = value
+    if "schedule" in raw:
+        raise UserError(
+            "a bios preset has no [schedule]: the experiment trains its three schedules"
+        )
+    preset = Preset(name, build_section(ExperimentConfig, experiment_raw), raw)
+    preset.run_config(SCHEDULES["fixed-4"])  # validate the shared sections once, up front
+    return preset
+
+
+def planned_runs(preset: Preset) -> list[PlannedRun]:
+    return [PlannedRun(name, preset.run_config(o)) for name, o in SCHEDULES.items()]
+
+
+def snapshot_checkpoint(run: Path, fraction: float) -> Checkpoint:
+    manager = CheckpointManager(RunDir(run).checkpoints_path)
+    tag = "final" if fraction == 1.0 else f"snapshot-{fraction:g}"
+    ckpt = manager.with_tag(tag)
+    if ckpt is None:
+        raise UserError(f"{run} has no checkpoint tagged {tag!r}; delete the run and start again")
+    return ckpt
+
+
+def recall_of_checkpoint(
+    run: Path, config: RunConfig, ckpt: Checkpoint, experiment: ExperimentConfig
+) -> dict[str, Any]:
+    """The checkpoint's recall report, computed once and cached beside the run."""
+    from fixedfirst.data.registry import kind_options
+    from fixedfirst.experiments.bios.recall import evaluate_recall
+    from fixedfirst.experiments.bios.world import build_world
+    from fixedfirst.model import LoopedTransformer
+
+    cache = run / f"recall-step-{ckpt.step:07d}.json"
+    key = {"depths": sorted(experiment.depths), "people": experiment.recall_people}
+    if cache.is_file():
+        cached = json.loads(cache.read_text())
+        if cached.get("key") == key:
+            return cached["report"]
+    ckpt.verify()
+    model = LoopedTransformer(config.model)
+    ckpt.load_model(model)
+    report = evaluate_recall(
+        model.eval(),
+        build_world(kind_options(config), config.data.seed),
+        experiment.depths,
+        people=experiment.recall_people,
+        batch_size=experiment.recall_batch,
+    ).to_dict()
+    cache.write_text(json.dumps({"key": key, "report": report}, indent=2))
+    return report
+
+
+def collect_results(
+    preset: Preset, outcomes: list[RunOutcome], quiet: bool = False
+) -> dict[str, Any]:
+    """Recall of every run at every budget fraction, plus each run's cost."""
+    from fixedfirst.data.registry import kind_options
+    from fixedfirst.experiments.bios.world import build_pools
+
+    records, runs = [], {}
+    for outcome in outcomes:
+        config = preset.run_config(SCHEDULES[outcome.name])
+        for fraction in preset.experiment.fractions:
+            ckpt = snapshot_checkpoint(outcome.path, fraction)
+            started = time.perf_counter()
+            report = recall_of_checkpoint(outcome.path, config, ckpt, preset.experiment)
+            if not quiet:
+                seconds = time.perf_counter() - started
+                print(
+                    f"  recall {outcome.name} at {fraction:.0%} of the budget (step {ckpt.step}): "
+                    + ", ".join(
+                        f"K={r['depth']} {r['bits_per_person']:.1f}"
+                        for r in report["by_depth"][::3]
+                    )
+                    + f" bits ({seconds:.0f} s)",
+                    flush=True,
+                )
+            for r in report["by_depth"]:
+                records.append(
+                    {
+                        "schedule": outcome.name,
+                        "budget_fraction": fraction,
+                        "depth": r["depth"],
+                        "bits_per_person": r["bits_per_person"],
+                        "step": ckpt.step,
+                        "flops": ckpt.meta["flops"],
+                    }
+                )
+        s = outcome.summary
+        runs[outcome.name] = {
+            "schedule": describe(config.schedule),
+            "path": str(outcome.path),
+            "steps": s["steps"],
+            "tokens": s["tokens"],
+            "flops": s["flops"],
+            "wall_s": s["wall"],
+            "phases": s["phases"],
+        }
+    base = preset.run_config(SCHEDULES["fixed-4"])
+    options = kind_options(base)
+    return {
+        "preset": preset.name,
+        "flop_budget": preset.experiment.flops,
+        "ceiling_bits": build_pools(options, base.data.seed).bits_per_person(),
+        "people": options.people,
+        "recall_people": preset.experiment.recall_people or options.people,
+        "depths": sorted(preset.experiment.depths),
+        "budget_fractions": preset.experiment.fractions,
+        "experiment": asdict(preset.experiment),
+        "runs": runs,
+        "recall": records,
+    }
+
+
+def run_experiment(preset: Preset, out: Path, quiet: bool = False) -> dict[str, Any]:
+    """Train (or reuse) the three runs, measure recall, write results.json, the figure, report."""
+    from fixedfirst.experiments.bios.figure import plot_figure1
+    from fixedfirst.experiments.bios.report import write_report
+
+    runs = planned_runs(preset)
+    check_runs_startable(runs, out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"cannot write to --out {out}: {e.strerror or e}") from None
+    started = time.perf_counter()
+    outcomes = run_all(runs, out, quiet)
+    trained = time.perf_counter()
+    results = collect_results(preset, outcomes, quiet)
+    results["wall_clock_s"] = {
+        "training_and_reuse": trained - started,
+        "recall_evaluation": time.perf_counter() - trained,
+    }
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    plot_figure1(results, out / "figure1.png")
+    write_report(results, out / "report.md")
+    return results

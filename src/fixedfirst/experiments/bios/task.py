@@ -1,0 +1,36 @@
+"""The bios data kind: `[data] kind = "bios"` with its world in `[data.bios]`, and recall as the
+task's own metric (`fixedfirst eval RUN --task bios`)."""
+
+from __future__ import annotations
+
+from fixedfirst.config import RunConfig
+from fixedfirst.data.registry import DataKind, TaskReport, kind_options
+from fixedfirst.experiments.bios.recall import evaluate_recall
+from fixedfirst.experiments.bios.source import BiosSource
+from fixedfirst.experiments.bios.world import BiosOptions, build_world
+from fixedfirst.model import LoopedTransformer
+
+
+def evaluate_task(
+    model: LoopedTransformer, config: RunConfig, depths: list[int], limit: int | None
+) -> TaskReport:
+    """Recalled bits per person at every depth, over the first `limit` people (default all)."""
+    world = build_world(kind_options(config), config.data.seed)
+    report = evaluate_recall(model, world, depths, people=limit)
+    rows = [f"| {depth} | {bits:.2f} |" for depth, bits in report.bits().items()]
+    return TaskReport(
+        headline=(
+            f"recalled bits per person ({report.people} people, ceiling {report.ceiling_bits:.2f})"
+        ),
+        table="\n".join(["| depth | bits |", "| --- | --- |", *rows]),
+        record=report.to_dict(),
+    )
+
+
+KIND = DataKind(
+    name="bios",
+    summary="fictional biographies to memorise; recall of their facts (the paper's Figure 1)",
+    build=BiosSource.from_config,
+    options=BiosOptions,
+    evaluate=evaluate_task,
+)

@@ -1,0 +1,28 @@
+"""The update diagnostic (docs/design.md §6, the paper's Figure 4): after how many finishing
+updates does a deep update stop beating a shallow one?
+
+    finishing      a run's state at a checkpoint, continued by its own finishing steps
+    update_pair    one depth-a and one depth-b update from the same state, RMS-matched
+    intervals      Student-t intervals over batches
+    runner         the whole measurement over u = 0, 1, 2, ..., 32
+    report, figure the printed tables and figure4.png
+"""
+
+from fixedfirst.experiments.diagnose.finishing import FinishingChain, RunState, open_run_state
+from fixedfirst.experiments.diagnose.intervals import Interval, t_interval, t_quantile
+from fixedfirst.experiments.diagnose.runner import DiagnoseOptions, run_diagnostic
+from fixedfirst.experiments.diagnose.update_pair import PairResult, UpdatePair, state_digest
+
+__all__ = [
+    "DiagnoseOptions",
+    "FinishingChain",
+    "Interval",
+    "PairResult",
+    "RunState",
+    "UpdatePair",
+    "open_run_state",
+    "run_diagnostic",
+    "state_digest",
+    "t_interval",
+    "t_quantile",
+]

@@ -1,0 +1,244 @@
+"""A sweep file: one base configuration and a list of named runs that each change a few keys.
+
+    # SWEEP.toml
+    base = "../lm-200m.toml"            # a run config file (relative to this file), or inline
+                                        # [base.model], [base.train], ... tables like a run config
+
+    [sweep]
+    reference = "uniform"               # the uniform 1..16 run savings and NLL are compared with
+    figure3 = "ff-k2-s0.67-uniform"     # the fixed-first run drawn as Figure 3 (optional)
+    eval_batches = 8                    # validation batches of the final evaluation (optional)
+
+    [[runs]]
+    name = "uniform"
+    schedule.kind = "uniform"           # `section.key = value`, exactly like `--set`
+
+    [[runs]]
+    name = "uniform-matched"
+    schedule.kind = "uniform"
+    flops_of = "ff-k4-s0.67-uniform"    # train.flops = that run's modeled FLOPs
+
+A base file name is relative to the sweep file; paths inside the configuration (data.path) are,
+as in every run config, relative to the working directory. Each run is the base with its keys
+applied on top, validated like any run config. `flops_of` makes a compute-matched run: its FLOP
+budget is the other run's expected modeled training FLOPs from the compute model, so nobody
+copies a FLOP count by hand and it stays right when the base changes. Everything is checked when
+the file is loaded, before anything trains: a typo found after an hour of training costs the hour.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fixedfirst.compute import UNIFORM_REFERENCE, plan_budget
+from fixedfirst.config import SECTIONS, RunConfig, read_toml
+from fixedfirst.errors import UserError
+from fixedfirst.runs.experiment import PlannedRun
+
+TOP_LEVEL_KEYS = ("base", "sweep", "runs")
+SWEEP_KEYS = ("reference", "figure3", "eval_batches")
+RUN_KEYS = ("name", "flops_of")
+SECTION_NAMES = tuple(c.SECTION for c in SECTIONS)
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+@dataclass
+class SweepSpec:
+    """A validated sweep: its runs in file order and how to report them."""
+
+    path: Path
+    runs: list[PlannedRun]
+    reference: str
+    figure3: str | None
+    eval_batches: int | None
+    flops_of: dict[str, str]
+    """run name -> the run whose modeled FLOPs it is matched to."""
+
+    def run(self, name: str) -> PlannedRun:
+        return next(r for r in self.runs if r.name == name)
+
+    def select(self, only: list[str] | None) -> list[PlannedRun]:
+        """The runs named in `only` (in file order), or all of them."""
+        if not only:
+            return list(self.runs)
+        names = [r.name for r in self.runs]
+        unknown = [n for n in only if n not in names]
+        if unknown:
+            raise UserError(
+                f"--only: no run named {unknown[0]!r} in {self.path}; runs: " + ", ".join(names)
+            )
+        return [r for r in self.runs if r.name in only]
+
+
+def _table(value: Any, key: str, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: {key} must be a table of key = value lines")
+    return value
+
+
+def _unknown(keys, valid, where: str, what: str = "key") -> None:
+    for key in keys:
+        if key not in valid:
+            raise UserError(f"{where}: unknown {what} {key!r}; valid: " + ", ".join(valid))
+
+
+def _base_dict(raw: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The base configuration as raw TOML data, from a file or from inline [base.*] sections."""
+    if "base" not in raw:
+        raise UserError(
+            f'{path}: no base configuration; add base = "RUN.toml" (a run config file) or '
+            "inline [base.model], [base.train], ... sections"
+        )
+    base = raw["base"]
+    if isinstance(base, str):
+        base_path = Path(base) if Path(base).is_absolute() else path.parent / base
+        try:
+            return read_toml(base_path)
+        except UserError as e:
+            raise UserError(f"{path}: base: {e}") from None
+    if not isinstance(base, dict):
+        raise UserError(f"{path}: base must be a file name or [base.SECTION] tables")
+    _unknown(base, SECTION_NAMES, f"{path}: [base]", "section")
+    return base
+
+
+def _with_run_keys(base: dict[str, Any], run: dict[str, Any], where: str) -> dict[str, Any]:
+    """The base with a run's `section.key = value` entries applied on top (like --set)."""
+    merged = {k: dict(v) for k, v in base.items()}
+    for section, values in run.items():
+        if section in RUN_KEYS:
+            continue
+        if section not in SECTION_NAMES:
+            _unknown([section], [*RUN_KEYS, *SECTION_NAMES], where)
+        for key, value in _table(values, section, where).items():
+            merged.setdefault(section, {})[key] = value
+    return merged
+
+
+def _build_config(data: dict[str, Any], where: str) -> RunConfig:
+    try:
+        config = RunConfig.from_dict(data)
+        plan_budget(config)  # a budget below one step is an error now, not after other runs
+    except UserError as e:
+        raise UserError(f"{where}: {e}") from None
+    return config
+
+
+def _run_name(entry: dict[str, Any], index: int, path: Path) -> str:
+    name = entry.get("name")
+    if name is None:
+        raise UserError(f'{path}: runs[{index}] has no name; add name = "..."')
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise UserError(
+            f"{path}: runs[{index}].name = {name!r}: use letters, digits, '.', '_' and '-' "
+            "(it names the run's directory)"
+        )
+    return name
+
+
+def load_sweep(path: str | Path) -> SweepSpec:
+    """Read and validate a sweep file; every run's configuration is built and checked."""
+    path = Path(path)
+    raw = read_toml(path)
+    _unknown(raw, TOP_LEVEL_KEYS, str(path))
+    base = _base_dict(raw, path)
+    _build_config(base, f"{path}: base")
+    settings = _table(raw.get("sweep", {}), "[sweep]", str(path))
+    _unknown(settings, SWEEP_KEYS, f"{path}: [sweep]")
+
+    entries = raw.get("runs")
+    if not isinstance(entries, list) or not entries:
+        raise UserError(f'{path}: no runs; add [[runs]] tables, each with name = "..."')
+    names: list[str] = []
+    runs: list[PlannedRun] = []
+    flops_of: dict[str, str] = {}
+    for index, entry in enumerate(entries):
+        entry = _table(entry, f"runs[{index}]", str(path))
+        name = _run_name(entry, index, path)
+        if name in names:
+            raise UserError(f"{path}: two runs are named {name!r}; run names must be unique")
+        names.append(name)
+        where = f'{path}: run "{name}"'
+        data = _with_run_keys(base, entry, where)
+        if "flops_of" in entry:
+            target = entry["flops_of"]
+            flops_of[name] = _check_flops_of(target, entry, names, flops_of, where)
+            data.setdefault("train", {})["flops"] = plan_budget(
+                runs[names.index(target)].config
+            ).flops
+        runs.append(PlannedRun(name, _build_config(data, where)))
+
+    return SweepSpec(
+        path=path,
+        runs=runs,
+        reference=_reference(settings, runs, path),
+        figure3=_figure3(settings, runs, path),
+        eval_batches=_eval_batches(settings, path),
+        flops_of=flops_of,
+    )
+
+
+def _check_flops_of(
+    target: Any, entry: dict[str, Any], names: list[str], flops_of: dict[str, str], where: str
+) -> str:
+    if not isinstance(target, str) or target not in names[:-1]:
+        raise UserError(
+            f"{where}: flops_of = {target!r} must name a run listed above this one "
+            "(its modeled FLOPs become this run's train.flops)"
+        )
+    if target in flops_of:
+        raise UserError(
+            f"{where}: flops_of = {target!r} is itself compute-matched; match the original run"
+        )
+    if "flops" in entry.get("train", {}):
+        raise UserError(f"{where}: set either flops_of or train.flops, not both")
+    return target
+
+
+def _reference(settings: dict[str, Any], runs: list[PlannedRun], path: Path) -> str:
+    name = settings.get("reference")
+    if name is None:
+        raise UserError(
+            f'{path}: [sweep] needs reference = "NAME", the uniform 1..16 run that savings and '
+            "NLL differences are measured against"
+        )
+    matches = [r for r in runs if r.name == name]
+    if not matches:
+        raise UserError(f"{path}: sweep.reference = {name!r} is not one of the runs")
+    s = matches[0].config.schedule
+    ref = UNIFORM_REFERENCE
+    if (s.kind, s.k_min, s.k_max) != (ref.kind, ref.k_min, ref.k_max):
+        raise UserError(
+            f"{path}: sweep.reference = {name!r} must train uniform {ref.k_min}..{ref.k_max}, "
+            "the schedule modeled savings are measured against"
+        )
+    if matches[0].config.train.flops is not None:
+        raise UserError(f"{path}: sweep.reference = {name!r} must use the token budget, not flops")
+    return name
+
+
+def _figure3(settings: dict[str, Any], runs: list[PlannedRun], path: Path) -> str | None:
+    """The named Figure 3 run, or by default the first fixed-first run (None if there is none)."""
+    name = settings.get("figure3")
+    if name is None:
+        return next((r.name for r in runs if r.config.schedule.kind == "fixed-first"), None)
+    matches = [r for r in runs if r.name == name]
+    if not matches:
+        raise UserError(f"{path}: sweep.figure3 = {name!r} is not one of the runs")
+    if matches[0].config.schedule.kind != "fixed-first":
+        raise UserError(
+            f"{path}: sweep.figure3 = {name!r} must be a fixed-first run (it has a switch)"
+        )
+    return name
+
+
+def _eval_batches(settings: dict[str, Any], path: Path) -> int | None:
+    value = settings.get("eval_batches")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"{path}: sweep.eval_batches must be an integer >= 1, got {value!r}")
+    return value

@@ -1,0 +1,127 @@
+"""Validation NLL of a run's checkpoint at many serving depths, kept beside the run as JSON.
+
+`fixedfirst eval` and the sweep report both measure through here, so one file format describes
+every depth-wise evaluation:
+
+    {"format": "fixedfirst-eval", "version": 1,
+     "run": "runs/uniform", "schedule": "uniform 1..16",
+     "step": 200, "tokens": 819200,            the checkpoint: optimizer steps and tokens trained
+     "weights_sha256": "...",                  which weights were scored
+     "depths": [1, ..., 16, 32, 64],
+     "batches": 8, "batch_size": 16, "scored_tokens": 32768,
+     "nll_by_depth": {"1": 2.41, ...},         mean next-token NLL in nats per serving depth
+     "mean_serving_nll": 2.07}                 the mean over depths 1..16, null if not all measured
+
+An evaluation at depth 64 costs several training steps of compute, so a caller that asks the same
+question again (same weights, depths and validation batches) gets the saved answer: the file
+records exactly what was measured, and anything else is measured afresh.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fixedfirst.runs.opening import find_checkpoint, load_run
+from fixedfirst.schedules import describe
+from fixedfirst.train.checkpoint import MODEL_FILE
+
+EVAL_FORMAT = "fixedfirst-eval"
+EVAL_VERSION = 1
+
+
+def eval_path(run: str | Path, step: int) -> Path:
+    """Where the evaluation of `run` at checkpoint `step` is kept by default."""
+    return Path(run) / f"eval-step-{step:07d}.json"
+
+
+def evaluate_run(
+    run: str | Path,
+    depths: list[int],
+    batches: int | None = None,
+    step: int | None = None,
+    device: str | torch.device = "cpu",
+) -> dict[str, Any]:
+    """Measure validation NLL of the checkpoint at `step` (default: the newest) at `depths`,
+    over `batches` validation batches (default: the run's eval.batches)."""
+    from fixedfirst.data.registry import build_source
+    from fixedfirst.hardware import resolve_dtype
+    from fixedfirst.train.evaluation import mean_serving_nll, validation_nll
+
+    loaded = load_run(run, step, device)
+    config = loaded.config
+    n_batches = batches or config.eval.batches
+    batch_size = config.train.micro_batch
+    source = build_source(config)
+    data_state = loaded.checkpoint.meta.get("data")
+    if data_state is not None:  # refuses other data than the run trained on (another tokenizer)
+        source.load_state_dict(data_state)
+    val = source.validation_batches(n_batches, batch_size)
+    device = next(loaded.model.parameters()).device
+    dtype = resolve_dtype(config.train.precision, device)
+    nll = validation_nll(loaded.model, val, depths, device, dtype)
+    scored = sum(b.scored_tokens for b in val)
+    return {
+        "format": EVAL_FORMAT,
+        "version": EVAL_VERSION,
+        "run": str(run),
+        "schedule": describe(config.schedule),
+        "step": loaded.checkpoint.step,
+        "tokens": loaded.checkpoint.meta.get("tokens"),
+        "weights_sha256": loaded.checkpoint.meta["files"][MODEL_FILE],
+        "depths": list(depths),
+        "batches": n_batches,
+        "batch_size": batch_size,
+        "scored_tokens": scored,
+        "nll_by_depth": {str(d): v for d, v in nll.items()},
+        "mean_serving_nll": mean_serving_nll(nll),
+    }
+
+
+def read_eval(path: Path) -> dict[str, Any] | None:
+    """A saved evaluation, or None when the file is missing or not one of ours."""
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(result, dict) or result.get("format") != EVAL_FORMAT:
+        return None
+    if result.get("version") != EVAL_VERSION:
+        return None
+    return result
+
+
+def write_eval(result: dict[str, Any], path: Path) -> None:
+    """Write through a temporary file, so an interrupted write never leaves half a JSON."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def cached_evaluation(
+    run: str | Path,
+    depths: list[int],
+    batches: int | None = None,
+    device: str | torch.device = "cpu",
+) -> tuple[dict[str, Any], bool]:
+    """The evaluation of the run's newest checkpoint, from its saved JSON when that measured the
+    same weights at the same depths over the same batches; else measured now and saved.
+
+    Returns (result, reused)."""
+    config, ckpt = find_checkpoint(run)
+    path = eval_path(run, ckpt.step)
+    saved = read_eval(path)
+    n_batches = batches or config.eval.batches
+    if saved is not None and (
+        saved.get("weights_sha256") == ckpt.meta["files"][MODEL_FILE]
+        and saved.get("depths") == list(depths)
+        and saved.get("batches") == n_batches
+        and saved.get("batch_size") == config.train.micro_batch
+    ):
+        return saved, True
+    result = evaluate_run(run, depths, n_batches, ckpt.step, device)
+    write_eval(result, path)
+    return result, False

@@ -1,0 +1,72 @@
+"""Open a finished (or running) training run for evaluation, generation or diagnosis.
+
+The one way every command reads a run: its saved configuration, a checkpoint chosen by step, tag
+or recency and verified against its checksums, and the model with that checkpoint's weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from fixedfirst.config import RunConfig
+from fixedfirst.errors import UserError
+from fixedfirst.model import LoopedTransformer
+from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
+from fixedfirst.train.run_dir import RunDir
+
+
+@dataclass
+class LoadedRun:
+    path: Path
+    config: RunConfig
+    model: LoopedTransformer
+    checkpoint: Checkpoint
+
+
+def open_run(run: str | Path) -> tuple[RunDir, RunConfig, CheckpointManager]:
+    """A run directory's saved configuration and its checkpoints; refuses what is not a run."""
+    run_dir = RunDir(run)
+    if not run_dir.path.is_dir():
+        raise UserError(f"run directory {run_dir.path} does not exist")
+    return run_dir, run_dir.saved_config(), CheckpointManager(run_dir.checkpoints_path)
+
+
+def find_checkpoint(
+    run: str | Path, step: int | None = None, tag: str | None = None
+) -> tuple[RunConfig, Checkpoint]:
+    """The run's configuration and a verified checkpoint: the one at `step`, or the newest
+    tagged `tag`, or (neither given) the newest valid one."""
+    run_dir, config, manager = open_run(run)
+    if tag is not None:
+        found = manager.with_tag(tag)
+        if found is None:
+            tags = sorted({t for c in manager.all() for t in c.tags}) or ["none"]
+            raise UserError(
+                f"{run_dir.path} has no checkpoint tagged '{tag}' (tags: {', '.join(tags)})"
+            )
+        ckpt = found
+        ckpt.verify()
+    elif step is None:
+        latest = manager.latest_valid(warn=lambda line: print(line))
+        if latest is None and manager.all():
+            raise UserError(f"every checkpoint in {manager.directory} is corrupt")
+        if latest is None:
+            raise UserError(f"{run_dir.path} has no complete checkpoint yet")
+        ckpt = latest
+    else:
+        ckpt = manager.at_step(step)
+        ckpt.verify()
+    return config, ckpt
+
+
+def load_run(
+    run: str | Path, step: int | None = None, device: str | torch.device = "cpu"
+) -> LoadedRun:
+    """The run's model with the weights of a checkpoint, in eval mode on `device`."""
+    config, ckpt = find_checkpoint(run, step)
+    model = LoopedTransformer(config.model)
+    ckpt.load_model(model)
+    return LoadedRun(Path(run), config, model.to(device).eval(), ckpt)

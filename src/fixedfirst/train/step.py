@@ -1,0 +1,98 @@
+"""One optimizer step: the one place a looped model is trained, by the trainer and the diagnostic.
+
+A step at depth K runs this process's rows of the global batch as `micro_batch`-row micro-batches,
+each through the model at depth K (truncated backprop when `grad_depth` is set) with its own
+random initial recurrent state, accumulates the mean loss's gradients, clips the gradient norm and
+takes an AdamW step at the given learning rate. The trainer passes its DDP/FSDP2 wrapper; the
+update diagnostic the plain model, and so takes exactly the steps the run took (a test holds the
+two against each other bit for bit).
+
+The initial state of every row is drawn from a seed that is a pure function of (run seed, step,
+row of the global batch): the noise a sequence sees does not depend on the number of processes,
+the micro-batch size or what ran before, so an N-process run computes what a 1-process run with
+the same global batch computes, and a resume (on any number of processes) needs no RNG state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from fixedfirst.config import TrainConfig
+from fixedfirst.data.source import Batch
+from fixedfirst.model.loss import next_token_loss
+from fixedfirst.train.evaluation import autocast
+from fixedfirst.train.parallel import ParallelModel
+
+_STATE_NOISE_STREAM = 0x5EED_57A7E
+"""Keeps the initial-state seeds apart from every other stream derived from the run seed."""
+
+
+def state_seeds(seed: int, step: int, rows: range) -> list[int]:
+    """Seeds of the random initial recurrent state of the given rows of a step's global batch."""
+    return [
+        int(
+            np.random.SeedSequence([seed, step, row, _STATE_NOISE_STREAM]).generate_state(
+                1, np.uint64
+            )[0]
+        )
+        for row in rows
+    ]
+
+
+def clip_grad_norm(module: torch.nn.Module, max_norm: float) -> torch.Tensor:
+    """Clip the total gradient norm of `module`'s parameters (in their order); return it."""
+    params = [p for p in module.parameters() if p.grad is not None]
+    return torch.nn.utils.clip_grad_norm_(params, max_norm)
+
+
+def train_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    depth: int,
+    lr: float,
+    train: TrainConfig,
+    row_seeds: Sequence[int],
+    dtype: torch.dtype = torch.float32,
+    parallel: ParallelModel | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step at `depth` on this process's `batch` (on the model's device); returns (mean
+    loss, gradient norm before clipping), both still on the device: no host sync.
+
+    row_seeds: one initial-state seed per row of `batch` (`state_seeds` of its global rows).
+    parallel: the trainer's DDP/FSDP2 wrapper of `model`: its forward, its switch that reduces
+    gradients across ranks only after the last micro-batch, and its global-norm clipping. None:
+    the plain model on one process (the diagnostic).
+    """
+    rows = batch.inputs.shape[0]
+    if len(row_seeds) != rows:
+        raise ValueError(f"{len(row_seeds)} row seeds for a batch of {rows} rows")
+    forward = parallel.train_module if parallel is not None else model
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    device = batch.inputs.device
+    micro = train.micro_batch
+    micro_steps = max(1, rows // micro)
+    total_loss = torch.zeros((), device=device)
+    for i in range(micro_steps):
+        part = slice(i * micro, (i + 1) * micro)
+        last = i == micro_steps - 1
+        sync = parallel.gradient_sync(last) if parallel is not None else contextlib.nullcontext()
+        with sync:
+            with autocast(device, dtype):
+                logits = forward(batch.inputs[part], depth, train.grad_depth, row_seeds[part])
+            loss = next_token_loss(logits, batch.targets[part])
+            (loss / micro_steps).backward()
+        total_loss += loss.detach() / micro_steps
+    max_norm = train.grad_clip if train.grad_clip > 0 else float("inf")
+    if parallel is not None:
+        grad_norm = parallel.clip_grad_norm(max_norm)
+    else:
+        grad_norm = clip_grad_norm(model, max_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return total_loss, grad_norm

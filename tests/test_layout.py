@@ -1,0 +1,102 @@
+"""The package's layout holds: the library below the experiments, no import circles, files one
+reads in a sitting, and design references that lead somewhere (README, "Development")."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+DESIGN = Path(__file__).resolve().parents[1] / "docs" / "design.md"
+UPPER = ("fixedfirst.experiments", "fixedfirst.cli")
+"""Layers that the library never imports: experiments and the command line sit on top."""
+MAX_LINES = 450
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted((SRC / "fixedfirst").rglob("*.py")):
+        name = ".".join(path.relative_to(SRC).with_suffix("").parts)
+        out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The fixedfirst modules `name` imports, at any level (inside functions too)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            targets = [base, *(f"{base}.{a.name}" for a in node.names)]
+        for target in targets:
+            while target and target not in known:  # `from pkg import name`: name may be no module
+                target = target.rpartition(".")[0]
+            if target.startswith("fixedfirst") and target != name:
+                found.add(target)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports(name, path, known) for name, path in known.items()}
+
+
+def test_the_library_never_imports_an_experiment_or_the_cli():
+    upward = [
+        f"{name} imports {dep}"
+        for name, deps in graph().items()
+        if not name.startswith(UPPER) and name not in ("fixedfirst", "fixedfirst.__main__")
+        for dep in deps
+        if dep.startswith(UPPER)
+    ]
+    assert upward == []
+
+
+def test_no_import_circles():
+    """Between files: a package __init__ that re-exports its own children is no circle."""
+    edges = graph()
+    circles = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(edges.get(node, ())):
+            if dep.startswith(node + ".") or node.startswith(dep + "."):
+                continue  # a package and its own modules
+            if state.get(dep) == 1:
+                circles.append(" -> ".join([*path[path.index(dep) :], dep]))
+            elif dep not in state:
+                visit(dep, [*path, dep])
+        state[node] = 2
+
+    for name in sorted(edges):
+        if name not in state:
+            visit(name, [name])
+    assert circles == []
+
+
+def test_files_are_read_in_one_sitting():
+    long = {
+        str(p.relative_to(SRC)): n
+        for p in modules().values()
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
+def test_design_references_point_at_sections_that_exist():
+    sections = set(re.findall(r"^## (\d+)\. ", DESIGN.read_text(), flags=re.M))
+    assert sections, "docs/design.md has no numbered sections"
+    for path in modules().values():
+        text = path.read_text()
+        assert "DESIGN.md" not in text, path
+        for number in re.findall(r"docs/design\.md §(\d+)", text):
+            assert number in sections, f"{path} cites docs/design.md §{number}"
