@@ -897,6 +897,9 @@ def prepare_work(case: Case, assets: Path, work: Path) -> None:
         source = assets / name
         if source.is_dir():
             shutil.copytree(source, work / name)
+            config = work / name / "config.toml"
+            if config.is_file():  # a run stores data.path absolute: point it at the copies
+                config.write_text(config.read_text().replace(str(assets), str(work)))
         else:
             shutil.copy(source, work / name)
     for name, content in case.files.items():
