@@ -52,7 +52,10 @@ def main(argv: list[str] | None = None) -> None:
         if os.environ.get("RANK", "0") == "0":
             print(f"fixedfirst {args.command}: error: {e}", file=sys.stderr)
         sys.exit(2)
-    except KeyboardInterrupt:
-        print(f"fixedfirst {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        # Training stops at a step boundary with a checkpoint and says how to resume (str(e)).
+        if os.environ.get("RANK", "0") == "0":
+            detail = f": {e}" if str(e) else ""
+            print(f"fixedfirst {args.command}: interrupted{detail}", file=sys.stderr)
         sys.exit(130)
     sys.exit(code or 0)

@@ -14,7 +14,7 @@ import torch
 from fixedfirst.config import RunConfig
 from fixedfirst.errors import UserError
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
+from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager, warn
 from fixedfirst.train.run_dir import RunDir
 
 
@@ -50,12 +50,18 @@ def find_checkpoint(
         ckpt = found
         ckpt.verify()
     elif step is None:
-        latest = manager.latest_valid(warn=lambda line: print(line))
+        latest = manager.latest_valid()  # warns on stderr about each corrupt one it skips
         if latest is None and manager.all():
             raise UserError(f"every checkpoint in {manager.directory} is corrupt")
         if latest is None:
             raise UserError(f"{run_dir.path} has no complete checkpoint yet")
         ckpt = latest
+        for path in manager.incomplete():
+            if path.name > f"step-{ckpt.step:07d}":
+                warn(
+                    f"warning: checkpoint {path} is incomplete (no valid meta.json) and is "
+                    f"skipped; using step {ckpt.step}"
+                )
     else:
         ckpt = manager.at_step(step)
         ckpt.verify()
