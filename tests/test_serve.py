@@ -188,7 +188,7 @@ BAD = [
     (["--exit", "kl", "--depth", "4"], "not both"),
     (["--threshold", "0.01"], "go with --exit kl"),
     (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
-    (["--temperature", "-1"], "--temperature must be >= 0"),
+    (["--temperature", "-1"], "--temperature must be 0 (greedy) or in [0.0001, 100], got -1.0"),
     (["--max-new-tokens", "60"], "at most 54 new tokens fit"),
     (["--checkpoint", "3"], "step"),
 ]

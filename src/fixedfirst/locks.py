@@ -35,8 +35,9 @@ def _holder(path: Path) -> str:
     return f"PID {pid}" + (f", `{command}`" if command else "")
 
 
-def acquire(directory: str | Path, command: str) -> None:
-    """Lock `directory` (which must exist) for this process, or raise a one-line UserError."""
+def acquire(directory: str | Path, command: str, hint: str = "") -> None:
+    """Lock `directory` (which must exist) for this process, or raise a one-line UserError
+    (ending in `hint`, when given: how to do without the lock)."""
     import fcntl
 
     directory = Path(directory)
@@ -49,17 +50,19 @@ def acquire(directory: str | Path, command: str) -> None:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
+            also = f"; {hint}" if hint else ""
             raise UserError(
-                f"cannot lock {shown(directory)} for writing: {e.strerror or e}"
+                f"cannot write into {shown(directory)}: {e.strerror or e}{also}"
             ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
+            also = f", or {hint}" if hint else ""
             raise UserError(
                 f"{shown(directory)} is being written by another fixedfirst process "
                 f"({_holder(path)}); wait for it to finish or stop it (Ctrl-C saves a "
-                "checkpoint), then try again"
+                f"checkpoint){also}"
             ) from None
         try:
             same = os.fstat(fd).st_ino == os.stat(path).st_ino
@@ -88,9 +91,9 @@ def release(directory: str | Path) -> None:
 
 
 @contextlib.contextmanager
-def holding(directory: str | Path, command: str) -> Iterator[None]:
+def holding(directory: str | Path, command: str, hint: str = "") -> Iterator[None]:
     """Hold the lock of `directory` for the body of a `with`."""
-    acquire(directory, command)
+    acquire(directory, command, hint)
     try:
         yield
     finally:

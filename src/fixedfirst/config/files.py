@@ -76,7 +76,13 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise UserError(f"config file {str(p)!r} does not exist")
     try:
-        return tomllib.loads(p.read_text(encoding="utf-8"))
+        text = p.read_text(encoding="utf-8")
+        if text.startswith("\ufeff"):
+            raise UserError(
+                f"{p}: starts with a byte-order mark (BOM), which TOML does not allow; save it "
+                "as UTF-8 without BOM"
+            )
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{p}: TOML syntax error: {e}") from None
     except UnicodeDecodeError:

@@ -211,7 +211,8 @@ class TrainConfig:
     batch_size: int = 16
     """Sequences per optimizer step (global, over all ranks and micro-batches)."""
     micro_batch_size: int | None = None
-    """Sequences per forward/backward; batch_size / micro_batch_size steps are accumulated."""
+    """Sequences per forward/backward; batch_size / micro_batch_size steps are accumulated.
+    Default: each process's whole share of the batch (batch_size / processes)."""
     seq_len: int = 128
     """Training sequence length (<= model.max_seq_len)."""
     lr: float = 1e-3
@@ -304,6 +305,11 @@ class TrainConfig:
     @property
     def micro_batch(self) -> int:
         return self.micro_batch_size or self.batch_size
+
+    def micro_batch_on(self, ranks: int) -> int:
+        """Rows per forward/backward with `ranks` processes: micro_batch_size, or by default
+        each rank's whole share of the batch (one micro-batch per rank and step)."""
+        return self.micro_batch_size or max(1, self.batch_size // ranks)
 
     @property
     def tokens_per_step(self) -> int:

@@ -14,6 +14,7 @@ import torch
 from fixedfirst.config import RunConfig
 from fixedfirst.errors import UserError
 from fixedfirst.model import LoopedTransformer
+from fixedfirst.model.memory import check_fits
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager, warn
 from fixedfirst.train.run_dir import RunDir
 
@@ -73,6 +74,7 @@ def load_run(
 ) -> LoadedRun:
     """The run's model with the weights of a checkpoint, in eval mode on `device`."""
     config, ckpt = find_checkpoint(run, step)
+    check_fits(config.model, torch.device("cpu"), training=False)  # built on the CPU first
     model = LoopedTransformer(config.model)
     ckpt.load_model(model)
     return LoadedRun(Path(run), config, model.to(device).eval(), ckpt)

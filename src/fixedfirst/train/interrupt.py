@@ -9,10 +9,14 @@ previous checkpoint is intact either way (docs/design.md §7).
 
 from __future__ import annotations
 
+import shlex
 import signal
 import sys
 import threading
+from pathlib import Path
 from types import FrameType, TracebackType
+
+from fixedfirst.train.distributed import World, broadcast_object
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -40,6 +44,13 @@ class Interrupt:
                 flush=True,
             )
 
+    def agreed(self, world: World, at_log_line: bool) -> bool:
+        """Whether to stop here: at any step in one process; under torchrun only where the
+        ranks meet anyway (a log line), on rank 0's word, so they all stop at the same step."""
+        if not world.launched:
+            return self.requested
+        return at_log_line and broadcast_object(world, self.requested)
+
     def __enter__(self) -> Interrupt:
         # Signal handlers belong to the main thread; elsewhere Ctrl-C keeps its default.
         if threading.current_thread() is threading.main_thread():
@@ -56,3 +67,9 @@ class Interrupt:
         if self._installed:
             signal.signal(signal.SIGINT, self._previous)
             self._installed = False
+
+
+def resume_command(run: Path, world_size: int) -> str:
+    """The command line that continues the run in `run`."""
+    nproc = f" --nproc {world_size}" if world_size > 1 else ""
+    return f"fixedfirst train --resume --out {shlex.quote(str(run))}{nproc}"

@@ -23,7 +23,6 @@ on where a run was resumed, and checkpoints need no RNG state.
 from __future__ import annotations
 
 import math
-import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -39,13 +38,14 @@ from fixedfirst.errors import UserError
 from fixedfirst.files import write_json_atomic
 from fixedfirst.hardware import measured_peak_flops, resolve_device, resolve_dtype
 from fixedfirst.model import LoopedTransformer
+from fixedfirst.model.memory import check_fits
 from fixedfirst.schedules import Schedule, describe
 from fixedfirst.train import distributed
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.train.counters import Counters
 from fixedfirst.train.distributed import World, on_main
 from fixedfirst.train.evaluation import mean_serving_nll, validation_nll
-from fixedfirst.train.interrupt import Interrupt, TrainingInterrupted
+from fixedfirst.train.interrupt import Interrupt, TrainingInterrupted, resume_command
 from fixedfirst.train.metrics import MetricsLog
 from fixedfirst.train.optim import build_optimizer, lr_at
 from fixedfirst.train.parallel import ParallelModel
@@ -105,10 +105,11 @@ class Trainer:
             )
         self.val_batches = self.source.validation_batches(config.eval.batches, t.micro_batch)
         local = t.batch_size // self.world_size
-        if t.batch_size % self.world_size or local % t.micro_batch:
+        micro = t.micro_batch_on(self.world_size)
+        if t.batch_size % self.world_size or local % micro:
             raise UserError(
                 f"train.batch_size = {t.batch_size} must split into {self.world_size} rank(s) "
-                f"of whole micro-batches of {t.micro_batch}"
+                f"of whole micro-batches of {micro}"
             )
 
         distributed.start(self.world, self.device)
@@ -123,6 +124,7 @@ class Trainer:
     def _prepare(self, resume: bool, restart: bool) -> None:
         """Build the model and optimizer; resume from a checkpoint or start (over) afresh."""
         config, t = self.config, self.config.train
+        check_fits(config.model, self.device, training=True)
         torch.manual_seed(t.seed)  # the same initial weights on every rank
         model = LoopedTransformer(config.model).to(self.device)
         if t.compile:
@@ -338,17 +340,6 @@ class Trainer:
         finally:
             self.run.close()
 
-    def _interrupted(self, interrupt: Interrupt, flush: bool) -> bool:
-        """Whether to stop for a Ctrl-C here: at any step alone; under torchrun only where
-        the ranks meet anyway (a log line), on rank 0's word."""
-        if self.world_size == 1:
-            return interrupt.requested
-        return flush and distributed.broadcast_object(self.world, interrupt.requested)
-
-    def _resume_command(self) -> str:
-        nproc = f" --nproc {self.world_size}" if self.world_size > 1 else ""
-        return f"fixedfirst train --resume --out {shlex.quote(str(self.run.path))}{nproc}"
-
     def _train(self, stop_after: int | None, interrupt: Interrupt) -> dict[str, Any]:
         t = self.config.train
         total = self.budget.total_steps
@@ -391,7 +382,7 @@ class Trainer:
                     self.config.eval.every and c.step % self.config.eval.every == 0
                 )
                 flush = c.step % t.log_every == 0 or bool(tags) or bool(evaluate)
-                interrupted = c.step < total and self._interrupted(interrupt, flush)
+                interrupted = c.step < total and interrupt.agreed(self.world, flush)
                 if interrupted and "paused" not in tags:
                     tags.append("paused")
                     flush = True
@@ -421,7 +412,7 @@ class Trainer:
                 if tags:
                     saved = self._save(tags)
                 if interrupted:
-                    resume = self._resume_command()
+                    resume = resume_command(self.run.path, self.world_size)
                     raise TrainingInterrupted(f"saved {saved.path.name}; resume with `{resume}`")
                 if flush:  # the next interval's throughput excludes logging, eval and saving
                     interval_start, interval_tokens, interval_flops = time.perf_counter(), 0, 0.0
