@@ -12,8 +12,8 @@ import pytest
 
 from fixedfirst.cli.main import main
 from fixedfirst.data import prepare as prepare_module
-from fixedfirst.data.split import is_validation
 from fixedfirst.data.shards import open_shard
+from fixedfirst.data.split import is_validation
 from fixedfirst.data.tokenizer import EOD_TOKEN, load_tokenizer
 
 FORTUNES = [f"Fortune {i}: a penny saved is {i} pennies earned.\n" for i in range(12)]

@@ -13,6 +13,7 @@ Every file a command writes goes through here, so that
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable
@@ -55,11 +56,17 @@ def write_atomic(path: str | Path, write: Callable[[Path], None]) -> None:
         readable_like_the_rest(tmp)
         os.replace(tmp, path)
     except OSError as e:
-        tmp.unlink(missing_ok=True) if tmp.parent.is_dir() else None
+        _remove(tmp)
         raise write_error(path, e) from None
     except BaseException:
-        tmp.unlink(missing_ok=True) if tmp.parent.is_dir() else None
+        _remove(tmp)
         raise
+
+
+def _remove(path: Path) -> None:
+    """Clean up after a failed write, never hiding the failure with one of its own."""
+    with contextlib.suppress(OSError):
+        path.unlink(missing_ok=True)
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

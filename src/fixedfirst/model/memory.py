@@ -50,8 +50,7 @@ def check_fits(config: ModelConfig, device: torch.device, training: bool) -> Non
     if need > available:
         what = "weights, gradients and optimizer state" if training else "weights"
         raise UserError(
-            f"the model has {count / 1e9:.2f}B parameters (model.d_model = {config.d_model}, "
-            f"vocab_size = {config.vocab_size}); its {what} alone need {need / GIB:,.1f} GiB "
-            f"and this {torch.device(device).type} has {available / GIB:,.1f} GiB; make the "
-            "model smaller"
+            f"the model has {count / 1e9:,.2f}B parameters (model.d_model = {config.d_model}, "
+            f"vocab_size = {config.vocab_size}); its {what} alone need {need / GIB:,.0f} GiB, "
+            f"more than this {torch.device(device).type}'s memory; make the model smaller"
         )

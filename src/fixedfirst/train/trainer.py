@@ -96,6 +96,7 @@ class Trainer:
         self.flops_model = flop_model(config.model, t.seq_len)
         self.device = distributed.process_device(self.world, resolve_device(t.device))
         self.dtype = resolve_dtype(t.precision, self.device)
+        check_fits(config.model, self.device, training=True)
         self.source: BatchSource = build_source(config)
         if self.source.vocab_size > config.model.vocab_size:
             raise UserError(
@@ -124,7 +125,6 @@ class Trainer:
     def _prepare(self, resume: bool, restart: bool) -> None:
         """Build the model and optimizer; resume from a checkpoint or start (over) afresh."""
         config, t = self.config, self.config.train
-        check_fits(config.model, self.device, training=True)
         torch.manual_seed(t.seed)  # the same initial weights on every rank
         model = LoopedTransformer(config.model).to(self.device)
         if t.compile:
