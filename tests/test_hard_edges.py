@@ -209,3 +209,17 @@ def test_nproc_splits_the_batch_without_a_micro_batch_size(tmp_path, monkeypatch
     with pytest.raises(SystemExit) as info:
         main(main_args)
     assert info.value.code == 0 and launched and "--nproc_per_node" in launched[0]
+
+
+def test_a_run_written_before_paths_were_absolute_still_finds_its_data(
+    text_run, tmp_path, capsys, monkeypatch
+):
+    """Older runs stored data.path as typed, relative to where they were trained."""
+    shutil.copytree(text_run / "run", tmp_path / "old-run")
+    shutil.copytree(text_run / "data", tmp_path / "data")
+    config = tmp_path / "old-run" / "config.toml"
+    config.write_text(config.read_text().replace(f'"{text_run / "data"}"', '"data"'))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(capsys, "eval", "old-run", "--depths", "1")
+    assert code == 0, err
+    assert "old-run step" in out

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fixedfirst import locks
-from fixedfirst.config import RunConfig, load_config, to_toml
+from fixedfirst.config import RunConfig, load_config, read_toml, to_toml
 from fixedfirst.data.source import BatchSource
 from fixedfirst.data.tokenizer import TOKENIZER_DIR
 from fixedfirst.errors import UserError
@@ -49,7 +49,15 @@ class RunDir:
     def saved_config(self) -> RunConfig:
         if not self.config_path.is_file():
             raise UserError(f"{self.path} holds no run (no config.toml); train into it first")
-        return load_config(self.config_path)
+        config = load_config(self.config_path)
+        raw = config.data.path
+        # Runs written before data.path was stored absolute named it relative to the working
+        # directory of the command that trained them; read there when it is not in the run.
+        if raw is not None and not Path(raw).exists():
+            saved = read_toml(self.config_path).get("data", {}).get("path")
+            if isinstance(saved, str) and not Path(saved).is_absolute() and Path(saved).exists():
+                config = replace(config, data=replace(config.data, path=saved))
+        return config
 
     def has_checkpoints(self) -> bool:
         """Whether any checkpoint directory exists (complete or not)."""
