@@ -52,6 +52,8 @@ class Case:
     """Damage done to the copies before the run (a flipped byte, an edited config...)."""
     skip: str | None = None
     """Why this case cannot run on this machine, if it cannot."""
+    read_only: tuple[str, ...] = ()
+    """Paths made read-only while the command runs (see tests/bad_input_edges.py)."""
 
 
 # -- damage ------------------------------------------------------------------------------------
@@ -847,7 +849,9 @@ def config_cases() -> list[Case]:
 
 
 def all_cases() -> list[Case]:
-    return CASES + SWEEP_CASES + COMMAND_CASES + config_cases()
+    from tests.bad_input_edges import EDGE_CASES
+
+    return CASES + SWEEP_CASES + COMMAND_CASES + config_cases() + EDGE_CASES
 
 
 # -- prebuilt things and running a case ----------------------------------------------------------
@@ -897,6 +901,9 @@ def prepare_work(case: Case, assets: Path, work: Path) -> None:
         source = assets / name
         if source.is_dir():
             shutil.copytree(source, work / name)
+            config = work / name / "config.toml"
+            if config.is_file():  # a run stores data.path absolute: point it at the copies
+                config.write_text(config.read_text().replace(str(assets), str(work)))
         else:
             shutil.copy(source, work / name)
     for name, content in case.files.items():
@@ -938,13 +945,21 @@ def run_case(case: Case, work: Path) -> Outcome:
     exec_before, connect_before = os.execv, socket.create_connection
     os.execv = _refuse_exec
     socket.create_connection = _refuse_network  # a refusal must come before any network probe
+    from tests.bad_input_edges import read_only, release_lock_holders
+
     try:
-        with inside(work), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with (
+            inside(work),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+            read_only([work / p for p in case.read_only]),
+        ):
             main(case.argv)
     except SystemExit as e:
         code = e.code
     finally:
         os.execv, socket.create_connection = exec_before, connect_before
+        release_lock_holders()
     return Outcome(code, out.getvalue(), err.getvalue())
 
 
@@ -958,6 +973,10 @@ what it needs; it must exit with status 2, print exactly one line on stderr (no 
 leave every file that was already on disk unchanged. The table is generated from the same case
 list by `python scripts/update_bad_input_table.py`, and the test fails when a row here differs
 from what the command prints now. Paths are relative to the directory the command ran in.
+
+Read-only places: the tests run as root, whom permission bits do not stop, so an audit hook
+refuses every write below a read-only path with the kernel's EACCES (tests/bad_input_edges.py).
+A run another process is writing is held by a helper process that writes PID 4242 into the lock.
 
 Not in the table: `fixedfirst prepare`'s own bad inputs (tests/test_data_prepare.py), the
 `--set` syntax cases of tests/test_config.py, faults during a run (disk full while writing a

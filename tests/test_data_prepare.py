@@ -12,8 +12,8 @@ import pytest
 
 from fixedfirst.cli.main import main
 from fixedfirst.data import prepare as prepare_module
-from fixedfirst.data.prepare import is_validation
 from fixedfirst.data.shards import open_shard
+from fixedfirst.data.split import is_validation
 from fixedfirst.data.tokenizer import EOD_TOKEN, load_tokenizer
 
 FORTUNES = [f"Fortune {i}: a penny saved is {i} pennies earned.\n" for i in range(12)]
@@ -322,8 +322,8 @@ def test_text_field_option(capsys, tmp_path):
         (["--tokenizer", "bpe", "--vocab-size", "100"], "at least 257"),
         (["--val-fraction", "0"], "--val-fraction"),
         (["--val-fraction", "1.5"], "--val-fraction"),
-        (["--val-fraction", "0.01"], "the val split is empty"),
         (["--shard-tokens", "0"], "--shard-tokens"),
+        (["--shard-tokens", "99"], "--shard-tokens must be >= 100"),
     ],
 )
 def test_bad_options(capsys, tmp_path, corpus, options, fragment):
@@ -422,3 +422,32 @@ def test_bpe_learns_from_the_training_split_only(capsys, tmp_path):
     assert code == 0, err
     assert split_documents(data, "val")[0].startswith("zqxw")
     assert len(load_tokenizer(data).encode("zqxw")) == 4  # no merge among these letters
+
+
+def test_too_few_documents_hold_out_the_end_of_each_and_say_so(capsys, tmp_path):
+    """Two files, one document each: 1% of the documents is none, so the last 1% of each
+    document's text is held out instead (and the validation text is not trained on)."""
+    words = ["river", "stone", "lamp", "orbit", "cedar"]
+    for i in range(2):
+        (tmp_path / f"doc{i}.txt").write_text(" ".join(words[(i + j) % 5] for j in range(4000)))
+    out = tmp_path / "data"
+    code, stdout, err = run_cli(
+        capsys, "prepare", tmp_path / "doc0.txt", tmp_path / "doc1.txt", "--out", out
+    )
+    assert code == 0, err
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["split"] == "bytes"
+    assert meta["options"]["val_fraction"] == pytest.approx(0.1)  # auto: 16 KB of 48 KB, <= 10%
+    assert meta["splits"]["val"]["documents"] == 2 and meta["splits"]["train"]["documents"] == 2
+    total = sum(meta["splits"][s]["bytes"] for s in ("train", "val"))
+    assert 0.09 < meta["splits"]["val"]["bytes"] / total < 0.11
+    assert "the last 10% of each document's text (too few documents" in stdout
+
+
+def test_huge_shard_count_is_refused_before_any_work(capsys, tmp_path):
+    big = tmp_path / "big.txt"
+    big.write_text("stone " * 200_000)  # 1.2 MB: 12,000 shards of 100 tokens, over 10,000
+    out = tmp_path / "data"
+    code, _, err = run_cli(capsys, "prepare", big, "--out", out, "--shard-tokens", "100")
+    assert_one_line_error(code, err, "would write about 12,000 shard files")
+    assert_nothing_written(tmp_path, out)

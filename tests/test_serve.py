@@ -188,7 +188,7 @@ BAD = [
     (["--exit", "kl", "--depth", "4"], "not both"),
     (["--threshold", "0.01"], "go with --exit kl"),
     (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
-    (["--temperature", "-1"], "--temperature must be >= 0"),
+    (["--temperature", "-1"], "--temperature must be 0 (greedy) or in [0.0001, 100], got -1.0"),
     (["--max-new-tokens", "60"], "at most 54 new tokens fit"),
     (["--checkpoint", "3"], "step"),
 ]
@@ -233,6 +233,11 @@ def test_export_refuses_a_non_empty_directory(text_run, tmp_path, capsys):
     assert snapshot(tmp_path) == before
 
 
-def test_load_refuses_what_is_not_an_export(text_run):
+def test_load_takes_a_run_and_refuses_what_is_neither_run_nor_export(text_run):
+    from fixedfirst.serve.loading import load_served
+
+    model = fixedfirst.load(text_run / "run")  # like load_served: the newest checkpoint
+    served = load_served(text_run / "run").model.state_dict()
+    assert all(torch.equal(v, served[k]) for k, v in model.state_dict().items())
     with pytest.raises(fixedfirst.UserError, match="not an export"):
-        fixedfirst.load(text_run / "run")
+        fixedfirst.load(text_run / "data")

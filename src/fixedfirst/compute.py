@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fixedfirst.config import ModelConfig, RunConfig, ScheduleConfig
+from fixedfirst.config.limits import MAX_STEPS
 from fixedfirst.errors import UserError
 from fixedfirst.schedules import Schedule
 
@@ -139,8 +140,16 @@ def plan_steps(
             f"train.flops = {flop_budget:.3g} is below the cost of a single step "
             f"({cost(1):.3g} FLOPs); raise the FLOP budget or lower train.batch_size"
         )
+    # The exact expectation is cheap; the realised cost draws every step's depth.
+    expected_max = schedule_flops(schedule, flops, MAX_STEPS, tokens_per_step, grad_depth)
     lo, hi = 1, 2
-    while cost(hi) <= flop_budget:
+    while flop_budget > 0.9 * expected_max or cost(hi) <= flop_budget:
+        if hi > MAX_STEPS or flop_budget > 0.9 * expected_max:
+            raise UserError(
+                f"train.flops = {flop_budget:.3g} pays for more than {MAX_STEPS:,} optimizer "
+                f"steps of {tokens_per_step:,} tokens, the most a run may plan; lower the FLOP "
+                "budget or raise train.batch_size"
+            )
         lo, hi = hi, hi * 2
     while hi - lo > 1:  # cost(lo) <= budget < cost(hi)
         mid = (lo + hi) // 2
@@ -180,6 +189,12 @@ def plan_budget(config: RunConfig) -> Budget:
         steps = plan_steps(schedule, fm, t.flops, t.tokens_per_step, t.grad_depth)
     else:
         steps = t.tokens // t.tokens_per_step
+        if steps > MAX_STEPS:
+            raise UserError(
+                f"train.tokens = {t.tokens:,} makes {steps:,} optimizer steps of "
+                f"{t.tokens_per_step:,} tokens, more than the {MAX_STEPS:,} a run may plan; "
+                "lower train.tokens or raise train.batch_size"
+            )
         if steps < 1:
             raise UserError(
                 f"train.tokens = {t.tokens} is less than one step of batch_size * seq_len = "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from fixedfirst.config import RunConfig, load_config
+from fixedfirst.config.limits import MAX_DEPTH
 from fixedfirst.errors import UserError
 
 
@@ -47,16 +48,21 @@ def parse_depths(text: str) -> list[int]:
                 lo, hi = (int(x) for x in part.split("..", 1))
                 if hi < lo:
                     raise ValueError
-                depths.extend(range(lo, hi + 1))
+                bounds = [lo, hi]
             else:
-                depths.append(int(part))
+                bounds = [int(part)]
         except ValueError:
             raise UserError(
                 f"--depths {text!r}: expected comma-separated depths or ranges, e.g. 1..16,32,64"
             ) from None
-    bad = [d for d in depths if d < 1]
-    if bad:
-        raise UserError(f"--depths {text!r}: depths must be >= 1, got {bad[0]}")
+        if bounds[0] < 1:
+            raise UserError(f"--depths {text!r}: depths must be >= 1, got {bounds[0]}")
+        if bounds[-1] > MAX_DEPTH:  # checked before a range is spelled out
+            raise UserError(
+                f"--depths {text!r}: depths must be <= {MAX_DEPTH:,} (the cost grows linearly "
+                f"with depth), got {bounds[-1]:,}"
+            )
+        depths.extend(range(bounds[0], bounds[-1] + 1))
     return sorted(set(depths))
 
 

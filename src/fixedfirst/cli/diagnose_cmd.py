@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import os
 from pathlib import Path
 
+from fixedfirst import locks
 from fixedfirst.cli.arguments import parse_depths
+from fixedfirst.config.limits import MAX_SEED
 from fixedfirst.errors import UserError
+from fixedfirst.files import write_json_atomic
 
 
 def parse_updates(text: str) -> list[int]:
@@ -46,6 +49,14 @@ def check_out_dir(out: Path) -> None:
         raise UserError(f"cannot create --out {out}: {existing} is not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"cannot create --out {out}: {existing} is not writable")
+    from fixedfirst.files import is_our_figure, is_our_json
+
+    for name, ours in (("results.json", is_our_json), ("figure4.png", is_our_figure)):
+        if (out / name).exists() and not ours(out / name):
+            raise UserError(
+                f"--out {out} holds a {name} that fixedfirst did not write; nothing was "
+                "written (choose another --out)"
+            )
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -107,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not Path(args.run_dir).is_dir():
         raise UserError(f"run directory {args.run_dir} does not exist")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise UserError(f"--seed must be in [0, 2**63 - 1], got {args.seed}")
     options = DiagnoseOptions(
         updates=parse_updates(args.updates),
         batches=args.batches,
@@ -120,13 +133,17 @@ def run(args: argparse.Namespace) -> int:
     )
     out = Path(args.out) if args.out else Path(args.run_dir) / "diagnose"
     check_out_dir(out)
-    results = run_diagnostic(args.run_dir, options, quiet=args.quiet)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"cannot create --out {out}: {e.strerror or e}") from None
-    (out / "results.json").write_text(json.dumps(results, indent=2))
-    plot_figure4(results, out / "figure4.png")
+    # Into the run (the default): one writer at a time, as for every file of a run.
+    into_run = args.out is None
+    hint = "give --out DIR to write the results elsewhere"
+    with locks.holding(args.run_dir, "diagnose", hint) if into_run else contextlib.nullcontext():
+        results = run_diagnostic(args.run_dir, options, quiet=args.quiet)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"cannot create --out {out}: {e.strerror or e}") from None
+        write_json_atomic(out / "results.json", {"format": "fixedfirst-diagnose", **results})
+        plot_figure4(results, out / "figure4.png")
     print(format_tables(results))
     print(
         f"\nwrote {out / 'results.json'} and {out / 'figure4.png'} "

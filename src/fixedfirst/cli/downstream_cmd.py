@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from fixedfirst import locks
+
 DEFAULT_TASKS = "hellaswag,piqa,arc_easy"
 DEFAULT_DEPTHS = "1,4,8,16"
 
@@ -44,7 +46,6 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.cli.arguments import parse_depths
     from fixedfirst.errors import UserError
-    from fixedfirst.harness import require_lm_eval
     from fixedfirst.serve.exported import is_export
 
     depths = parse_depths(args.depths)
@@ -62,6 +63,15 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(args.run_dir) / "downstream"
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: exists and is not a directory")
+    if args.out is not None:
+        return evaluate(args, depths, tasks, out)
+    # Into the run (the default): one writer at a time, as for every file of a run.
+    with locks.holding(args.run_dir, "downstream", "give --out DIR to write the table elsewhere"):
+        return evaluate(args, depths, tasks, out)
+
+
+def evaluate(args: argparse.Namespace, depths: list[int], tasks: list[str], out: Path) -> int:
+    from fixedfirst.harness import require_lm_eval
     from fixedfirst.harness.downstream import go_offline, hub_reachable
 
     # Before the hub libraries are imported: they read the offline switches once, at import.

@@ -4,9 +4,9 @@ metric (bios recall, ...) for a run on a task's data."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from fixedfirst import locks
 from fixedfirst.cli.arguments import format_depths, parse_depths
 from fixedfirst.train.evaluation import EVAL_DEPTHS
 
@@ -21,6 +21,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument(
         "--out", metavar="FILE", help="JSON output (default RUN/eval[-TASK]-step-STEP.json)"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="replace an --out file fixedfirst did not write"
     )
     parser.add_argument(
         "--task",
@@ -61,25 +64,44 @@ def task_metric(args: argparse.Namespace, depths: list[int], device) -> dict:
     step = loaded.checkpoint.step
     print(f"{args.run_dir} step {step}: {report.headline}")
     print(report.table)
-    return {"task": args.task, "run": str(args.run_dir), "step": step, **report.record}
+    return {
+        "format": "fixedfirst-task-eval",
+        "task": args.task,
+        "run": str(args.run_dir),
+        "step": step,
+        **report.record,
+    }
 
 
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.errors import UserError
+    from fixedfirst.files import check_output_file, is_our_json
+
+    parse_depths(args.depths)  # refused before anything else
+    if args.batches is not None and args.batches < 1:
+        raise UserError(f"--batches must be >= 1, got {args.batches}")
+    if args.out is not None:
+        check_output_file(Path(args.out), is_our_json, args.force)
+    run_dir = Path(args.run_dir)
+    if args.out is not None or not run_dir.is_dir():
+        return evaluate(args)
+    # The result goes into the run: one writer at a time (a training run holds it too).
+    with locks.holding(run_dir, "eval", hint="give --out FILE to write the result elsewhere"):
+        return evaluate(args)
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    from fixedfirst.files import write_json_atomic
     from fixedfirst.hardware import resolve_device
     from fixedfirst.runs.evaluation import eval_path, evaluate_run, write_eval
 
     depths = parse_depths(args.depths)
-    if args.batches is not None and args.batches < 1:
-        raise UserError(f"--batches must be >= 1, got {args.batches}")
     out = Path(args.out) if args.out else None
-    if out is not None and not out.parent.is_dir():
-        raise UserError(f"--out {out}: directory {out.parent} does not exist")
     device = resolve_device(args.device)
     if args.task != "nll":
         result = task_metric(args, depths, device)
         out = out or Path(args.run_dir) / f"eval-{args.task}-step-{result['step']:07d}.json"
-        out.write_text(json.dumps(result, indent=2))
+        write_json_atomic(out, result)
         print(f"wrote {out}")
         return 0
     result = evaluate_run(args.run_dir, depths, args.batches, args.checkpoint, device)

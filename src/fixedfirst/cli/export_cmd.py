@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN", help="a run directory written by train")
-    parser.add_argument("--out", required=True, metavar="DIR", help="a new (or empty) directory")
+    parser.add_argument(
+        "--out", required=True, metavar="DIR", help="a new (or empty) directory; parents are made"
+    )
     parser.add_argument("--checkpoint", type=int, metavar="STEP", help="default: the newest")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.serve.export import export_run
+    from fixedfirst.train.checkpoint import CheckpointManager
+    from fixedfirst.train.run_dir import RunDir
 
     config = export_run(args.run_dir, args.out, args.checkpoint)
     source = config["source"]
@@ -24,4 +29,16 @@ def run(args: argparse.Namespace) -> int:
         f"default depth {config['default_depth']}) to {args.out}"
     )
     print(f"load it with: fixedfirst.load({str(args.out)!r})")
+    newest = CheckpointManager(RunDir(args.run_dir).checkpoints_path).all()
+    if newest and newest[-1].step > source["step"]:
+        why = (
+            "as asked with --checkpoint"
+            if args.checkpoint is not None
+            else "the newer ones failed their checks (see the warnings above)"
+        )
+        print(
+            f"note: exported step {source['step']}, not the newest checkpoint "
+            f"(step {newest[-1].step}): {why}",
+            file=sys.stderr,
+        )
     return 0

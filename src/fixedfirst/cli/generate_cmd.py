@@ -62,7 +62,12 @@ def run(args: argparse.Namespace) -> int:
     from fixedfirst.hardware import resolve_device
     from fixedfirst.model import check_depth
     from fixedfirst.serve.adaptive import DEFAULT_THRESHOLD, KLExit
-    from fixedfirst.serve.generation import check_utf8, generate_text, room_after
+    from fixedfirst.serve.generation import (
+        check_sampling,
+        check_utf8,
+        generate_text,
+        room_after,
+    )
     from fixedfirst.serve.loading import load_served
 
     if args.exit is None and (args.threshold is not None or args.max_depth is not None):
@@ -76,8 +81,7 @@ def run(args: argparse.Namespace) -> int:
     KLExit(threshold)  # a bad threshold is refused before the model is loaded
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise UserError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    if args.temperature < 0:
-        raise UserError(f"--temperature must be >= 0, got {args.temperature}")
+    check_sampling(args.temperature, args.seed)
     check_utf8(args.prompt)
     served = load_served(args.run_dir, args.checkpoint, resolve_device(args.device))
     depth = rule = None

@@ -42,17 +42,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def one_line(error: Exception) -> str:
+    """A UserError's message; for an OSError that no write caught with its own words (a full
+    disk, a read-only directory, a file that vanished), the path and the system's reason."""
+    if isinstance(error, UserError) or not isinstance(error, OSError):
+        return str(error)
+    from fixedfirst.paths import shown
+
+    where = f"{shown(error.filename)}: " if error.filename is not None else ""
+    return f"{where}{error.strerror or error}"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         code = args.run(args)
-    except UserError as e:
+    except (UserError, OSError) as e:
         # Under torchrun every process meets the same error; one of them says it.
         if os.environ.get("RANK", "0") == "0":
-            print(f"fixedfirst {args.command}: error: {e}", file=sys.stderr)
+            print(f"fixedfirst {args.command}: error: {one_line(e)}", file=sys.stderr)
         sys.exit(2)
-    except KeyboardInterrupt:
-        print(f"fixedfirst {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        # Training stops at a step boundary with a checkpoint and says how to resume (str(e)).
+        if os.environ.get("RANK", "0") == "0":
+            detail = f": {e}" if str(e) else ""
+            print(f"fixedfirst {args.command}: interrupted{detail}", file=sys.stderr)
         sys.exit(130)
     sys.exit(code or 0)

@@ -42,9 +42,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--val-fraction",
         type=float,
-        default=PrepareOptions.val_fraction,
         metavar="F",
-        help="fraction of the documents held out for validation (default %(default)s)",
+        help="fraction of the documents held out for validation (default: 1%%, more for a "
+        "small corpus, so that it holds at least 16 KB of text, at most 10%%); with too few "
+        "documents to hold out whole ones, the last F of each document's text",
     )
     parser.add_argument(
         "--separator",
@@ -106,6 +107,15 @@ def run(args: argparse.Namespace) -> int:
             f"  {name}: {split['tokens']:,} tokens, {split['documents']:,} documents, "
             f"{len(split['shards'])} shard(s)"
         )
+    fraction = meta["options"]["val_fraction"]
+    if meta.get("split") == "bytes":
+        held = (
+            f"the last {fraction:.0%} of each document's text (too few documents to hold "
+            "out whole ones)"
+        )
+    else:
+        held = f"{fraction:.1%} of the documents, spread evenly over the corpus"
+    print(f"  validation: {held}")
     print(
         f'  use it with: [data] kind = "tokens", path = "{result.out}"; '
         f"[model] vocab_size >= {meta['vocab_size']}"

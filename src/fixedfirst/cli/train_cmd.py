@@ -68,10 +68,11 @@ def launch(args: argparse.Namespace, config: RunConfig) -> None:
     if "LOCAL_RANK" in os.environ:
         raise UserError("--nproc launches torchrun; under torchrun already, leave it out")
     t = config.train
-    if t.batch_size % args.nproc or (t.batch_size // args.nproc) % t.micro_batch:
+    micro = t.micro_batch_on(args.nproc)
+    if t.batch_size % args.nproc or (t.batch_size // args.nproc) % micro:
         raise UserError(
             f"train.batch_size = {t.batch_size} must split into {args.nproc} rank(s) of whole "
-            f"micro-batches of {t.micro_batch}"
+            f"micro-batches of {micro}"
         )
     command = torchrun_command(args)
     sys.stdout.flush()

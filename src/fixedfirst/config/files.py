@@ -16,6 +16,7 @@ from typing import Any
 from fixedfirst.config.run import RunConfig, section_names
 from fixedfirst.config.schema import toml_value
 from fixedfirst.errors import UserError
+from fixedfirst.paths import resolve_data_path
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -75,7 +76,13 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise UserError(f"config file {str(p)!r} does not exist")
     try:
-        return tomllib.loads(p.read_text(encoding="utf-8"))
+        text = p.read_text(encoding="utf-8")
+        if text.startswith("\ufeff"):
+            raise UserError(
+                f"{p}: starts with a byte-order mark (BOM), which TOML does not allow; save it "
+                "as UTF-8 without BOM"
+            )
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{p}: TOML syntax error: {e}") from None
     except UnicodeDecodeError:
@@ -83,8 +90,13 @@ def read_toml(path: str | Path) -> dict[str, Any]:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
-    """Load a run configuration from a TOML file (or the defaults) plus `--set` overrides."""
-    data = read_toml(path) if path is not None else {}
+    """Load a run configuration from a TOML file (or the defaults) plus `--set` overrides.
+
+    A relative data.path in the file is relative to the file's directory; one given with
+    `--set` is relative to the working directory, where it was typed."""
+    data = {}
+    if path is not None:
+        data = resolve_data_path(read_toml(path), Path(path).parent)
     return RunConfig.from_dict(apply_overrides(data, overrides or []))
 
 

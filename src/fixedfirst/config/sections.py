@@ -11,7 +11,28 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from fixedfirst.config.limits import (
+    MAX_BATCH,
+    MAX_DEPTH,
+    MAX_LAYERS,
+    MAX_SEED,
+    MAX_SEQ_LEN,
+    MAX_VOCAB,
+    MAX_WIDTH,
+)
 from fixedfirst.config.schema import require
+
+DEPTH_COST = "evaluation and training cost grow linearly with depth"
+
+
+def at_most(value: int, bound: int, key: str, why: str = "") -> None:
+    """Refuse a value past its bound (config/limits.py), naming the bound."""
+    reason = f" ({why})" if why else ""
+    require(value <= bound, key, f"must be <= {bound:,}{reason}, got {value:,}")
+
+
+def seed_range(seed: int, key: str) -> None:
+    require(0 <= seed <= MAX_SEED, key, f"must be in [0, 2**63 - 1], got {seed}")
 
 
 @dataclass
@@ -75,6 +96,14 @@ class ModelConfig:
         require(self.max_seq_len >= 1, f"{s}.max_seq_len", "must be >= 1")
         require(self.d_ff is None or self.d_ff >= 1, f"{s}.d_ff", "must be >= 1")
         require(self.rope_base > 1, f"{s}.rope_base", "must be > 1")
+        at_most(self.vocab_size, MAX_VOCAB, f"{s}.vocab_size")
+        at_most(self.d_model, MAX_WIDTH, f"{s}.d_model")
+        at_most(self.d_ff or 1, MAX_WIDTH, f"{s}.d_ff")
+        for layers in ("n_prelude", "n_core", "n_coda"):
+            at_most(getattr(self, layers), MAX_LAYERS, f"{s}.{layers}")
+        at_most(self.max_seq_len, MAX_SEQ_LEN, f"{s}.max_seq_len")
+        seed_range(self.eval_seed, f"{s}.eval_seed")
+        require(math.isfinite(self.rope_base), f"{s}.rope_base", "must be a finite number")
 
     @property
     def hidden_size(self) -> int:
@@ -140,7 +169,9 @@ class ScheduleConfig:
                 f"{s}.k0",
                 f"{self.k0} exceeds k_max = {self.k_max}; lower k0 or raise k_max",
             )
-        require(self.sigma > 0, f"{s}.sigma", f"must be > 0, got {self.sigma}")
+        require(0 < self.sigma <= 4, f"{s}.sigma", f"must be in (0, 4], got {self.sigma}")
+        for key in ("depth", "k0", "k_min", "k_max"):
+            at_most(getattr(self, key), MAX_DEPTH, f"{s}.{key}", DEPTH_COST)
         require(0.0 < self.warmup <= 1.0, f"{s}.warmup", f"must be in (0, 1], got {self.warmup}")
         if self.mean is not None:
             require(
@@ -180,7 +211,8 @@ class TrainConfig:
     batch_size: int = 16
     """Sequences per optimizer step (global, over all ranks and micro-batches)."""
     micro_batch_size: int | None = None
-    """Sequences per forward/backward; batch_size / micro_batch_size steps are accumulated."""
+    """Sequences per forward/backward; batch_size / micro_batch_size steps are accumulated.
+    Default: each process's whole share of the batch (batch_size / processes)."""
     seq_len: int = 128
     """Training sequence length (<= model.max_seq_len)."""
     lr: float = 1e-3
@@ -237,6 +269,11 @@ class TrainConfig:
         require(self.seq_len >= 2, f"{s}.seq_len", f"must be >= 2, got {self.seq_len}")
         require(self.lr > 0, f"{s}.lr", f"must be > 0, got {self.lr}")
         require(
+            self.lr <= 1, f"{s}.lr", f"must be <= 1 (AdamW diverges far below that), got {self.lr}"
+        )
+        seed_range(self.seed, f"{s}.seed")
+        at_most(self.batch_size, MAX_BATCH, f"{s}.batch_size")
+        require(
             0.0 <= self.final_lr_fraction <= 1.0,
             f"{s}.final_lr_fraction",
             f"must be in [0, 1], got {self.final_lr_fraction}",
@@ -248,12 +285,17 @@ class TrainConfig:
             f"{s}.decay",
             f"warmup + decay = {self.warmup + self.decay} exceeds 1",
         )
-        require(self.weight_decay >= 0, f"{s}.weight_decay", "must be >= 0")
+        require(
+            0 <= self.weight_decay <= 10,
+            f"{s}.weight_decay",
+            f"must be in [0, 10], got {self.weight_decay}",
+        )
         require(0.0 <= self.beta1 < 1.0, f"{s}.beta1", f"must be in [0, 1), got {self.beta1}")
         require(0.0 <= self.beta2 < 1.0, f"{s}.beta2", f"must be in [0, 1), got {self.beta2}")
         require(self.grad_clip >= 0, f"{s}.grad_clip", "must be >= 0 (0 disables clipping)")
         if self.grad_depth is not None:
             require(self.grad_depth >= 1, f"{s}.grad_depth", f"must be >= 1, got {self.grad_depth}")
+            at_most(self.grad_depth, MAX_DEPTH, f"{s}.grad_depth", DEPTH_COST)
         require(self.log_every >= 1, f"{s}.log_every", f"must be >= 1, got {self.log_every}")
         require(self.checkpoint_every >= 0, f"{s}.checkpoint_every", "must be >= 0")
         require(self.keep_checkpoints >= 1, f"{s}.keep_checkpoints", "must be >= 1")
@@ -263,6 +305,11 @@ class TrainConfig:
     @property
     def micro_batch(self) -> int:
         return self.micro_batch_size or self.batch_size
+
+    def micro_batch_on(self, ranks: int) -> int:
+        """Rows per forward/backward with `ranks` processes: micro_batch_size, or by default
+        each rank's whole share of the batch (one micro-batch per rank and step)."""
+        return self.micro_batch_size or max(1, self.batch_size // ranks)
 
     @property
     def tokens_per_step(self) -> int:
@@ -299,6 +346,7 @@ class DataConfig:
             f"{self.SECTION}.kind",
             "must name a data source",
         )
+        seed_range(self.seed, f"{self.SECTION}.seed")
         if self.kind == "tokens":
             require(
                 self.path is not None,
@@ -327,3 +375,5 @@ class EvalConfig:
         require(not bad, f"{s}.depths", f"depths must be >= 1, got {bad}")
         require(self.every >= 0, f"{s}.every", "must be >= 0")
         require(self.batches >= 1, f"{s}.batches", "must be >= 1")
+        at_most(max(self.depths), MAX_DEPTH, f"{s}.depths", DEPTH_COST)
+        at_most(self.batches, MAX_BATCH, f"{s}.batches")

@@ -6,10 +6,8 @@ The steps:
 1. Resolve every input and check every option before any work, so a typo costs nothing.
 2. Fingerprint the inputs' content and the options. If DATA already holds data with the same
    fingerprint, there is nothing to do; if it holds anything else, stop: nothing is overwritten.
-3. Split by documents: with a validation fraction f, document i is held out when
-   round((i + 1) f) > round(i f). That holds out round(n f) documents spread evenly over the
-   corpus (every input contributes, unlike a tail cut), needs no random state, and works while
-   streaming, without knowing n in advance.
+3. Split by documents, or for a corpus of too few documents, by bytes (split.py says how, and
+   how the validation fraction is chosen when none is given).
 4. BPE only: learn the merges from the training documents (validation text stays unseen).
 5. Tokenize, append an end-of-document token to every document, and stream the ids into shards.
 6. Everything is written into a temporary directory beside DATA and renamed to DATA at the end,
@@ -21,18 +19,18 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import math
 import os
 import shutil
 import sys
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from fixedfirst.data.documents import DocumentInput, resolve_inputs
 from fixedfirst.data.prepared import FORMAT, FORMAT_VERSION, META_FILE, SPLITS
 from fixedfirst.data.shards import ShardWriter, dtype_for_vocab
+from fixedfirst.data.split import DEFAULT_FRACTION, auto_fraction, split_documents
 from fixedfirst.data.tokenizer import (
     TOKENIZER_DIR,
     BpeTokenizer,
@@ -40,10 +38,14 @@ from fixedfirst.data.tokenizer import (
     Tokenizer,
 )
 from fixedfirst.errors import UserError
+from fixedfirst.files import write_error
 
 DEFAULT_SHARD_TOKENS = 100_000_000
 """Tokens per shard: 200 MB as uint16, few enough files for a FineWeb-sized corpus, small enough
 to write in one piece."""
+MIN_SHARD_TOKENS = 100
+MAX_SHARDS = 10_000
+"""Shard files per split at most: past that, --shard-tokens is surely a slip."""
 ENCODE_BATCH_BYTES = 4 << 20
 """Text gathered before one call to the tokenizer (BPE encodes a batch in parallel)."""
 
@@ -55,8 +57,9 @@ class PrepareOptions:
     tokenizer: Literal["byte", "bpe"] = "byte"
     vocab_size: int | None = None
     """BPE only: the vocabulary size to train (the byte tokenizer's is always 257)."""
-    val_fraction: float = 0.01
-    """Fraction of the documents held out for validation."""
+    val_fraction: float | None = DEFAULT_FRACTION
+    """Fraction of the documents held out for validation; None: chosen from the input's size
+    (see split.py)."""
     separator: str | None = None
     """Plain text only: a line equal to this ends a document; None = one document per file."""
     text_field: str = "text"
@@ -77,10 +80,13 @@ class PrepareOptions:
                     f"--vocab-size {self.vocab_size}: byte-level BPE needs at least "
                     f"{BpeTokenizer.MIN_VOCAB} ids (256 bytes + end-of-document)"
                 )
-        if not 0.0 < self.val_fraction < 1.0:
+        if self.val_fraction is not None and not 0.0 < self.val_fraction < 1.0:
             raise UserError(f"--val-fraction must be in (0, 1), got {self.val_fraction}")
-        if self.shard_tokens < 1:
-            raise UserError(f"--shard-tokens must be >= 1, got {self.shard_tokens}")
+        if self.shard_tokens < MIN_SHARD_TOKENS:
+            raise UserError(
+                f"--shard-tokens must be >= {MIN_SHARD_TOKENS} (a file per handful of tokens "
+                f"helps nobody; the default is {DEFAULT_SHARD_TOKENS:,}), got {self.shard_tokens}"
+            )
         # Refuse a vocabulary the shards cannot hold now, not after training a tokenizer.
         dtype_for_vocab(self.planned_vocab_size, self.dtype)
 
@@ -95,11 +101,6 @@ class PrepareResult:
     meta: dict[str, Any]
     already_done: bool
     """True when DATA already held exactly this data and nothing was written."""
-
-
-def is_validation(index: int, fraction: float) -> bool:
-    """Whether document `index` belongs to the validation split (see the module docstring)."""
-    return math.floor((index + 1) * fraction + 0.5) > math.floor(index * fraction + 0.5)
 
 
 def _progress(total: int | None, desc: str, enabled: bool):
@@ -170,10 +171,16 @@ def _check_out(out: Path, fp: str) -> dict[str, Any] | None:
     return None
 
 
-def _train_bpe(inputs: list[DocumentInput], options: PrepareOptions, progress: bool) -> Tokenizer:
+def _train_bpe(
+    inputs: list[DocumentInput], options: PrepareOptions, by_bytes: bool, progress: bool
+) -> Tokenizer:
+    fraction = options.val_fraction
+    assert fraction is not None  # resolved by prepare()
+
     def training_documents() -> Iterator[str]:
-        for index, text in enumerate(_documents(inputs, "training BPE", progress)):
-            if not is_validation(index, options.val_fraction):
+        documents = _documents(inputs, "training BPE", progress)
+        for split, text in split_documents(documents, fraction, by_bytes):
+            if split == "train":
                 yield text
 
     assert options.vocab_size is not None
@@ -185,9 +192,11 @@ def _write_splits(
     inputs: list[DocumentInput],
     tokenizer: Tokenizer,
     options: PrepareOptions,
+    by_bytes: bool,
     progress: bool,
 ) -> dict[str, dict[str, Any]]:
     """Tokenize every document into the train or val shards; the per-split counts."""
+    assert options.val_fraction is not None  # resolved by prepare()
     dtype = dtype_for_vocab(tokenizer.vocab_size, options.dtype)
     writers = {s: ShardWriter(tmp, s, dtype, options.shard_tokens) for s in SPLITS}
     stats = {s: {"documents": 0, "bytes": 0} for s in SPLITS}
@@ -199,8 +208,8 @@ def _write_splits(
         pending[split].clear()
         pending_bytes[split] = 0
 
-    for index, text in enumerate(_documents(inputs, "tokenizing", progress)):
-        split = "val" if is_validation(index, options.val_fraction) else "train"
+    documents = _documents(inputs, "tokenizing", progress)
+    for split, text in split_documents(documents, options.val_fraction, by_bytes):
         size = len(text.encode("utf-8"))
         stats[split]["documents"] += 1
         stats[split]["bytes"] += size
@@ -240,52 +249,83 @@ def prepare(
     out = Path(out)
     options.check()
     inputs = resolve_inputs(specs, options.separator, options.text_field)
+    sizes = [i.nbytes for i in inputs]
+    total = sum(sizes) if None not in sizes else None  # type: ignore[arg-type]
+    if options.val_fraction is None:
+        options = replace(options, val_fraction=auto_fraction(total))
+    if total is not None and total / options.shard_tokens > MAX_SHARDS:
+        raise UserError(
+            f"--shard-tokens {options.shard_tokens:,} would write about "
+            f"{total // options.shard_tokens:,} shard files for {total:,} bytes of input (at "
+            f"most {MAX_SHARDS:,}); raise --shard-tokens (default {DEFAULT_SHARD_TOKENS:,})"
+        )
     digests = [source.fingerprint() for source in inputs]
     fp = fingerprint(inputs, digests, options)
     existing = _check_out(out, fp)
     if existing is not None:
         return PrepareResult(out, existing, already_done=True)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
     try:
-        if options.tokenizer == "bpe":
-            tokenizer = _train_bpe(inputs, options, progress)
-        else:
-            tokenizer = ByteTokenizer()
-        splits = _write_splits(tmp, inputs, tokenizer, options, progress)
-        _check_splits(splits, inputs, options.val_fraction)
-        tokenizer.save(tmp / TOKENIZER_DIR)
-        text_bytes = sum(s["bytes"] for s in splits.values())
-        text_tokens = sum(s["tokens"] - s["documents"] for s in splits.values())
-        from fixedfirst import __version__
-
-        meta = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "fingerprint": fp,
-            "tokenizer": tokenizer.description(),
-            "vocab_size": tokenizer.vocab_size,
-            "dtype": dtype_for_vocab(tokenizer.vocab_size, options.dtype).name,
-            "splits": splits,
-            "tokens_per_byte": text_tokens / text_bytes,
-            "sources": [i.describe() | {"digest": d} for i, d in zip(inputs, digests, strict=True)],
-            "options": asdict(options),
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "fixedfirst_version": __version__,
-        }
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        if out.exists():  # an empty directory (checked above): replace it
-            out.rmdir()
-        try:
-            os.rename(tmp, out)
-        except OSError:
-            raise UserError(
-                f"--out {out}: was created by someone else while preparing; nothing overwritten"
-            ) from None
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return _write(out, tmp, inputs, digests, fp, options, progress)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise write_error(out, e) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _write(
+    out: Path,
+    tmp: Path,
+    inputs: list[DocumentInput],
+    digests: list[str],
+    fp: str,
+    options: PrepareOptions,
+    progress: bool,
+) -> PrepareResult:
+    """Tokenize into `tmp`, then rename it to `out`: by documents, or (too few of them to
+    hold any out) by bytes."""
+    for by_bytes in (False, True):
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        if options.tokenizer == "bpe":
+            tokenizer = _train_bpe(inputs, options, by_bytes, progress)
+        else:
+            tokenizer = ByteTokenizer()
+        splits = _write_splits(tmp, inputs, tokenizer, options, by_bytes, progress)
+        if splits["val"]["documents"] or not splits["train"]["documents"]:
+            break
+    _check_splits(splits, inputs, options.val_fraction)
+    tokenizer.save(tmp / TOKENIZER_DIR)
+    text_bytes = sum(s["bytes"] for s in splits.values())
+    text_tokens = sum(s["tokens"] - s["documents"] for s in splits.values())
+    from fixedfirst import __version__
+
+    meta = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "fingerprint": fp,
+        "tokenizer": tokenizer.description(),
+        "vocab_size": tokenizer.vocab_size,
+        "dtype": dtype_for_vocab(tokenizer.vocab_size, options.dtype).name,
+        "splits": splits,
+        "tokens_per_byte": text_tokens / text_bytes,
+        "sources": [i.describe() | {"digest": d} for i, d in zip(inputs, digests, strict=True)],
+        "options": asdict(options),
+        "split": "bytes" if by_bytes else "documents",
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "fixedfirst_version": __version__,
+    }
+    (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    if out.exists():  # an empty directory (checked above): replace it
+        out.rmdir()
+    try:
+        os.rename(tmp, out)
+    except OSError:
+        raise UserError(
+            f"--out {out}: was created by someone else while preparing; nothing overwritten"
+        ) from None
     return PrepareResult(out, meta, already_done=False)

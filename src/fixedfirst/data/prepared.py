@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fixedfirst.errors import UserError
+from fixedfirst.paths import shown
 
 META_FILE = "meta.json"
 FORMAT = "fixedfirst-tokens"
@@ -32,29 +33,31 @@ SPLITS = ("train", "val")
 
 
 def how_to_prepare(path: str | Path) -> str:
-    return f"make it with `fixedfirst prepare INPUT... --out {path}`"
+    return f"make it with `fixedfirst prepare INPUT... --out {shown(path)}`"
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
     """The meta.json of a prepared DATA directory, checked to be one this version can read."""
     path = Path(path)
     if not path.is_dir():
-        raise UserError(f"{path}: no such data directory; {how_to_prepare(path)}")
+        raise UserError(f"{shown(path)}: no such data directory; {how_to_prepare(path)}")
     meta_file = path / META_FILE
     if not meta_file.is_file():
         raise UserError(
-            f"{path}: not a prepared data directory (no {META_FILE}); {how_to_prepare(path)}"
+            f"{shown(path)}: not a prepared data directory (no {META_FILE}); {how_to_prepare(path)}"
         )
     try:
         meta = json.loads(meta_file.read_text())
     except (OSError, ValueError) as e:
-        raise UserError(f"{meta_file}: unreadable ({e}); {how_to_prepare(path)}") from None
+        raise UserError(f"{shown(meta_file)}: unreadable ({e}); {how_to_prepare(path)}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise UserError(f"{meta_file}: not written by `fixedfirst prepare`; {how_to_prepare(path)}")
+        raise UserError(
+            f"{shown(meta_file)}: not written by `fixedfirst prepare`; {how_to_prepare(path)}"
+        )
     if meta.get("format_version") != FORMAT_VERSION:
         raise UserError(
-            f"{meta_file}: data format version {meta.get('format_version')}, this fixedfirst "
-            f"reads version {FORMAT_VERSION}; prepare the data again"
+            f"{shown(meta_file)}: data format version {meta.get('format_version')}, this "
+            f"fixedfirst reads version {FORMAT_VERSION}; prepare the data again"
         )
     return meta
 
@@ -72,6 +75,6 @@ def check_model_vocab(model_vocab_size: int, path: str | Path) -> None:
     if model_vocab_size < needed:
         raise UserError(
             f"model.vocab_size = {model_vocab_size} is smaller than the vocabulary of the data "
-            f"at {path} ({needed} ids, {meta['tokenizer']['kind']} tokenizer); "
+            f"at {shown(path)} ({needed} ids, {meta['tokenizer']['kind']} tokenizer); "
             f"set model.vocab_size = {needed} (or larger)"
         )

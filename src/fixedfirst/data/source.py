@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -65,6 +66,14 @@ class BatchSource(ABC):
 
     def describe(self) -> str:
         return type(self).__name__
+
+    def save_tokenizer(self, directory: Path) -> bool:
+        """Write this data's tokenizer into `directory` (a run keeps its own copy, so serving
+        it needs no data); False when the data has none."""
+        if self.tokenizer is None:
+            return False
+        self.tokenizer.save(directory)
+        return True
 
 
 def rank_rows(global_batch: int, rank: int, world_size: int) -> range:

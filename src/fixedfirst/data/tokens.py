@@ -15,6 +15,7 @@ every evaluation of every run on this data scores the same tokens.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,9 @@ from fixedfirst.data.prepared import check_model_vocab, read_meta
 from fixedfirst.data.registry import DataKind
 from fixedfirst.data.shards import open_shard
 from fixedfirst.data.source import Batch, BatchSource, rank_rows
-from fixedfirst.data.tokenizer import Tokenizer, load_tokenizer
+from fixedfirst.data.tokenizer import TOKENIZER_DIR, Tokenizer, load_tokenizer
 from fixedfirst.errors import UserError
+from fixedfirst.paths import shown
 
 
 class _Windows:
@@ -40,7 +42,7 @@ class _Windows:
             tokens = open_shard(root / entry["file"])
             if tokens.size != entry["tokens"]:
                 raise UserError(
-                    f"{root / entry['file']}: holds {tokens.size} tokens, meta.json says "
+                    f"{shown(root / entry['file'])}: holds {tokens.size} tokens, meta.json says "
                     f"{entry['tokens']}; prepare the data again"
                 )
             self.shards.append(tokens)
@@ -75,8 +77,9 @@ class TokenSource(BatchSource):
         self.val = _Windows(self.path, self.meta["splits"]["val"], seq_len)
         if len(self.train) == 0:
             raise UserError(
-                f"{self.path}: the training split has {self.train.tokens} tokens, fewer than one "
-                f"sequence of train.seq_len + 1 = {seq_len + 1}; lower train.seq_len or add data"
+                f"{shown(self.path)}: the training split has {self.train.tokens} tokens, fewer "
+                f"than one sequence of train.seq_len + 1 = {seq_len + 1}; lower train.seq_len "
+                "or add data"
             )
         self.position = 0
         self._order_epoch = -1
@@ -97,10 +100,15 @@ class TokenSource(BatchSource):
             self._tokenizer = load_tokenizer(self.path)
             if self._tokenizer.vocab_size != self.vocab_size:
                 raise UserError(
-                    f"{self.path}: the tokenizer has {self._tokenizer.vocab_size} ids, the data "
-                    f"{self.vocab_size}; prepare the data again"
+                    f"{shown(self.path)}: the tokenizer has {self._tokenizer.vocab_size} ids, the "
+                    f"data {self.vocab_size}; prepare the data again"
                 )
         return self._tokenizer
+
+    def save_tokenizer(self, directory: Path) -> bool:
+        """A copy of the tokenizer files beside the shards (no `tokenizers` import needed)."""
+        shutil.copytree(self.path / TOKENIZER_DIR, directory)
+        return True
 
     def _order_of(self, epoch: int) -> np.ndarray:
         """The window permutation of `epoch` (kept for the current epoch only)."""
@@ -129,7 +137,7 @@ class TokenSource(BatchSource):
         needed = n_batches * batch_size
         if needed > len(self.val):
             raise UserError(
-                f"{self.path}: the validation split holds {len(self.val)} sequences of "
+                f"{shown(self.path)}: the validation split holds {len(self.val)} sequences of "
                 f"{self.seq_len + 1} tokens, {n_batches} batches of {batch_size} need {needed}; "
                 "lower eval.batches or the batch size, or prepare the data with a larger "
                 "--val-fraction"
@@ -145,7 +153,7 @@ class TokenSource(BatchSource):
         saved = state.get("fingerprint")
         if saved is not None and saved != self.meta["fingerprint"]:
             raise UserError(
-                f"the checkpoint was trained on other data than {self.path} "
+                f"the checkpoint was trained on other data than {shown(self.path)} "
                 "(the data fingerprints differ); point data.path at the data it was trained on"
             )
         self.position = int(state["position"])

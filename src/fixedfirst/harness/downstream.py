@@ -22,13 +22,13 @@ Output, in DIR: downstream.json (format below) and downstream.md (the table).
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from pathlib import Path
 from typing import Any
 
 from fixedfirst.errors import UserError
+from fixedfirst.files import write_json_atomic, write_text_atomic
 
 FORMAT = "fixedfirst-downstream"
 VERSION = 1
@@ -144,6 +144,6 @@ def markdown_table(report: dict[str, Any]) -> str:
 def write_report(report: dict[str, Any], out: Path) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out / "downstream.json", out / "downstream.md"
-    json_path.write_text(json.dumps(report, indent=2) + "\n")
-    md_path.write_text(markdown_table(report))
+    write_json_atomic(json_path, report)
+    write_text_atomic(md_path, markdown_table(report))
     return json_path, md_path

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from fixedfirst.config import ModelConfig
+from fixedfirst.config.limits import MAX_DEPTH
 from fixedfirst.errors import UserError
 from fixedfirst.model.kv_cache import KVCache
 from fixedfirst.model.layers import Block, RMSNorm, RotaryEmbedding
@@ -28,9 +29,14 @@ from fixedfirst.model.loss import next_token_loss
 
 
 def check_depth(depth: object) -> int:
-    """Depth must be an integer >= 1: K = 0 would skip the core entirely."""
+    """Depth must be an integer >= 1 (K = 0 would skip the core entirely) and at most
+    MAX_DEPTH (the cost is linear in it)."""
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise UserError(f"depth must be an integer >= 1, got {depth!r}")
+    if depth > MAX_DEPTH:
+        raise UserError(
+            f"depth must be <= {MAX_DEPTH:,} (the cost grows linearly with depth), got {depth:,}"
+        )
     return depth
 
 

@@ -25,6 +25,9 @@ from typing import Any
 
 import torch
 
+from fixedfirst import locks
+from fixedfirst.files import write_json_atomic
+from fixedfirst.paths import shown
 from fixedfirst.runs.opening import find_checkpoint, load_run
 from fixedfirst.schedules import describe
 from fixedfirst.train.checkpoint import MODEL_FILE
@@ -50,6 +53,7 @@ def evaluate_run(
     from fixedfirst.data.registry import build_source
     from fixedfirst.hardware import resolve_dtype
     from fixedfirst.train.evaluation import mean_serving_nll, validation_nll
+    from fixedfirst.train.progress import Ticker
 
     loaded = load_run(run, step, device)
     config = loaded.config
@@ -62,7 +66,8 @@ def evaluate_run(
     val = source.validation_batches(n_batches, batch_size)
     device = next(loaded.model.parameters()).device
     dtype = resolve_dtype(config.train.precision, device)
-    nll = validation_nll(loaded.model, val, depths, device, dtype)
+    ticker = Ticker(f"eval {shown(run)} at depths up to {max(depths)}: batch")
+    nll = validation_nll(loaded.model, val, depths, device, dtype, progress=ticker)
     scored = sum(b.scored_tokens for b in val)
     return {
         "format": EVAL_FORMAT,
@@ -96,9 +101,7 @@ def read_eval(path: Path) -> dict[str, Any] | None:
 
 def write_eval(result: dict[str, Any], path: Path) -> None:
     """Write through a temporary file, so an interrupted write never leaves half a JSON."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(path)
+    write_json_atomic(path, result)
 
 
 def cached_evaluation(
@@ -122,6 +125,7 @@ def cached_evaluation(
         and saved.get("batch_size") == config.train.micro_batch
     ):
         return saved, True
-    result = evaluate_run(run, depths, n_batches, ckpt.step, device)
-    write_eval(result, path)
+    with locks.holding(run, "eval"):  # measured now and written into the run
+        result = evaluate_run(run, depths, n_batches, ckpt.step, device)
+        write_eval(result, path)
     return result, False

@@ -17,6 +17,7 @@ from typing import Any
 
 from fixedfirst.config import RunConfig
 from fixedfirst.errors import UserError
+from fixedfirst.train.interrupt import TrainingInterrupted
 from fixedfirst.train.run_dir import RunDir
 
 RUNS_DIR = "runs"
@@ -104,7 +105,12 @@ def run_all(
             print(f"[{i}/{len(runs)}] {planned.name}", flush=True)
         if on_start is not None:
             on_start(i, planned)
-        outcome = run_one(planned, root, quiet)
+        try:
+            outcome = run_one(planned, root, quiet)
+        except TrainingInterrupted as e:
+            raise TrainingInterrupted(
+                f"{e}, or run the same command again: it resumes interrupted runs"
+            ) from None
         if not quiet and outcome.reused:
             print(f"  reusing the finished run in {outcome.path}", flush=True)
         outcomes.append(outcome)

@@ -14,7 +14,8 @@ import torch
 from fixedfirst.config import RunConfig
 from fixedfirst.errors import UserError
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
+from fixedfirst.model.memory import check_fits
+from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager, warn
 from fixedfirst.train.run_dir import RunDir
 
 
@@ -50,12 +51,18 @@ def find_checkpoint(
         ckpt = found
         ckpt.verify()
     elif step is None:
-        latest = manager.latest_valid(warn=lambda line: print(line))
+        latest = manager.latest_valid()  # warns on stderr about each corrupt one it skips
         if latest is None and manager.all():
             raise UserError(f"every checkpoint in {manager.directory} is corrupt")
         if latest is None:
             raise UserError(f"{run_dir.path} has no complete checkpoint yet")
         ckpt = latest
+        for path in manager.incomplete():
+            if path.name > f"step-{ckpt.step:07d}":
+                warn(
+                    f"warning: checkpoint {path} is incomplete (no valid meta.json) and is "
+                    f"skipped; using step {ckpt.step}"
+                )
     else:
         ckpt = manager.at_step(step)
         ckpt.verify()
@@ -67,6 +74,7 @@ def load_run(
 ) -> LoadedRun:
     """The run's model with the weights of a checkpoint, in eval mode on `device`."""
     config, ckpt = find_checkpoint(run, step)
+    check_fits(config.model, torch.device("cpu"), training=False)  # built on the CPU first
     model = LoopedTransformer(config.model)
     ckpt.load_model(model)
     return LoadedRun(Path(run), config, model.to(device).eval(), ckpt)

@@ -6,13 +6,12 @@ and renamed when complete, and a non-empty DIR is refused, so an export never ov
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any
-
-from safetensors.torch import save_file
 
 from fixedfirst.errors import UserError
 from fixedfirst.serve.exported import (
@@ -28,19 +27,21 @@ from fixedfirst.serve.tokenizer import tokenizer_summary
 
 
 def check_out_dir(out: Path) -> None:
+    """Refuse an --out that holds anything; its missing parents are made (like train)."""
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()):
         raise UserError(f"--out {out}: directory exists and is not empty; nothing was written")
-    if not out.parent.is_dir():
-        raise UserError(f"--out {out}: directory {out.parent} does not exist")
+    existing = next(p for p in (out.parent, *out.parent.parents) if p.exists())
+    if not existing.is_dir():
+        raise UserError(f"--out {out}: {existing} is not a directory")
 
 
 def export_run(run: str | Path, out: str | Path, step: int | None = None) -> dict[str, Any]:
     """Write the run's checkpoint at `step` (default: the newest) into `out`; return config.json."""
     from fixedfirst import __version__
     from fixedfirst.schedules import describe
-    from fixedfirst.train.checkpoint import MODEL_FILE, tied_aliases
+    from fixedfirst.train.checkpoint import MODEL_FILE, save_weights, tied_aliases
 
     out = Path(out)
     check_out_dir(out)
@@ -74,10 +75,12 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None) -> dic
         if k not in aliases
     }
     tmp = out.with_name(f".tmp-{out.name}")
+    made = [p for p in (out.parent, *out.parent.parents) if not p.exists()]
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        save_file(weights, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        save_weights(weights, tmp / WEIGHTS_FILE)
         if tokenizer is not None:
             tokenizer.save(tmp / TOKENIZER_DIR)
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
@@ -86,5 +89,8 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None) -> dic
         os.replace(tmp, out)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        for parent in made:  # parents made for this export, innermost first
+            with contextlib.suppress(OSError):
+                parent.rmdir()
         raise UserError(f"cannot write {out} ({e.strerror or e})") from None
     return config

@@ -63,11 +63,18 @@ def read_export(directory: str | Path) -> dict[str, Any]:
 
 
 def load(directory: str | Path, device: str | torch.device = "cpu") -> LoopedTransformer:
-    """The exported model, in eval mode on `device`, for inference at any depth."""
+    """The exported model, in eval mode on `device`, for inference at any depth; a run
+    directory works too (its newest valid checkpoint), as for `load_served`."""
     from fixedfirst.train.checkpoint import MODEL_FILE, Checkpoint
 
     assert MODEL_FILE == WEIGHTS_FILE
     directory = Path(directory)
+    if directory.is_dir() and not is_export(directory):
+        from fixedfirst.runs.opening import load_run
+        from fixedfirst.train.run_dir import RunDir
+
+        if RunDir(directory).config_path.is_file():
+            return load_run(directory, device=device).model
     config = read_export(directory)
     if not isinstance(config.get("model"), dict):
         raise UserError(f"{directory / CONFIG_FILE}: no model configuration")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fixedfirst.config.limits import MAX_SEED
 from fixedfirst.data.tokenizer import Tokenizer
 from fixedfirst.errors import UserError
 from fixedfirst.serve.adaptive import KLExit, stream_kl_exit
@@ -64,6 +65,22 @@ def check_utf8(prompt: str) -> None:
         ) from None
 
 
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 100.0
+"""Sampling temperatures: below 1e-4 the scaled logits overflow float32 (use 0 for greedy);
+above 100 every token is about equally likely."""
+
+
+def check_sampling(temperature: float, seed: int) -> None:
+    """Refuse a temperature or seed that torch would choke on, before anything is loaded."""
+    if not (temperature == 0 or MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE):
+        raise UserError(
+            f"--temperature must be 0 (greedy) or in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}], "
+            f"got {temperature}"
+        )
+    if not 0 <= seed <= MAX_SEED:
+        raise UserError(f"--seed must be in [0, 2**63 - 1], got {seed}")
+
+
 def prompt_ids(served: Served, prompt: str) -> list[int]:
     """Start-of-document, then the prompt's tokens."""
     if served.tokenizer is None:
@@ -110,8 +127,7 @@ def generate_text(
     (exactly one of the two). Stops after max_new_tokens or at the end-of-document token."""
     if (depth is None) == (rule is None):
         raise ValueError("give exactly one of depth and rule")
-    if temperature < 0:
-        raise UserError(f"--temperature must be >= 0, got {temperature}")
+    check_sampling(temperature, seed)
     ids = encode_prompt(served, prompt, max_new_tokens)
     assert served.tokenizer is not None
     generator = torch.Generator(device=ids.device).manual_seed(seed)

@@ -71,7 +71,10 @@ def load_served(
         )
     loaded = load_run(path, checkpoint, device)
     tokenizer = run_tokenizer(
-        loaded.config, loaded.checkpoint.meta.get("data"), required=require_tokenizer
+        loaded.config,
+        loaded.checkpoint.meta.get("data"),
+        required=require_tokenizer,
+        run_dir=path,
     )
     return Served(
         loaded.model,

@@ -6,29 +6,39 @@ data without text (the synthetic toy language) has none. Serving needs two more 
 `Tokenizer` names: `start_id`, which every prompt and scored context begins with (every training
 document followed one), and `stop_id`, where generation stops.
 
-Exports (`fixedfirst export`) save the tokenizer beside the weights (`Tokenizer.save`, read back
-by `load_tokenizer`), so an export needs neither the data nor the task's generator to decode.
+A run keeps a copy of its tokenizer in RUN/tokenizer, and an export (`fixedfirst export`) saves
+it beside the weights (`Tokenizer.save`, read back by `load_tokenizer`), so neither needs the
+data nor the task's generator to decode.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from fixedfirst.config import RunConfig
 from fixedfirst.data.registry import build_source
-from fixedfirst.data.tokenizer import Tokenizer
+from fixedfirst.data.tokenizer import TOKENIZER_DIR, Tokenizer, load_tokenizer
 from fixedfirst.errors import UserError
 
 
 def run_tokenizer(
-    config: RunConfig, data_state: dict[str, Any] | None = None, required: bool = True
+    config: RunConfig,
+    data_state: dict[str, Any] | None = None,
+    required: bool = True,
+    run_dir: str | Path | None = None,
 ) -> Tokenizer | None:
-    """The tokenizer of a run, from its data configuration, checked against the checkpoint's
-    data state (which names the data the weights were trained on)."""
-    source = build_source(config)
-    if data_state is not None:
-        source.load_state_dict(data_state)  # refuses other data than the run trained on
-    tokenizer = source.tokenizer
+    """The tokenizer of a run: the copy in RUN/tokenizer (written when the run started, so
+    serving needs nothing outside the run), or for a run without one (older runs, or data
+    without text) the data's own, checked against the checkpoint's data state (which names
+    the data the weights were trained on)."""
+    if run_dir is not None and (Path(run_dir) / TOKENIZER_DIR).is_dir():
+        tokenizer: Tokenizer | None = load_tokenizer(run_dir)
+    else:
+        source = build_source(config)
+        if data_state is not None:
+            source.load_state_dict(data_state)  # refuses other data than the run trained on
+        tokenizer = source.tokenizer
     if tokenizer is None:
         if not required:
             return None

@@ -22,6 +22,7 @@ import json
 import os
 import pickle
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +34,15 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from fixedfirst.errors import UserError
+from fixedfirst.files import readable_like_the_rest
 
 FORMAT_VERSION = 1
 MODEL_FILE, TRAINER_FILE, META_FILE = "model.safetensors", "trainer.pt", "meta.json"
+
+
+def warn(line: str) -> None:
+    """A warning: on stderr, where no --quiet and no redirected table hides it."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def sha256(path: Path) -> str:
@@ -59,6 +66,12 @@ def _write_file(path: Path, write: Callable[[Path], None]) -> str:
     with open(path, "rb") as f:
         os.fsync(f.fileno())
     return sha256(path)
+
+
+def save_weights(weights: dict[str, torch.Tensor], path: Path) -> None:
+    """model.safetensors, readable like every other file (safetensors creates it 0600)."""
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(path), metadata={"format": "pt"})
+    readable_like_the_rest(path)
 
 
 @dataclass
@@ -188,14 +201,49 @@ class CheckpointManager:
                 return ckpt
         return None
 
-    def latest_valid(self, warn: Callable[[str], None] = print) -> Checkpoint | None:
-        """The newest checkpoint whose files pass their checksums; older ones are fallbacks."""
+    def incomplete(self) -> list[Path]:
+        """Checkpoint directories without a valid meta.json (not temporary ones being written):
+        a copy or a crash outside our atomic rename left them; they are never loaded."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(
+            p for p in self.directory.glob("step-*") if p.is_dir() and read_checkpoint(p) is None
+        )
+
+    def set_aside_incomplete(self, warn: Callable[[str], None] = warn) -> None:
+        """Move incomplete checkpoint directories to `incomplete-step-N[-i]` (never deleted:
+        they may hold what someone wants back), so that the step can be saved again."""
+        for path in self.incomplete():
+            target = path.with_name(f"incomplete-{path.name}")
+            i = 1
+            while target.exists():
+                target = path.with_name(f"incomplete-{path.name}-{i}")
+                i += 1
+            try:
+                os.replace(path, target)
+            except OSError as e:
+                raise UserError(
+                    f"checkpoint {path} is incomplete (no valid {META_FILE}) and cannot be moved "
+                    f"aside ({e.strerror or e}); move it out of {self.directory} by hand"
+                ) from None
+            warn(
+                f"warning: checkpoint {path} is incomplete (no valid {META_FILE}); moved it to "
+                f"{target.name}"
+            )
+
+    def latest_valid(self, warn: Callable[[str], None] = warn) -> Checkpoint | None:
+        """The newest checkpoint whose files pass their checksums; older ones are fallbacks,
+        each skipped one named in a warning. None when every one is corrupt (the caller's error
+        then says so in one line)."""
+        skipped = []
         for ckpt in reversed(self.all()):
             try:
                 ckpt.verify()
             except UserError as e:
-                warn(f"warning: {e}; falling back to the previous checkpoint")
+                skipped.append(f"warning: {e}; falling back to the previous checkpoint")
                 continue
+            for line in skipped:
+                warn(line)
             return ckpt
         return None
 
@@ -225,14 +273,7 @@ class CheckpointManager:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
             files = {
-                MODEL_FILE: _write_file(
-                    tmp / MODEL_FILE,
-                    lambda p: save_file(
-                        {k: v.contiguous() for k, v in weights.items()},
-                        str(p),
-                        metadata={"format": "pt"},
-                    ),
-                ),
+                MODEL_FILE: _write_file(tmp / MODEL_FILE, lambda p: save_weights(weights, p)),
                 TRAINER_FILE: _write_file(
                     tmp / TRAINER_FILE, lambda p: torch.save(trainer_state, p)
                 ),
@@ -248,6 +289,8 @@ class CheckpointManager:
             _fsync_dir(tmp)
             if existing is not None:
                 shutil.rmtree(final)
+            elif final.exists():  # incomplete: never loaded, but it would block the rename
+                self.set_aside_incomplete()
             os.replace(tmp, final)
             _fsync_dir(self.directory)
         except OSError as e:

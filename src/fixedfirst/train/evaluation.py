@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 import torch
 
@@ -28,8 +29,10 @@ def validation_nll(
     depths: list[int],
     device: torch.device,
     dtype: torch.dtype = torch.float32,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[int, float]:
-    """Mean NLL per scored token at each depth over all `batches`, one pass per batch.
+    """Mean NLL per scored token at each depth over all `batches`, one pass per batch;
+    `progress(done, total)` after each batch.
 
     Weighted by tokens, not by batch: a batch with fewer scored targets (padding, targets of
     IGNORE_INDEX) counts for less, so the result is the NLL of the whole held-out set."""
@@ -38,7 +41,9 @@ def validation_nll(
     totals = dict.fromkeys(depths, 0.0)
     scored = 0
     try:
-        for batch in batches:
+        for done, batch in enumerate(batches):
+            if progress is not None:
+                progress(done, len(batches))
             b = batch.to(device)
             n = b.scored_tokens
             if n == 0:

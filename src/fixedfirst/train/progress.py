@@ -121,3 +121,40 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+class Ticker:
+    """Progress lines for work that may be quick or long (an evaluation at depth 1000, a
+    recall sweep): silent for its first `after` seconds, then a line on stderr every `every`
+    seconds with how far it is and the time left, so nothing runs for minutes without a word."""
+
+    def __init__(
+        self,
+        description: str,
+        quiet: bool = False,
+        after: float = 5.0,
+        every: float = 10.0,
+        stream: TextIO | None = None,
+    ) -> None:
+        self.description = description
+        self.quiet = quiet
+        self.after = after
+        self.every = every
+        self.stream = stream or sys.stderr
+        self.start = time.monotonic()
+        self.last: float | None = None
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        elapsed = now - self.start
+        if self.quiet or elapsed < self.after or done >= total:
+            return
+        if self.last is not None and now - self.last < self.every:
+            return
+        self.last = now
+        eta = elapsed / max(done, 1) * (total - done)
+        print(
+            f"{self.description}: {done}/{total}, {_eta(elapsed)} so far, eta {_eta(eta)}",
+            file=self.stream,
+            flush=True,
+        )

@@ -22,8 +22,8 @@ on where a run was resumed, and checkpoints need no RNG state.
 
 from __future__ import annotations
 
-import json
 import math
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -35,20 +35,23 @@ from fixedfirst.config import RunConfig
 from fixedfirst.data.registry import build_source, resolve_data
 from fixedfirst.data.source import BatchSource, rank_rows
 from fixedfirst.errors import UserError
+from fixedfirst.files import write_json_atomic
 from fixedfirst.hardware import measured_peak_flops, resolve_device, resolve_dtype
 from fixedfirst.model import LoopedTransformer
+from fixedfirst.model.memory import check_fits
 from fixedfirst.schedules import Schedule, describe
 from fixedfirst.train import distributed
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.train.counters import Counters
 from fixedfirst.train.distributed import World, on_main
 from fixedfirst.train.evaluation import mean_serving_nll, validation_nll
+from fixedfirst.train.interrupt import Interrupt, TrainingInterrupted, resume_command
 from fixedfirst.train.metrics import MetricsLog
 from fixedfirst.train.optim import build_optimizer, lr_at
 from fixedfirst.train.parallel import ParallelModel
 from fixedfirst.train.progress import Progress
 from fixedfirst.train.resume import check_trainer_state
-from fixedfirst.train.run_dir import RunDir, check_resume
+from fixedfirst.train.run_dir import RunDir
 from fixedfirst.train.step import state_seeds, train_step
 
 
@@ -93,6 +96,7 @@ class Trainer:
         self.flops_model = flop_model(config.model, t.seq_len)
         self.device = distributed.process_device(self.world, resolve_device(t.device))
         self.dtype = resolve_dtype(t.precision, self.device)
+        check_fits(config.model, self.device, training=True)
         self.source: BatchSource = build_source(config)
         if self.source.vocab_size > config.model.vocab_size:
             raise UserError(
@@ -102,18 +106,25 @@ class Trainer:
             )
         self.val_batches = self.source.validation_batches(config.eval.batches, t.micro_batch)
         local = t.batch_size // self.world_size
-        if t.batch_size % self.world_size or local % t.micro_batch:
+        micro = t.micro_batch_on(self.world_size)
+        if t.batch_size % self.world_size or local % micro:
             raise UserError(
                 f"train.batch_size = {t.batch_size} must split into {self.world_size} rank(s) "
-                f"of whole micro-batches of {t.micro_batch}"
+                f"of whole micro-batches of {micro}"
             )
 
         distributed.start(self.world, self.device)
-        if resume:
-            on_main(self.world, lambda: check_resume(self.run.saved_config(), config))
-        else:
-            on_main(self.world, self.run.check_new)
+        # One writer per run (rank 0 holds the lock); released when training returns or fails.
+        restart = on_main(self.world, lambda: self.run.open_for_writing(config, resume))
+        try:
+            self._prepare(resume, restart)
+        except BaseException:
+            self.run.close()
+            raise
 
+    def _prepare(self, resume: bool, restart: bool) -> None:
+        """Build the model and optimizer; resume from a checkpoint or start (over) afresh."""
+        config, t = self.config, self.config.train
         torch.manual_seed(t.seed)  # the same initial weights on every rank
         model = LoopedTransformer(config.model).to(self.device)
         if t.compile:
@@ -136,7 +147,13 @@ class Trainer:
         if resume:
             self._restore()
         if self.is_main:
+            if restart:  # an earlier attempt saved no checkpoint: nothing of it is kept
+                self.metrics.truncate(0)
+                self._warn(
+                    f"note: {self.run.path} held a run that saved no checkpoint; started over"
+                )
             self.run.write_config(config)
+            self.run.write_tokenizer(self.source)
 
     # -- checkpoints -----------------------------------------------------------------------------
 
@@ -168,7 +185,8 @@ class Trainer:
 
         def pick() -> Checkpoint | None:
             self.checkpoints.remove_partial()
-            ckpt = self.checkpoints.latest_valid(warn=self._say)
+            self.checkpoints.set_aside_incomplete(warn=self._warn)
+            ckpt = self.checkpoints.latest_valid(warn=self._warn)
             if ckpt is None:
                 if self.checkpoints.all():
                     raise UserError(
@@ -205,6 +223,11 @@ class Trainer:
         if self.is_main and not self.quiet:
             print(line, flush=True)
 
+    def _warn(self, line: str) -> None:
+        """Warnings go to stderr, and --quiet never silences them."""
+        if self.is_main:
+            print(line, file=sys.stderr, flush=True)
+
     def _train_step(self, step: int, depth: int, lr: float) -> tuple[torch.Tensor, torch.Tensor]:
         t = self.config.train
         batch = self.source.next_batch(t.batch_size, self.rank, self.world_size).to(self.device)
@@ -233,10 +256,17 @@ class Trainer:
         values = list(zip(losses, grad_norms, strict=True))
         for p, (loss, _) in zip(pending, values, strict=True):
             if not math.isfinite(loss):
+                saved = self.checkpoints.all()
+                then = (
+                    f"the last good checkpoint (step {saved[-1].step}) is kept in "
+                    f"{self.checkpoints.directory}; lower train.lr or raise train.warmup, then "
+                    "start a new run with another --out"
+                    if saved
+                    else "no checkpoint was saved yet; lower train.lr or raise train.warmup and "
+                    "start again with the same --out"
+                )
                 raise TrainingDiverged(
-                    f"loss became {loss} at step {p.step + 1} (depth {p.depth}); the last good "
-                    f"checkpoint is kept in {self.checkpoints.directory}; lower train.lr or "
-                    "raise train.warmup, then start a new run"
+                    f"loss became {loss} at step {p.step + 1} (depth {p.depth}); {then}"
                 )
         tokens, flops, seconds = interval
         seconds = max(seconds, 1e-9)
@@ -302,7 +332,15 @@ class Trainer:
 
     def train(self, stop_after: int | None = None) -> dict[str, Any]:
         """Run to the end of the budget (or pause, checkpointed, after `stop_after` steps in
-        total); return the closing summary."""
+        total, or at the first Ctrl-C: `TrainingInterrupted`); return the closing summary.
+        The run's lock is released however this ends."""
+        try:
+            with Interrupt(announce=self.is_main) as interrupt:
+                return self._train(stop_after, interrupt)
+        finally:
+            self.run.close()
+
+    def _train(self, stop_after: int | None, interrupt: Interrupt) -> dict[str, Any]:
         t = self.config.train
         total = self.budget.total_steps
         stop = total if stop_after is None else max(self.counters.step, min(stop_after, total))
@@ -344,6 +382,10 @@ class Trainer:
                     self.config.eval.every and c.step % self.config.eval.every == 0
                 )
                 flush = c.step % t.log_every == 0 or bool(tags) or bool(evaluate)
+                interrupted = c.step < total and interrupt.agreed(self.world, flush)
+                if interrupted and "paused" not in tags:
+                    tags.append("paused")
+                    flush = True
                 if flush:
                     interval = (
                         interval_tokens,
@@ -368,7 +410,10 @@ class Trainer:
                     shown = ", ".join(f"K={d}: {v:.3f}" for d, v in nll.items())
                     progress.write(f"eval at step {c.step}: NLL {shown}")
                 if tags:
-                    self._save(tags)
+                    saved = self._save(tags)
+                if interrupted:
+                    resume = resume_command(self.run.path, self.world_size)
+                    raise TrainingInterrupted(f"saved {saved.path.name}; resume with `{resume}`")
                 if flush:  # the next interval's throughput excludes logging, eval and saving
                     interval_start, interval_tokens, interval_flops = time.perf_counter(), 0, 0.0
         finally:
@@ -378,5 +423,5 @@ class Trainer:
     def _summary(self) -> dict[str, Any]:
         summary = self.counters.summary(describe(self.config.schedule), self.budget)
         if self.is_main:
-            self.run.summary_path.write_text(json.dumps(summary, indent=2))
+            write_json_atomic(self.run.summary_path, summary)
         return summary

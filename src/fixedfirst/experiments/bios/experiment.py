@@ -21,8 +21,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from fixedfirst import locks
 from fixedfirst.config import RunConfig, apply_overrides, build_section, parse_override, read_toml
 from fixedfirst.errors import UserError
+from fixedfirst.files import write_json_atomic
 from fixedfirst.runs.experiment import PlannedRun, RunOutcome, check_runs_startable, run_all
 from fixedfirst.schedules import describe
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
@@ -162,7 +164,7 @@ def recall_of_checkpoint(
         people=experiment.recall_people,
         batch_size=experiment.recall_batch,
     ).to_dict()
-    cache.write_text(json.dumps({"key": key, "report": report}, indent=2))
+    write_json_atomic(cache, {"key": key, "report": report})
     return report
 
 
@@ -230,9 +232,6 @@ def collect_results(
 
 def run_experiment(preset: Preset, out: Path, quiet: bool = False) -> dict[str, Any]:
     """Train (or reuse) the three runs, measure recall, write results.json, the figure, report."""
-    from fixedfirst.experiments.bios.figure import plot_figure1
-    from fixedfirst.experiments.bios.report import write_report
-
     runs = planned_runs(preset)
     check_runs_startable(runs, out)
     try:
@@ -242,6 +241,14 @@ def run_experiment(preset: Preset, out: Path, quiet: bool = False) -> dict[str, 
         probe.unlink()
     except OSError as e:
         raise UserError(f"cannot write to --out {out}: {e.strerror or e}") from None
+    with locks.holding(out, "bios"):  # one experiment at a time writes DIR
+        return _run(preset, runs, out, quiet)
+
+
+def _run(preset: Preset, runs: list[PlannedRun], out: Path, quiet: bool) -> dict[str, Any]:
+    from fixedfirst.experiments.bios.figure import plot_figure1
+    from fixedfirst.experiments.bios.report import write_report
+
     started = time.perf_counter()
     outcomes = run_all(runs, out, quiet)
     trained = time.perf_counter()
@@ -250,7 +257,7 @@ def run_experiment(preset: Preset, out: Path, quiet: bool = False) -> dict[str, 
         "training_and_reuse": trained - started,
         "recall_evaluation": time.perf_counter() - trained,
     }
-    (out / "results.json").write_text(json.dumps(results, indent=2))
+    write_json_atomic(out / "results.json", results)
     plot_figure1(results, out / "figure1.png")
     write_report(results, out / "report.md")
     return results

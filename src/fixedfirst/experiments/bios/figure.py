@@ -10,6 +10,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from fixedfirst.files import save_figure
+
 STYLE = {
     "fixed-4": ("fixed K=4", "tab:blue", "o"),
     "uniform-1-16": ("uniform 1..16", "tab:orange", "s"),
@@ -51,5 +53,5 @@ def plot_figure1(results: dict[str, Any], path: Path) -> None:
         fontsize=11,
     )
     fig.tight_layout(rect=(0, 0.08, 1, 1))
-    fig.savefig(path, dpi=130)
+    save_figure(fig, path)
     plt.close(fig)

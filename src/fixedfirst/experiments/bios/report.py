@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fixedfirst.experiments.bios.figure import STYLE
+from fixedfirst.files import write_text_atomic
 
 NOTHING = 0.1
 """Recall below this share of the ceiling is too little to rank schedules or judge collapse."""
@@ -168,4 +169,4 @@ def write_report(results: dict[str, Any], path: Path) -> None:
                     f" | {cells} |"
                 )
     lines.append("")
-    path.write_text("\n".join(lines))
+    write_text_atomic(path, "\n".join(lines))

@@ -42,6 +42,10 @@ MAJOR_SUFFIXES = ("ology", "onomy", "istics", "ography", "ics")
 CITY_SUFFIXES = ("", "", "a", "ia", "or", "ell")
 
 
+MAX_POOL = 1_000_000
+"""The most people, or words in one pool, a bios world generates."""
+
+
 @dataclass
 class BiosOptions:
     """The bios world's size: `[data.bios]` (pool sizes of the original: 400 first, 400 middle,
@@ -69,6 +73,12 @@ class BiosOptions:
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
             require(value >= 1, f"{self.SECTION}.{name}", f"must be >= 1, got {value}")
+            # Every person and pool word is generated up front (and is one token).
+            require(
+                value <= MAX_POOL,
+                f"{self.SECTION}.{name}",
+                f"must be <= {MAX_POOL:,} (each is generated up front), got {value:,}",
+            )
 
 
 def ordinal(n: int) -> str:

@@ -17,6 +17,8 @@ from typing import Any
 import matplotlib
 from matplotlib.figure import Figure
 
+from fixedfirst.files import save_figure
+
 PANEL_UPDATES = (0, 16)
 """The u values of the left panel (the paper's); missing ones fall back to the first and last."""
 
@@ -86,5 +88,5 @@ def plot_figure4(results: dict[str, Any], path: str | Path) -> Path:
         fontsize=10,
     )
     out = Path(path)
-    fig.savefig(out, dpi=130)
+    save_figure(fig, out)
     return out

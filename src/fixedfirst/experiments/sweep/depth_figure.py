@@ -19,6 +19,8 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
 
+from fixedfirst.files import save_figure
+
 K0_COLORS = ("tab:blue", "tab:green", "tab:orange", "tab:red", "tab:brown", "tab:pink")
 SWITCH_MARKERS = ("o", "s", "^", "D", "v")
 OTHER_COLORS = {"progressive": "tab:purple", "uniform": "tab:gray"}
@@ -90,5 +92,5 @@ def plot_nll_by_depth(rows: list[dict[str, Any]], reference: str, path: str | Pa
         right.text(0.5, 0.5, f"reference run {reference!r} not finished", ha="center")
     fig.legend(loc="outside right center", fontsize=8, frameon=False)
     path = Path(path)
-    fig.savefig(path, dpi=130)
+    save_figure(fig, path)
     return path

@@ -23,6 +23,7 @@ from matplotlib.ticker import EngFormatter, FormatStrFormatter
 
 from fixedfirst.compute import plan_budget
 from fixedfirst.errors import UserError
+from fixedfirst.files import save_figure
 from fixedfirst.schedules import Schedule, describe
 from fixedfirst.train.metrics import read_metrics
 from fixedfirst.train.run_dir import RunDir
@@ -163,5 +164,5 @@ def plot_figure3(run: str | Path, path: str | Path) -> Path:
     for ax in (zoom, bottom):
         ax.legend(loc="best", fontsize=8, frameon=False)
     path = Path(path)
-    fig.savefig(path, dpi=130)
+    save_figure(fig, path)
     return path

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from fixedfirst.compute import modeled_savings
+from fixedfirst.files import write_text_atomic
 from fixedfirst.runs.experiment import PlannedRun
 from fixedfirst.schedules import describe
 
@@ -162,9 +163,7 @@ def table_markdown(rows: list[dict[str, Any]], reference: str, missing: list[str
 
 def write_text(path: Path, text: str) -> None:
     """Write through a temporary file so a reader never sees half a table."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    write_text_atomic(path, text)
 
 
 def write_results(out: Path, document: dict[str, Any], table: str) -> None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fixedfirst import locks
 from fixedfirst.compute import plan_budget
 from fixedfirst.errors import UserError
 from fixedfirst.experiments.sweep.depth_figure import plot_nll_by_depth
@@ -130,6 +131,13 @@ def run_sweep(
     selected = spec.select(only)
     check_runs_startable(selected, out)
     check_out_dir(out)
+    with locks.holding(out, "sweep"):  # one sweep at a time writes DIR
+        return _sweep(spec, out, selected, quiet, device)
+
+
+def _sweep(
+    spec: SweepSpec, out: Path, selected: list[PlannedRun], quiet: bool, device: str
+) -> SweepOutcome:
     if not quiet:
         print_plan(spec, selected, out)
     outcomes = run_all(selected, out, quiet, on_start=SweepProgress(selected, out, quiet))

@@ -18,8 +18,8 @@
     schedule.kind = "uniform"
     flops_of = "ff-k4-s0.67-uniform"    # train.flops = that run's modeled FLOPs
 
-A base file name is relative to the sweep file; paths inside the configuration (data.path) are,
-as in every run config, relative to the working directory. Each run is the base with its keys
+A base file name is relative to the sweep file; a relative data.path is, as in every run config,
+relative to the file that holds it (the base file, or this one). Each run is the base with its keys
 applied on top, validated like any run config. `flops_of` makes a compute-matched run: its FLOP
 budget is the other run's expected modeled training FLOPs from the compute model, so nobody
 copies a FLOP count by hand and it stays right when the base changes. Everything is checked when
@@ -36,6 +36,7 @@ from typing import Any
 from fixedfirst.compute import UNIFORM_REFERENCE, plan_budget
 from fixedfirst.config import SECTIONS, RunConfig, read_toml
 from fixedfirst.errors import UserError
+from fixedfirst.paths import resolve_data_path
 from fixedfirst.runs.experiment import PlannedRun
 
 TOP_LEVEL_KEYS = ("base", "sweep", "runs")
@@ -96,13 +97,13 @@ def _base_dict(raw: dict[str, Any], path: Path) -> dict[str, Any]:
     if isinstance(base, str):
         base_path = Path(base) if Path(base).is_absolute() else path.parent / base
         try:
-            return read_toml(base_path)
+            return resolve_data_path(read_toml(base_path), base_path.parent)
         except UserError as e:
             raise UserError(f"{path}: base: {e}") from None
     if not isinstance(base, dict):
         raise UserError(f"{path}: base must be a file name or [base.SECTION] tables")
     _unknown(base, SECTION_NAMES, f"{path}: [base]", "section")
-    return base
+    return resolve_data_path(base, path.parent)
 
 
 def _with_run_keys(base: dict[str, Any], run: dict[str, Any], where: str) -> dict[str, Any]:
@@ -162,7 +163,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
             raise UserError(f"{path}: two runs are named {name!r}; run names must be unique")
         names.append(name)
         where = f'{path}: run "{name}"'
-        data = _with_run_keys(base, entry, where)
+        data = _with_run_keys(base, resolve_data_path(entry, path.parent), where)
         if "flops_of" in entry:
             target = entry["flops_of"]
             flops_of[name] = _check_flops_of(target, entry, names, flops_of, where)

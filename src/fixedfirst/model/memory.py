@@ -1,0 +1,56 @@
+"""Whether a model fits in memory, decided before a single weight is allocated.
+
+A configuration with a typo (d_model = 655360) would otherwise ask torch for terabytes and fail
+with an allocator traceback, or swap the machine to a halt. The parameters are counted on the
+meta device (no memory), and weights, gradients and AdamW's two moments (16 bytes a parameter
+in fp32) are compared with the device's memory: a lower bound on what training needs, so the
+refusal is never wrong, only sometimes late (activations come on top).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from fixedfirst.config import ModelConfig
+from fixedfirst.errors import UserError
+
+BYTES_TRAINING = 16
+"""fp32 weights, gradients and two AdamW moments, per parameter."""
+BYTES_SERVING = 4
+"""fp32 weights, per parameter."""
+GIB = 1 << 30
+
+
+def parameter_count(config: ModelConfig) -> int:
+    from fixedfirst.model.looped import LoopedTransformer
+
+    with torch.device("meta"):
+        return LoopedTransformer(config).parameter_counts()["total"]
+
+
+def device_memory(device: torch.device) -> int | None:
+    """Bytes of memory on `device` (the physical memory for the CPU); None if unknown."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits(config: ModelConfig, device: torch.device, training: bool) -> None:
+    """Refuse, in one line, a model whose parameters alone do not fit on `device`."""
+    available = device_memory(torch.device(device))
+    if available is None:
+        return
+    count = parameter_count(config)
+    need = count * (BYTES_TRAINING if training else BYTES_SERVING)
+    if need > available:
+        what = "weights, gradients and optimizer state" if training else "weights"
+        raise UserError(
+            f"the model has {count / 1e9:,.2f}B parameters (model.d_model = {config.d_model}, "
+            f"vocab_size = {config.vocab_size}); its {what} alone need {need / GIB:,.0f} GiB, "
+            f"more than this {torch.device(device).type}'s memory; make the model smaller"
+        )
