@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from fixedfirst.experiments.diagnose.intervals import (
+from fixedfirst.intervals import (
     regularized_incomplete_beta,
     t_interval,
     t_quantile,

@@ -16,6 +16,7 @@ VARIANTS = [
     {"injection": "add", "mlp": "gelu"},
     {"state_init": "zeros", "tie_embeddings": True},
     {"n_prelude": 0, "n_coda": 0},
+    {"coda_norm": False, "norm": "sandwich"},
 ]
 
 

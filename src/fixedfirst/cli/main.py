@@ -13,6 +13,8 @@ from fixedfirst.errors import UserError
 # Imported lazily per command so that `fixedfirst --help` stays quick.
 COMMANDS: dict[str, tuple[str, str]] = {
     "bios": ("bios_cmd", "the synthetic recall experiment (Figure 1)"),
+    "chains": ("chains_cmd", "every schedule on a task where serving depth decides the answer"),
+    "ablation": ("ablation_cmd", "architecture switches against fixed-depth collapse off depth"),
     "train": ("train_cmd", "train a looped transformer with a depth schedule"),
     "eval": ("eval_cmd", "validation NLL of a run at many serving depths"),
     "diagnose": ("diagnose_cmd", "the update diagnostic (Figure 4): deep vs shallow updates"),

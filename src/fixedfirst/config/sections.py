@@ -70,6 +70,9 @@ class ModelConfig:
     forward; evaluation uses a fixed per-position draw from `eval_seed`. `zeros`: always zeros."""
     eval_seed: int = 0
     """Seed of the fixed initial state used in evaluation and generation (state_init = normal)."""
+    coda_norm: bool = True
+    """Normalise the recurrent state before the coda (RMSNorm); false feeds the coda the raw
+    state (an ablation of what keeps a fixed-depth model usable off its training depth)."""
     tie_embeddings: bool = False
     """Share the embedding matrix with the output head."""
     rope_base: float = 10000.0

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from fixedfirst.config import RunConfig, build_section
@@ -23,6 +23,7 @@ KINDS: dict[str, str] = {
     "synthetic": "fixedfirst.data.synthetic",
     "tokens": "fixedfirst.data.tokens",
     "bios": "fixedfirst.experiments.bios.task",
+    "chains": "fixedfirst.experiments.chains.task",
 }
 """kind -> the module defining its `KIND: DataKind`."""
 
@@ -37,6 +38,10 @@ class TaskReport:
     """A Markdown table, one row per serving depth."""
     record: dict[str, Any]
     """The numbers, JSON-ready (written by `fixedfirst eval --task`)."""
+    score_name: str = ""
+    """What `scores` measures, e.g. 'recalled bits per person'."""
+    scores: dict[int, float] = field(default_factory=dict)
+    """The task's headline number at each serving depth (what an ablation tabulates)."""
 
 
 TaskEvaluation = Callable[[Any, RunConfig, list[int], "int | None"], TaskReport]

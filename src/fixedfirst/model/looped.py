@@ -49,7 +49,8 @@ class LoopedTransformer(nn.Module):
         self.prelude = nn.ModuleList(Block(config) for _ in range(config.n_prelude))
         self.adapter = nn.Linear(2 * d, d, bias=False) if config.injection == "concat" else None
         self.core = nn.ModuleList(Block(config) for _ in range(config.n_core))
-        self.core_norm = RMSNorm(d)  # the norm between the recurrence and the coda
+        # The norm between the recurrence and the coda (model.coda_norm).
+        self.core_norm = RMSNorm(d) if config.coda_norm else nn.Identity()
         self.coda = nn.ModuleList(Block(config) for _ in range(config.n_coda))
         self.out_norm = RMSNorm(d)
         self.head = nn.Linear(d, config.vocab_size, bias=False)

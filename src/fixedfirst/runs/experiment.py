@@ -88,6 +88,17 @@ def check_runs_startable(runs: list[PlannedRun], root: Path) -> None:
         run_directory(root, planned.name).refuse_other_run(planned.config)
 
 
+def prepare_out_dir(out: Path) -> None:
+    """Make the experiment directory, or say in one line why it cannot be written."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"cannot write to --out {out}: {e.strerror or e}") from None
+
+
 def run_all(
     runs: list[PlannedRun],
     root: Path,

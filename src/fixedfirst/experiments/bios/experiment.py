@@ -17,33 +17,30 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from fixedfirst import locks
-from fixedfirst.config import RunConfig, apply_overrides, build_section, parse_override, read_toml
+from fixedfirst.config import RunConfig, apply_overrides
 from fixedfirst.errors import UserError
+from fixedfirst.experiments.presets import PAPER_SCHEDULES, read_preset
 from fixedfirst.files import write_json_atomic
-from fixedfirst.runs.experiment import PlannedRun, RunOutcome, check_runs_startable, run_all
+from fixedfirst.runs.experiment import (
+    PlannedRun,
+    RunOutcome,
+    check_runs_startable,
+    prepare_out_dir,
+    run_all,
+)
 from fixedfirst.schedules import describe
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.train.run_dir import RunDir
 
 PRESETS = ("default", "smoke")
 SCHEDULES: dict[str, list[str]] = {
-    "fixed-4": ["schedule.kind=fixed", "schedule.depth=4"],
-    "uniform-1-16": ["schedule.kind=uniform", "schedule.k_min=1", "schedule.k_max=16"],
-    "fixed-first-4-0.8": [
-        "schedule.kind=fixed-first",
-        "schedule.k0=4",
-        "schedule.switch=0.8",
-        "schedule.finish=uniform",
-        "schedule.k_min=1",
-        "schedule.k_max=16",
-    ],
+    name: PAPER_SCHEDULES[name] for name in ("fixed-4", "uniform-1-16", "fixed-first-4-0.8")
 }
-"""Run name -> schedule overrides: the paper's three schedules."""
+"""Run name -> schedule overrides: the paper's three schedules of Figure 1."""
 
 
 @dataclass
@@ -99,29 +96,8 @@ class Preset:
 
 def load_preset(name: str, overrides: list[str] | None = None) -> Preset:
     """A shipped preset (`default`, `smoke`) or a path to a preset TOML, plus `--set` overrides."""
-    if name in PRESETS:
-        resource = resources.files("fixedfirst.experiments.bios") / "presets" / f"{name}.toml"
-        with resources.as_file(resource) as path:
-            raw = read_toml(path)
-    elif name.endswith(".toml"):
-        raw = read_toml(name)
-    else:
-        raise UserError(
-            f"--preset {name!r}: unknown preset; choose one of {', '.join(PRESETS)} "
-            "or give a path to a preset .toml file"
-        )
-    experiment_overrides = [o for o in overrides or [] if o.startswith("experiment.")]
-    run_overrides = [o for o in overrides or [] if not o.startswith("experiment.")]
-    raw = apply_overrides(raw, run_overrides)
-    experiment_raw = dict(raw.pop("experiment", {}))
-    for text in experiment_overrides:
-        _, key, value = parse_override(text)
-        experiment_raw[key] = value
-    if "schedule" in raw:
-        raise UserError(
-            "a bios preset has no [schedule]: the experiment trains its three schedules"
-        )
-    preset = Preset(name, build_section(ExperimentConfig, experiment_raw), raw)
+    read = read_preset("fixedfirst.experiments.bios", PRESETS, name, overrides, ExperimentConfig)
+    preset = Preset(name, read.experiment, read.base)
     preset.run_config(SCHEDULES["fixed-4"])  # validate the shared sections once, up front
     return preset
 
@@ -234,13 +210,7 @@ def run_experiment(preset: Preset, out: Path, quiet: bool = False) -> dict[str, 
     """Train (or reuse) the three runs, measure recall, write results.json, the figure, report."""
     runs = planned_runs(preset)
     check_runs_startable(runs, out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise UserError(f"cannot write to --out {out}: {e.strerror or e}") from None
+    prepare_out_dir(out)
     with locks.holding(out, "bios"):  # one experiment at a time writes DIR
         return _run(preset, runs, out, quiet)
 

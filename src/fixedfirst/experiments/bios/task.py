@@ -24,6 +24,8 @@ def evaluate_task(
         ),
         table="\n".join(["| depth | bits |", "| --- | --- |", *rows]),
         record=report.to_dict(),
+        score_name="recalled bits per person",
+        scores=report.bits(),
     )
 
 

@@ -9,9 +9,9 @@ updates does a deep update stop beating a shallow one?
 """
 
 from fixedfirst.experiments.diagnose.finishing import FinishingChain, RunState, open_run_state
-from fixedfirst.experiments.diagnose.intervals import Interval, t_interval, t_quantile
 from fixedfirst.experiments.diagnose.runner import DiagnoseOptions, run_diagnostic
 from fixedfirst.experiments.diagnose.update_pair import PairResult, UpdatePair, state_digest
+from fixedfirst.intervals import Interval, t_interval, t_quantile
 
 __all__ = [
     "DiagnoseOptions",

@@ -32,7 +32,6 @@ import torch
 
 from fixedfirst.errors import UserError
 from fixedfirst.experiments.diagnose.finishing import SWITCH_TAG, FinishingChain, open_run_state
-from fixedfirst.experiments.diagnose.intervals import t_interval, t_quantile
 from fixedfirst.experiments.diagnose.update_pair import (
     RMS_REFERENCES,
     PairResult,
@@ -40,6 +39,7 @@ from fixedfirst.experiments.diagnose.update_pair import (
     pair_row_seeds,
     stack_batches,
 )
+from fixedfirst.intervals import t_interval, t_quantile
 from fixedfirst.schedules import describe
 from fixedfirst.train.progress import Progress
 

@@ -1,14 +1,14 @@
-"""Student-t confidence intervals for a mean over independent batches.
+"""Student-t confidence intervals for a mean over independent units.
 
-The diagnostic's unit of replication is the training batch: every batch gives one paired
-measurement (the same batch, state and learning rate for both updates), and batches are drawn
-independently, so the mean over B batches has the usual t-interval
+A measurement repeated over independent units (training batches in the update diagnostic,
+evaluation sequences in the chains experiment) has for its mean over n units the usual t-interval
 
-    mean ± t_{(1 + level) / 2, B - 1} · sd / sqrt(B),      sd with the B - 1 denominator.
+    mean ± t_{(1 + level) / 2, n - 1} · sd / sqrt(n),      sd with the n - 1 denominator.
 
-The held-out set is fixed and shared by every batch, so its sampling noise is not part of this
-interval: the interval answers "would another draw of training batches change the sign?", which is
-the paper's question.
+What the interval covers is the sampling of the units, nothing else: in the diagnostic the held-out
+set is fixed and shared by every batch, so the interval answers "would another draw of training
+batches change the sign?", the paper's question; in the chains experiment it is the sampling of
+evaluation sequences for one trained model, and seeds are reported beside it as a spread.
 
 The t quantile is computed here (the regularised incomplete beta function by its continued
 fraction, then bisection on the CDF) rather than imported: scipy would be a heavy dependency for

@@ -1,0 +1,176 @@
+"""When does fixed-depth training stop generalising across depth? An architecture ablation.
+
+The paper's fixed-depth model collapses at serving depths far from its training depth; ours (on
+bios recall, on the fortunes text) does not. This experiment trains a task's preset model at one
+fixed depth K with one architecture switch flipped at a time, each run to the task preset's FLOP
+budget, and scores the task's own metric (`DataKind.evaluate`: recalled bits for bios, accuracy on
+the harder half of the training range for chains) at depth 1, K, 2K, 4K and 16K:
+
+    state_init   normal <-> zeros     the initial recurrent state (a random draw or zeros)
+    injection    concat <-> add       how the prelude output enters every iteration
+    norm         pre <-> sandwich     Huginn's norm after each residual sum, or none
+    coda_norm    true <-> false       the norm between the recurrence and the coda
+
+Runs live in DIR/runs/VARIANT-seedN/, scores beside them, so a second invocation reuses them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fixedfirst import locks
+from fixedfirst.config import RunConfig, apply_overrides
+from fixedfirst.data.registry import data_kind
+from fixedfirst.errors import UserError
+from fixedfirst.files import write_json_atomic
+from fixedfirst.runs.experiment import (
+    PlannedRun,
+    RunOutcome,
+    check_runs_startable,
+    prepare_out_dir,
+    run_all,
+)
+from fixedfirst.runs.opening import load_run
+from fixedfirst.train.checkpoint import MODEL_FILE
+
+TASKS = {
+    "bios": "fixedfirst.experiments.bios.experiment",
+    "chains": "fixedfirst.experiments.chains.experiment",
+}
+"""Task -> the experiment whose preset gives the model, data, training settings and budget."""
+
+SWITCHES: dict[str, tuple[Any, Any]] = {
+    "state_init": ("normal", "zeros"),
+    "injection": ("concat", "add"),
+    "norm": ("pre", "sandwich"),
+    "coda_norm": (True, False),
+}
+MULTIPLES = (1, 2, 4, 16)
+"""Serving depths scored, as multiples of the training depth (and depth 1 besides)."""
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f'"{value}"'
+
+
+@dataclass
+class Ablation:
+    task: str
+    preset_name: str
+    base: dict[str, Any]
+    flops: float
+    depth: int
+    seeds: list[int]
+
+    @property
+    def depths(self) -> list[int]:
+        return sorted({1, *(m * self.depth for m in MULTIPLES)})
+
+    def variants(self) -> dict[str, list[str]]:
+        """Variant name -> model overrides: the preset's own model, then each switch flipped."""
+        model = RunConfig.from_dict(self.base).model
+        out: dict[str, list[str]] = {"preset": []}
+        for switch, (a, b) in SWITCHES.items():
+            flipped = b if getattr(model, switch) == a else a
+            out[f"{switch}={str(flipped).lower()}"] = [f"model.{switch}={_toml(flipped)}"]
+        return out
+
+    def run_config(self, overrides: list[str], seed: int) -> RunConfig:
+        schedule = ["schedule.kind=fixed", f"schedule.depth={self.depth}"]
+        budget = [f"train.flops={self.flops!r}", f"train.seed={seed}"]
+        return RunConfig.from_dict(apply_overrides(self.base, [*schedule, *budget, *overrides]))
+
+    def planned_runs(self) -> list[PlannedRun]:
+        return [
+            PlannedRun(f"{name}-seed{seed}", self.run_config(overrides, seed))
+            for name, overrides in self.variants().items()
+            for seed in self.seeds
+        ]
+
+
+def load_ablation(
+    task: str, preset: str, overrides: list[str] | None, depth: int, seeds: list[int]
+) -> Ablation:
+    if task not in TASKS:
+        raise UserError(f"--task {task!r}: choose one of {', '.join(TASKS)}")
+    if not 1 <= depth <= 64:
+        raise UserError(f"--depth must be in 1..64 (16x of it is scored), got {depth}")
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise UserError(f"--seeds: distinct seeds >= 0, at least one, got {seeds}")
+    loaded = importlib.import_module(TASKS[task]).load_preset(preset, overrides)
+    ablation = Ablation(task, preset, loaded.base, loaded.experiment.flops, depth, seeds)
+    for overrides_of_variant in ablation.variants().values():
+        ablation.run_config(overrides_of_variant, seeds[0])  # every variant is a valid run
+    return ablation
+
+
+def score(outcome: RunOutcome, depths: list[int]) -> tuple[str, dict[str, float]]:
+    """(what is scored, the task metric of the run's final checkpoint at each depth), cached
+    beside the run."""
+    loaded = load_run(outcome.path)
+    key = {"weights_sha256": loaded.checkpoint.meta["files"][MODEL_FILE], "depths": depths}
+    cache = outcome.path / f"ablation-score-step-{loaded.checkpoint.step:07d}.json"
+    try:
+        saved = json.loads(cache.read_text())
+        if saved.get("key") == key:
+            return saved["score_name"], saved["scores"]
+    except (OSError, ValueError):
+        pass
+    kind = data_kind(loaded.config.data.kind)
+    if kind.evaluate is None:
+        raise UserError(f"the data kind {kind.name!r} has no task metric to ablate on")
+    report = kind.evaluate(loaded.model, loaded.config, depths, None)
+    scores = {str(d): report.scores[d] for d in depths}
+    record = {"format": "fixedfirst-ablation-score", "key": key}
+    write_json_atomic(cache, {**record, "score_name": report.score_name, "scores": scores})
+    return report.score_name, scores
+
+
+def run_ablation(ablation: Ablation, out: Path, quiet: bool = False) -> dict[str, Any]:
+    """Train (or reuse) every variant, score it, write results.json and report.md."""
+    from fixedfirst.experiments.ablation.report import write_report
+
+    runs = ablation.planned_runs()
+    check_runs_startable(runs, out)
+    prepare_out_dir(out)
+    with locks.holding(out, "ablation"):
+        started = time.perf_counter()
+        outcomes = run_all(runs, out, quiet)
+        scored, names = {}, set()
+        for outcome in outcomes:
+            name, scores = score(outcome, ablation.depths)
+            names.add(name)
+            variant, seed = outcome.name.rsplit("-seed", 1)
+            scored[outcome.name] = {
+                "variant": variant,
+                "seed": int(seed),
+                "steps": outcome.summary["steps"],
+                "flops": outcome.summary["flops"],
+                "scores": scores,
+            }
+            if not quiet:
+                shown = ", ".join(f"K={d} {v:.3g}" for d, v in scores.items())
+                print(f"  scored {outcome.name}: {shown}", flush=True)
+        results = {
+            "format": "fixedfirst-ablation-results",
+            "task": ablation.task,
+            "preset": ablation.preset_name,
+            "training_depth": ablation.depth,
+            "depths": ablation.depths,
+            "flop_budget": ablation.flops,
+            "seeds": ablation.seeds,
+            "variants": ablation.variants(),
+            "score_name": " / ".join(sorted(names)),
+            "runs": scored,
+            "wall_clock_s": time.perf_counter() - started,
+        }
+        write_json_atomic(out / "results.json", results)
+        write_report(results, out / "report.md")
+    return results

@@ -1,0 +1,200 @@
+"""Depth that matters: every schedule of the paper on the chains task, at matched modeled FLOPs.
+
+Fixed K=4, uniform 1..16, fixed-first (K0=4, switch 0.8; K0=2, switch 0.67) and the progressive
+curriculum, each trained with every seed of the preset to the same modeled training-FLOP budget
+(planned on the depths each run draws: every run ends within one step below the budget), then
+scored on the chains evaluation set at serving depths 1..64 and every difficulty 0..eval_ops,
+and under the KL exit rule (`scoring.py`). Runs live in DIR/runs/SCHEDULE-seedN/ and their scores
+beside them, so invoking the experiment again reuses everything already done.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fixedfirst import locks
+from fixedfirst.config import RunConfig, apply_overrides
+from fixedfirst.errors import UserError
+from fixedfirst.experiments.presets import PAPER_SCHEDULES, SCHEDULE_LABELS, read_preset
+from fixedfirst.files import write_json_atomic
+from fixedfirst.runs.experiment import (
+    PlannedRun,
+    RunOutcome,
+    check_runs_startable,
+    prepare_out_dir,
+    run_all,
+)
+from fixedfirst.schedules import describe
+from fixedfirst.serve.adaptive import KLExit
+
+PRESETS = ("default", "smoke")
+
+
+@dataclass
+class ExperimentConfig:
+    """The `[experiment]` section of a chains preset."""
+
+    SECTION = "experiment"
+
+    flops: float = 3e12
+    """Modeled training-FLOP budget of every run (compute-matched)."""
+    seeds: list[int] = field(default_factory=lambda: [0, 1])
+    """Training seeds (model initialisation and data order); every schedule runs with each."""
+    schedules: list[str] = field(default_factory=lambda: list(PAPER_SCHEDULES))
+    """Which of the paper's schedules to train: fixed-4, uniform-1-16, fixed-first-4-0.8,
+    fixed-first-2-0.67, progressive."""
+    depths: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64])
+    """Serving depths at which accuracy is measured (one pass of the recurrence)."""
+    sequences: int = 256
+    """Evaluation sequences (each has one label of every difficulty 0..eval_ops)."""
+    kl_threshold: float = 1e-3
+    """The KL exit rule's threshold (Huginn's default)."""
+    kl_max_depth: int = 64
+    """The KL exit rule's deepest iteration."""
+
+    def __post_init__(self) -> None:
+        s = self.SECTION
+        if self.flops <= 0:
+            raise UserError(f"{s}.flops: the FLOP budget must be > 0, got {self.flops}")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
+            raise UserError(f"{s}.seeds: distinct seeds >= 0, at least one, got {self.seeds}")
+        unknown = [n for n in self.schedules if n not in PAPER_SCHEDULES]
+        if not self.schedules or unknown:
+            raise UserError(
+                f"{s}.schedules: choose from {', '.join(PAPER_SCHEDULES)}, got {self.schedules}"
+            )
+        if not self.depths or min(self.depths) < 1 or max(self.depths) > 1024:
+            raise UserError(f"{s}.depths: depths must be in 1..1024, got {self.depths}")
+        if not 2 <= self.sequences <= 100_000:
+            raise UserError(f"{s}.sequences: must be in 2..100000, got {self.sequences}")
+        if not 0 <= self.kl_threshold <= 10:
+            raise UserError(f"{s}.kl_threshold: must be in [0, 10], got {self.kl_threshold}")
+        if not 1 <= self.kl_max_depth <= 1024:
+            raise UserError(f"{s}.kl_max_depth: must be in 1..1024, got {self.kl_max_depth}")
+
+    @property
+    def rule(self) -> KLExit:
+        return KLExit(self.kl_threshold, self.kl_max_depth)
+
+
+def run_name(schedule: str, seed: int) -> str:
+    return f"{schedule}-seed{seed}"
+
+
+@dataclass
+class Preset:
+    name: str
+    experiment: ExperimentConfig
+    base: dict[str, Any]
+    """The raw run sections shared by all runs (schedule and seed are set per run)."""
+
+    def run_config(self, schedule: str, seed: int) -> RunConfig:
+        overrides = [f"train.flops={self.experiment.flops!r}", f"train.seed={seed}"]
+        raw = apply_overrides(self.base, [*overrides, *PAPER_SCHEDULES[schedule]])
+        return RunConfig.from_dict(raw)
+
+    def planned_runs(self) -> list[PlannedRun]:
+        e = self.experiment
+        return [
+            PlannedRun(run_name(schedule, seed), self.run_config(schedule, seed))
+            for schedule in e.schedules
+            for seed in e.seeds
+        ]
+
+
+def load_preset(name: str, overrides: list[str] | None = None) -> Preset:
+    """A shipped preset (`default`, `smoke`) or a path to a preset TOML, plus `--set` overrides."""
+    read = read_preset("fixedfirst.experiments.chains", PRESETS, name, overrides, ExperimentConfig)
+    preset = Preset(name, read.experiment, read.base)
+    config = preset.run_config(preset.experiment.schedules[0], preset.experiment.seeds[0])
+    if config.data.kind != "chains":
+        raise UserError(
+            f"a chains preset trains on [data] kind = 'chains', not {config.data.kind!r}"
+        )
+    return preset
+
+
+def collect_results(
+    preset: Preset, outcomes: list[RunOutcome], quiet: bool = False
+) -> dict[str, Any]:
+    """Every run's cost and scores, in one JSON-ready document."""
+    from fixedfirst.data.registry import kind_options
+    from fixedfirst.experiments.chains.analysis import analyse
+    from fixedfirst.experiments.chains.scoring import score_run
+
+    e = preset.experiment
+    runs = {}
+    for outcome in outcomes:
+        schedule, seed = outcome.name.rsplit("-seed", 1)
+        started = time.perf_counter()
+        scores = score_run(outcome.path, e.depths, e.sequences, e.rule)
+        if not quiet:
+            hard = [b for b in scores["bands"].values() if b["in_range"]][-1]
+            shown = ", ".join(
+                f"K={d} {100 * hard['by_depth'][str(d)]['mean']:.0f}%"
+                for d in (1, 4, 16, 64)
+                if str(d) in hard["by_depth"]
+            )
+            print(
+                f"  scored {outcome.name}: difficulty {hard['low']}..{hard['high']} {shown} "
+                f"({time.perf_counter() - started:.0f} s)",
+                flush=True,
+            )
+        s = outcome.summary
+        runs[outcome.name] = {
+            "schedule": schedule,
+            "label": SCHEDULE_LABELS[schedule],
+            "description": describe(preset.run_config(schedule, int(seed)).schedule),
+            "seed": int(seed),
+            "path": str(outcome.path),
+            "steps": s["steps"],
+            "tokens": s["tokens"],
+            "flops": s["flops"],
+            "wall_s": s["wall"],
+            "scores": scores,
+        }
+    options = kind_options(preset.run_config(e.schedules[0], e.seeds[0]))
+    analysis = analyse(runs, e.depths)
+    for run in runs.values():  # kept in each run's cache file; the analysis holds what they show
+        for band in run["scores"]["bands"].values():
+            band.pop("per_sequence")
+    return {
+        "format": "fixedfirst-chains-results",
+        "preset": preset.name,
+        "flop_budget": e.flops,
+        "task": asdict(options),
+        "experiment": asdict(e),
+        "chance": 1 / options.values,
+        "runs": runs,
+        "analysis": analysis,
+    }
+
+
+def run_experiment(preset: Preset, out: Path, quiet: bool = False) -> dict[str, Any]:
+    """Train (or reuse) every run, score it, write results.json, the figures and report.md."""
+    runs = preset.planned_runs()
+    check_runs_startable(runs, out)
+    prepare_out_dir(out)
+    with locks.holding(out, "chains"):  # one experiment at a time writes DIR
+        return _run(preset, runs, out, quiet)
+
+
+def _run(preset: Preset, runs: list[PlannedRun], out: Path, quiet: bool) -> dict[str, Any]:
+    from fixedfirst.experiments.chains.figure import plot_figures
+    from fixedfirst.experiments.chains.report import write_report
+
+    started = time.perf_counter()
+    outcomes = run_all(runs, out, quiet)
+    trained = time.perf_counter()
+    results = collect_results(preset, outcomes, quiet)
+    results["wall_clock_s"] = {
+        "training_and_reuse": trained - started,
+        "scoring": time.perf_counter() - trained,
+    }
+    write_json_atomic(out / "results.json", results)
+    plot_figures(results, out)
+    write_report(results, out / "report.md")
+    return results

@@ -1,0 +1,66 @@
+"""`fixedfirst ablation`: each switch flipped once from the task preset, trained at fixed depth,
+scored by the task's metric at 1, K, 2K, 4K and 16K."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fixedfirst.cli.main import main
+from fixedfirst.experiments.ablation.experiment import SWITCHES, load_ablation
+from fixedfirst.model import LoopedTransformer
+
+
+def test_variants_flip_one_switch_each_from_the_preset():
+    ablation = load_ablation("chains", "smoke", [], 2, [0])
+    variants = ablation.variants()
+    assert variants["preset"] == []
+    assert set(variants) == {"preset", "state_init=normal", "injection=concat",
+                             "norm=sandwich", "coda_norm=false"}  # fmt: skip
+    preset_model = ablation.run_config([], 0).model
+    for name, overrides in variants.items():
+        model = ablation.run_config(overrides, 0).model
+        changed = [s for s in SWITCHES if getattr(model, s) != getattr(preset_model, s)]
+        assert changed == ([] if name == "preset" else [name.split("=")[0]])
+    assert ablation.depths == [1, 2, 4, 8, 32]
+    assert ablation.run_config([], 0).schedule.depth == 2
+
+
+def test_without_the_coda_norm_the_state_reaches_the_coda_raw():
+    config = load_ablation("chains", "smoke", [], 2, [0]).run_config(["model.coda_norm=false"], 0)
+    model = LoopedTransformer(config.model)
+    assert not any("core_norm" in name for name, _ in model.named_parameters())
+
+
+def test_ablation_end_to_end_on_the_chains_smoke_preset(tmp_path, capsys):
+    out = tmp_path / "ablation"
+    args = ["ablation", "--task", "chains", "--preset", "smoke", "--depth", "2", "--out", str(out)]
+    with pytest.raises(SystemExit) as e:
+        main([*args, "--set", "experiment.flops=4e9"])
+    assert e.value.code == 0
+    results = json.loads((out / "results.json").read_text())
+    assert len(results["runs"]) == 5 and results["depths"] == [1, 2, 4, 8, 32]
+    report = (out / "report.md").read_text()
+    for run in results["runs"].values():
+        assert set(run["scores"]) == {"1", "2", "4", "8", "32"}
+        assert all(0.0 <= v <= 1.0 for v in run["scores"].values())
+        cells = " | ".join(f"{run['scores'][d]:.3g}" for d in ("1", "2", "4", "8", "32"))
+        assert f"| {run['variant']} |" in report and cells in report
+    assert "coda_norm=false" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--task", "fortunes"], "--task 'fortunes': choose one of bios, chains"),
+        (["--task", "chains", "--depth", "0"], "--depth must be in 1..64"),
+        (["--task", "chains", "--seeds", "a"], "--seeds 'a': expected comma-separated"),
+    ],
+)
+def test_bad_ablation_input_is_one_line(tmp_path, capsys, args, fragment):
+    with pytest.raises(SystemExit) as e:
+        main(["ablation", *args, "--preset", "smoke", "--out", str(tmp_path / "x")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert fragment in err and err.count("\n") == 1
