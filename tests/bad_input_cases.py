@@ -659,6 +659,13 @@ def tear_last_metrics_line(work: Path) -> None:
         f.write('{"kind": "train", "step": 9, "lo')
 
 
+def transformers_export(work: Path) -> None:
+    """What `export --format hf` writes, as far as telling it apart needs: its config.json."""
+    (work / "hf-export").mkdir()
+    config = {"model_type": "fixedfirst", "auto_map": {}, "depth": 6}
+    (work / "hf-export" / "config.json").write_text(json.dumps(config))
+
+
 def earlier_export(work: Path) -> None:
     (work / "exported").mkdir()
     (work / "exported" / "config.json").write_text('{"format": "fixedfirst-export"}\n')
@@ -761,6 +768,22 @@ COMMAND_CASES: list[Case] = [
         "--out exported: directory exists and is not empty; nothing was written",
         needs=("tokens-run", "data"),
         setup=earlier_export,
+    ),
+    Case(
+        "export-hf-no-tokenizer",
+        "export",
+        "`export --format hf` of a run on synthetic data (no text, so no tokenizer)",
+        ["export", "run", "--out", "hf-export", "--format", "hf"],
+        "--format hf needs a tokenizer, and this run trained on [data] kind = 'synthetic'",
+        needs=("run",),
+    ),
+    Case(
+        "generate-from-hf-export",
+        "generate",
+        "`generate` from a directory written by `export --format hf`",
+        ["generate", "hf-export", "--prompt", "river stone"],
+        "hf-export is a transformers export (--format hf): load it with AutoModelForCausalLM",
+        setup=transformers_export,
     ),
     Case(
         "figure3-nonexistent",
