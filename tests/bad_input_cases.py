@@ -202,6 +202,24 @@ CASES: list[Case] = [
         "train.snapshots: fractions must be in (0, 1]",
     ),
     bad_config(
+        "log-to-unknown",
+        "an unknown place for the training curves",
+        '[train]\nlog_to = ["mlflow"]\n',
+        "train.log_to[0]: 'mlflow' is not one of 'tensorboard', 'wandb'",
+    ),
+    bad_config(
+        "log-to-twice",
+        "TensorBoard named twice",
+        '[train]\nlog_to = ["tensorboard", "wandb", "tensorboard"]\n',
+        "train.log_to: 'tensorboard' is listed twice",
+    ),
+    bad_config(
+        "log-axis-unknown",
+        "an unknown x-axis for the logged curves",
+        '[train]\nlog_axis = "time"\n',
+        "train.log_axis: 'time' is not one of 'step', 'tokens', 'flops'",
+    ),
+    bad_config(
         "odd-head-size",
         "an odd attention head size",
         "[model]\nd_model = 12\nn_heads = 4\n",

@@ -4,6 +4,7 @@
     RUN/metrics.jsonl   training and evaluation records
     RUN/summary.json    the closing summary
     RUN/checkpoints/    step-NNNNNNN/ directories
+    RUN/tensorboard/, RUN/wandb/, RUN/wandb-run-id    with train.log_to (`sinks.py`)
 
 A directory that already holds a run is never written without `--resume`, and a resume may not
 change what defines the run: the model, the data, the schedule, or anything that moves the

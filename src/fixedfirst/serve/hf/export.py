@@ -1,4 +1,4 @@
-"""`fixedfirst export RUN --out DIR --format hf`: a directory the Hugging Face ecosystem loads.
+"""`fixedfirst export RUN --out DIR --format hf` (docs/design.md §9): a transformers model.
 
     DIR/
       config.json              FixedFirstConfig: the [model] shape, `depth`, special-token ids,
