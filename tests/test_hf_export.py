@@ -152,6 +152,22 @@ def test_serving_depth_from_the_config_or_per_call(hf_model, served):
         hf_model(x, depth=0)
 
 
+def test_labels_give_fixedfirst_next_token_loss(hf_model, served):
+    from fixedfirst.model.loss import IGNORE_INDEX, next_token_loss
+
+    ids = torch.randint(0, 257, (2, 24), generator=torch.Generator().manual_seed(2))
+    labels = ids.clone()
+    labels[0, :5] = IGNORE_INDEX  # a prompt that is not scored
+    loss = hf_model(ids, labels=labels, depth=4).loss
+    want = next_token_loss(served.model(ids[:, :-1], 4), labels[:, 1:])
+    torch.testing.assert_close(loss, want, rtol=0, atol=1e-5)
+    scored = int((labels[:, 1:] != IGNORE_INDEX).sum())
+    summed = hf_model(ids, labels=labels, depth=4, num_items_in_batch=2 * scored).loss
+    torch.testing.assert_close(summed, want / 2, rtol=0, atol=1e-5)
+    with pytest.raises(TypeError, match="unexpected arguments"):
+        hf_model(ids, depth=4, token_type_ids=torch.zeros_like(ids))
+
+
 def test_left_padded_batch_generates_what_each_prompt_does_alone(hf_model, exported):
     from transformers import AutoTokenizer
 

@@ -334,7 +334,9 @@ class FixedFirstForCausalLM(FixedFirstPreTrainedModel, GenerationMixin):
         **kwargs,
     ):
         """Logits after `depth` core iterations (default config.depth), a DynamicCache when
-        use_cache, and the next-token loss when `labels` (shifted inside, -100 not scored)."""
+        use_cache, and the next-token loss when `labels` (shifted inside, -100 not scored; summed
+        and divided by `num_items_in_batch` when the transformers Trainer passes it)."""
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         unknown = sorted(k for k, v in kwargs.items() if k not in _IGNORED and v is not None)
         if unknown:
             raise TypeError(f"FixedFirstForCausalLM.forward got unexpected arguments {unknown}")
@@ -379,7 +381,10 @@ class FixedFirstForCausalLM(FixedFirstPreTrainedModel, GenerationMixin):
                 logits[:, :-1].float().flatten(0, 1),
                 labels[:, 1:].to(logits.device).flatten(),
                 ignore_index=-100,
+                reduction="mean" if num_items_in_batch is None else "sum",
             )
+            if num_items_in_batch is not None:
+                loss = loss / num_items_in_batch
         output = CausalLMOutputWithPast(loss=loss, logits=logits, **{_CACHE_FIELD: cache})
         return output.to_tuple() if return_dict is False else output
 
