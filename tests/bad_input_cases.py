@@ -684,6 +684,12 @@ def transformers_export(work: Path) -> None:
     (work / "hf-export" / "config.json").write_text(json.dumps(config))
 
 
+def tensorboard_in_run_config(work: Path) -> None:
+    """The run was trained with its curves in TensorBoard on the step axis."""
+    config = work / "run" / "config.toml"
+    config.write_text(config.read_text().replace("log_to = []", 'log_to = ["tensorboard"]'))
+
+
 def earlier_export(work: Path) -> None:
     (work / "exported").mkdir()
     (work / "exported" / "config.json").write_text('{"format": "fixedfirst-export"}\n')
@@ -786,6 +792,15 @@ COMMAND_CASES: list[Case] = [
         "--out exported: directory exists and is not empty; nothing was written",
         needs=("tokens-run", "data"),
         setup=earlier_export,
+    ),
+    Case(
+        "resume-log-axis-changed",
+        "train",
+        "`--resume --set train.log_axis=flops` of a run whose TensorBoard curves are on steps",
+        ["train", "--resume", "--out", "run", "--set", "train.log_axis=flops"],
+        "the run's tensorboard curves are on the 'step' axis and a resume continues them",
+        needs=("run",),
+        setup=tensorboard_in_run_config,
     ),
     Case(
         "export-hf-no-tokenizer",

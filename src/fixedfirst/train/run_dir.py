@@ -102,3 +102,11 @@ def check_resume(saved: RunConfig, new: RunConfig) -> None:
             + ", ".join(diff)
             + " differ from the run's config.toml (start a new run with another --out)"
         )
+    # Logging may change on resume, but not the x-axis of curves that go on in the same place.
+    continued = [name for name in new.train.log_to if name in saved.train.log_to]
+    if continued and new.train.log_axis != saved.train.log_axis:
+        raise UserError(
+            f"train.log_axis = {new.train.log_axis!r}: the run's {' and '.join(continued)} curves "
+            f"are on the {saved.train.log_axis!r} axis and a resume continues them; keep "
+            f"log_axis = {saved.train.log_axis!r}"
+        )

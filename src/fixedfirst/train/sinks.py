@@ -5,11 +5,12 @@ unchanged, to each sink, which logs its scalars (`scalars.py`) at the record's p
 run's axis (`train.log_axis`: step, tokens or modeled FLOPs).
 
 Resuming. A resumed run truncates metrics.jsonl back to its checkpoint and produces the records
-after it again, identical ones (a step's depth, data and initial state are pure functions of the
-seed and the step, docs/design.md §7): a sink that received them before the interruption skips
-exactly as many records as were cut from the file, so its curves continue without a duplicated
-step. A sink newly added on resume (no event files or W&B run yet) first receives the records the
-file keeps, so its curves start at step 1 too.
+after it again, the same records but for what the clock measures (a step's depth, data and
+initial state are pure functions of the seed and the step, docs/design.md §7): a sink that
+received them before the interruption skips exactly as many records as were cut from the file,
+so its curves continue without a duplicated step, keeping the first tok/s, MFU and wall-clock.
+A sink newly added on resume (no event files or W&B run yet) first receives the records the file
+keeps, so its curves start at step 1 too.
 
 The sinks' packages are optional extras; `check_packages` refuses a missing one in one line
 before the run directory is touched.
@@ -25,7 +26,7 @@ from fixedfirst.config import RunConfig
 from fixedfirst.errors import UserError
 
 EXTRAS = {"tensorboard": "tensorboard", "wandb": "wandb"}
-"""log_to name -> (package to import, extra of fixedfirst that installs it)."""
+"""log_to name (also the package it imports) -> the extra of fixedfirst that installs it."""
 
 
 class Sink(Protocol):

@@ -93,12 +93,16 @@ coda; the same weights serve any depth (default {config["depth"]}, the deepest i
 ```python
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-model = AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)
-tokenizer = AutoTokenizer.from_pretrained(DIR)
-ids = tokenizer("Q: Why", return_tensors="pt").input_ids
-out = model.generate(ids, max_new_tokens=40, depth=8)  # or model.config.depth = 8
+path = "."  # this directory, or its id on a hub
+model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+inputs = tokenizer("Q: Why", return_tensors="pt")  # the start-of-document token comes first
+out = model.generate(**inputs, max_new_tokens=40, depth=8)  # or model.config.depth = 8
 print(tokenizer.decode(out[0], skip_special_tokens=True))
 ```
+
+Sampling as `fixedfirst generate --seed S --temperature T` does: `torch.manual_seed(S)`, then
+`generate(..., do_sample=True, temperature=T, top_k=0)`.
 """
 
 

@@ -274,7 +274,9 @@ class FixedFirstForCausalLM(FixedFirstPreTrainedModel, GenerationMixin):
 
     @staticmethod
     def _mask(attention_mask, past, T, device):
-        """ "causal", None (one token after a cache) or a (B or 1, 1, T, past + T) boolean mask."""
+        """The attention mask of T new tokens after `past` cached ones: "causal" (no cache, no
+        padding), None (one token, which sees everything cached) or a boolean (B or 1, 1, T,
+        past + T) mask."""
         S = past + T
         if attention_mask is not None:
             if attention_mask.shape[-1] != S:
