@@ -204,6 +204,24 @@ CASES: list[Case] = [
         "train.snapshots: fractions must be in (0, 1]",
     ),
     bad_config(
+        "log-to-unknown",
+        "an unknown place for the training curves",
+        '[train]\nlog_to = ["mlflow"]\n',
+        "train.log_to[0]: 'mlflow' is not one of 'tensorboard', 'wandb'",
+    ),
+    bad_config(
+        "log-to-twice",
+        "TensorBoard named twice",
+        '[train]\nlog_to = ["tensorboard", "wandb", "tensorboard"]\n',
+        "train.log_to: 'tensorboard' is listed twice",
+    ),
+    bad_config(
+        "log-axis-unknown",
+        "an unknown x-axis for the logged curves",
+        '[train]\nlog_axis = "time"\n',
+        "train.log_axis: 'time' is not one of 'step', 'tokens', 'flops'",
+    ),
+    bad_config(
         "odd-head-size",
         "an odd attention head size",
         "[model]\nd_model = 12\nn_heads = 4\n",
@@ -661,6 +679,19 @@ def tear_last_metrics_line(work: Path) -> None:
         f.write('{"kind": "train", "step": 9, "lo')
 
 
+def transformers_export(work: Path) -> None:
+    """What `export --format hf` writes, as far as telling it apart needs: its config.json."""
+    (work / "hf-export").mkdir()
+    config = {"model_type": "fixedfirst", "auto_map": {}, "depth": 6}
+    (work / "hf-export" / "config.json").write_text(json.dumps(config))
+
+
+def tensorboard_in_run_config(work: Path) -> None:
+    """The run was trained with its curves in TensorBoard on the step axis."""
+    config = work / "run" / "config.toml"
+    config.write_text(config.read_text().replace("log_to = []", 'log_to = ["tensorboard"]'))
+
+
 def earlier_export(work: Path) -> None:
     (work / "exported").mkdir()
     (work / "exported" / "config.json").write_text('{"format": "fixedfirst-export"}\n')
@@ -763,6 +794,31 @@ COMMAND_CASES: list[Case] = [
         "--out exported: directory exists and is not empty; nothing was written",
         needs=("tokens-run", "data"),
         setup=earlier_export,
+    ),
+    Case(
+        "resume-log-axis-changed",
+        "train",
+        "`--resume --set train.log_axis=flops` of a run whose TensorBoard curves are on steps",
+        ["train", "--resume", "--out", "run", "--set", "train.log_axis=flops"],
+        "the run's tensorboard curves are on the 'step' axis and a resume continues them",
+        needs=("run",),
+        setup=tensorboard_in_run_config,
+    ),
+    Case(
+        "export-hf-no-tokenizer",
+        "export",
+        "`export --format hf` of a run on synthetic data (no text, so no tokenizer)",
+        ["export", "run", "--out", "hf-export", "--format", "hf"],
+        "--format hf needs a tokenizer, and this run trained on [data] kind = 'synthetic'",
+        needs=("run",),
+    ),
+    Case(
+        "generate-from-hf-export",
+        "generate",
+        "`generate` from a directory written by `export --format hf`",
+        ["generate", "hf-export", "--prompt", "river stone"],
+        "hf-export is a transformers export (--format hf): load it with AutoModelForCausalLM",
+        setup=transformers_export,
     ),
     Case(
         "figure3-nonexistent",

@@ -88,3 +88,12 @@ def test_gpu_sweeps_are_the_cpu_runs_on_the_presets(name):
     for run in gpu.runs:
         assert run.config.model == preset.model
         assert run.config.train.precision == "bf16"
+
+
+def test_cpu_run_preset_is_the_sweeps_fixed_first_run_with_tensorboard():
+    """configs/fortunes-cpu.toml (the README's logged run) trains what the sweep's run does."""
+    preset = load_config(CONFIGS / "fortunes-cpu.toml")
+    run = load_sweep(CONFIGS / "sweeps" / "lm-cpu.toml").run("ff-k2-s0.67-uniform").config
+    assert preset.train.log_to == ["tensorboard"]
+    preset.train.log_to = []
+    assert preset.to_dict() == run.to_dict()

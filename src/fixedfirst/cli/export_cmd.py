@@ -1,4 +1,6 @@
-"""`fixedfirst export`: one checkpoint of a run as weights + config.json + tokenizer files."""
+"""`fixedfirst export`: one checkpoint of a run for inference, in fixedfirst's format (weights +
+config.json + tokenizer files, read by `fixedfirst.load`) or as a Hugging Face transformers model
+(`--format hf`: `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)`)."""
 
 from __future__ import annotations
 
@@ -12,10 +14,19 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--out", required=True, metavar="DIR", help="a new (or empty) directory; parents are made"
     )
     parser.add_argument("--checkpoint", type=int, metavar="STEP", help="default: the newest")
+    parser.add_argument(
+        "--format",
+        choices=("fixedfirst", "hf"),
+        default="fixedfirst",
+        help="fixedfirst (default): for fixedfirst.load; hf: a transformers model with its "
+        "modeling file and tokenizer",
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.format == "hf":
+        return run_hf(args)
     from fixedfirst.serve.export import export_run
     from fixedfirst.train.checkpoint import CheckpointManager
     from fixedfirst.train.run_dir import RunDir
@@ -41,4 +52,21 @@ def run(args: argparse.Namespace) -> int:
             f"(step {newest[-1].step}): {why}",
             file=sys.stderr,
         )
+    return 0
+
+
+def run_hf(args: argparse.Namespace) -> int:
+    from fixedfirst.serve.hf import export_hf
+
+    config = export_hf(args.run_dir, args.out, args.checkpoint)
+    source = config["fixedfirst"]
+    print(
+        f"exported {source['run']} step {source['step']} ({source['schedule']}, "
+        f"{source['tokenizer']} tokenizer, depth {config['depth']}) to {args.out} as a "
+        "transformers model"
+    )
+    print(
+        f"load it with: AutoModelForCausalLM.from_pretrained({str(args.out)!r}, "
+        "trust_remote_code=True)"
+    )
     return 0

@@ -27,7 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "generate_cmd",
         "stream text from a run at a fixed depth or with per-token KL exit",
     ),
-    "export": ("export_cmd", "write a run's weights, config and tokenizer for inference"),
+    "export": (
+        "export_cmd",
+        "write a run's weights, config and tokenizer for fixedfirst or transformers",
+    ),
     "downstream": ("downstream_cmd", "lm-evaluation-harness tasks at several serving depths"),
 }
 

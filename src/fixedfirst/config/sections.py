@@ -256,6 +256,14 @@ class TrainConfig:
     snapshots: list[float] = field(default_factory=list)
     """Fractions of the run's modeled FLOP budget at which a checkpoint is kept for later
     evaluation, e.g. [0.15, 0.45] (the end of the run is always checkpointed)."""
+    log_to: list[Literal["tensorboard", "wandb"]] = field(default_factory=list)
+    """Where the metrics also go, besides RUN/metrics.jsonl (the source of truth): `tensorboard`
+    (event files in RUN/tensorboard/; `pip install 'fixedfirst[tensorboard]'`) and/or `wandb`
+    (Weights & Biases, files in RUN/wandb/; WANDB_MODE=offline needs no account or network;
+    `pip install 'fixedfirst[wandb]'`). A resumed run continues the same curves."""
+    log_axis: Literal["step", "tokens", "flops"] = "step"
+    """The x-axis of those curves: optimizer steps, training tokens, or cumulative modeled training
+    FLOPs (in TensorBoard, whose steps are integers, counted in MFLOP)."""
 
     def __post_init__(self) -> None:
         s = self.SECTION
@@ -304,6 +312,8 @@ class TrainConfig:
         require(self.keep_checkpoints >= 1, f"{s}.keep_checkpoints", "must be >= 1")
         bad = [f for f in self.snapshots if not 0.0 < f <= 1.0]
         require(not bad, f"{s}.snapshots", f"fractions must be in (0, 1], got {bad}")
+        twice = sorted({x for x in self.log_to if self.log_to.count(x) > 1})
+        require(not twice, f"{s}.log_to", f"{', '.join(map(repr, twice))} is listed twice")
 
     @property
     def micro_batch(self) -> int:

@@ -2,7 +2,8 @@
 
 `stream_kl_exit` decodes with the per-token KL exit rule (`KLExit`); `load_served` opens a run
 directory or an exported one as a model plus its tokenizer; `export_run` writes a run's weights,
-configuration and tokenizer into a directory that `fixedfirst.load` restores for inference.
+configuration and tokenizer into a directory that `fixedfirst.load` restores for inference;
+`serve.hf` writes the same checkpoint as a Hugging Face transformers model (`--format hf`).
 """
 
 from fixedfirst.serve.adaptive import (

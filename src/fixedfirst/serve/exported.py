@@ -52,6 +52,12 @@ def read_export(directory: str | Path) -> dict[str, Any]:
             f"{directory}: not an export ({CONFIG_FILE} missing or unreadable); "
             "make one with `fixedfirst export RUN --out DIR`"
         ) from None
+    if isinstance(config, dict) and config.get("model_type") == "fixedfirst":
+        raise UserError(
+            f"{directory} is a transformers export (--format hf): load it with "
+            "AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True), or export the "
+            "run again without --format hf for fixedfirst"
+        )
     if not isinstance(config, dict) or config.get("format") != EXPORT_FORMAT:
         raise UserError(f"{path}: not written by `fixedfirst export`")
     if config.get("version") != EXPORT_VERSION:

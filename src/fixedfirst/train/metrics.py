@@ -2,7 +2,8 @@
 
 Training lines carry `"kind": "train"`, evaluation lines `"kind": "eval"`. Each checkpoint records
 the file's length at the moment it was written; resuming truncates the file back to that length,
-so a resumed run's metrics are exactly those of an uninterrupted one (no duplicated steps).
+so a resumed run's metrics are exactly those of an uninterrupted one (no duplicated steps). The
+file is the source of truth; TensorBoard and W&B receive each record after it (`sinks.py`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fixedfirst.errors import UserError
+from fixedfirst.train.sinks import Sinks
 
 
 def _clean(value: Any) -> Any:
@@ -30,9 +32,19 @@ def _clean(value: Any) -> Any:
 class MetricsLog:
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.sinks: Sinks | None = None
+        """TensorBoard / W&B (`train.log_to`): each written record goes on to them."""
 
     def size(self) -> int:
         return self.path.stat().st_size if self.path.exists() else 0
+
+    def complete_records(self) -> int:
+        """Records of the file that were written whole (a killed process may leave half a line,
+        which never reached a sink either)."""
+        if not self.path.exists():
+            return 0
+        with open(self.path, "rb") as f:
+            return f.read().count(b"\n")
 
     def truncate(self, size: int) -> None:
         if self.path.exists() and self.path.stat().st_size > size:
@@ -47,6 +59,8 @@ class MetricsLog:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        if self.sinks is not None:
+            self.sinks.write(records)
 
 
 def read_metrics(path: str | Path, kind: str | None = None) -> list[dict[str, Any]]:

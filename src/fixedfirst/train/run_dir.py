@@ -6,6 +6,7 @@
     RUN/checkpoints/    step-NNNNNNN/ directories
     RUN/tokenizer/      the data's tokenizer (data without text has none)
     RUN/.lock           held by the one process writing the run (see fixedfirst.locks)
+    RUN/tensorboard/, RUN/wandb/, RUN/wandb-run-id    with train.log_to (`sinks.py`)
 
 A directory that already holds a run is never written without `--resume`, and a resume may not
 change what defines the run: the model, the data, the schedule, or anything that moves the
@@ -173,4 +174,12 @@ def check_resume(saved: RunConfig, new: RunConfig) -> None:
             "cannot resume with a configuration that changes the run: "
             + ", ".join(diff)
             + " differ from the run's config.toml (start a new run with another --out)"
+        )
+    # Logging may change on resume, but not the x-axis of curves that go on in the same place.
+    continued = [name for name in new.train.log_to if name in saved.train.log_to]
+    if continued and new.train.log_axis != saved.train.log_axis:
+        raise UserError(
+            f"train.log_axis = {new.train.log_axis!r}: the run's {' and '.join(continued)} curves "
+            f"are on the {saved.train.log_axis!r} axis and a resume continues them; keep "
+            f"log_axis = {saved.train.log_axis!r}"
         )

@@ -46,12 +46,13 @@ from fixedfirst.train.counters import Counters
 from fixedfirst.train.distributed import World, on_main
 from fixedfirst.train.evaluation import mean_serving_nll, validation_nll
 from fixedfirst.train.interrupt import Interrupt, TrainingInterrupted, resume_command
-from fixedfirst.train.metrics import MetricsLog
+from fixedfirst.train.metrics import MetricsLog, read_metrics
 from fixedfirst.train.optim import build_optimizer, lr_at
 from fixedfirst.train.parallel import ParallelModel
 from fixedfirst.train.progress import Progress
 from fixedfirst.train.resume import check_trainer_state
 from fixedfirst.train.run_dir import RunDir
+from fixedfirst.train.sinks import check_packages, open_sinks
 from fixedfirst.train.step import state_seeds, train_step
 
 
@@ -105,6 +106,7 @@ class Trainer:
                 f"{self.source.vocab_size}"
             )
         self.val_batches = self.source.validation_batches(config.eval.batches, t.micro_batch)
+        check_packages(t.log_to)
         local = t.batch_size // self.world_size
         micro = t.micro_batch_on(self.world_size)
         if t.batch_size % self.world_size or local % micro:
@@ -136,6 +138,7 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, t)
         self.checkpoints = CheckpointManager(self.run.checkpoints_path, t.keep_checkpoints)
         self.metrics = MetricsLog(self.run.metrics_path)
+        self.written_before = 0  # complete metrics records before a resume truncated the file
         self.counters = Counters()
         self.peak_flops = measured_peak_flops(self.device.type, self.dtype) * self.world_size
         self.switch_step = self.schedule.switch_step(self.budget.total_steps)
@@ -146,6 +149,13 @@ class Trainer:
 
         if resume:
             self._restore()
+        if self.is_main and t.log_to:
+            # Before config.toml: a sink that cannot start leaves no run behind to --resume.
+            sinks = open_sinks(config, self.run.path, self.quiet)
+            if resume:
+                path = self.run.metrics_path
+                sinks.resume(read_metrics(path) if path.exists() else [], self.written_before)
+            self.metrics.sinks = sinks
         if self.is_main:
             if restart:  # an earlier attempt saved no checkpoint: nothing of it is kept
                 self.metrics.truncate(0)
@@ -186,6 +196,7 @@ class Trainer:
         def pick() -> Checkpoint | None:
             self.checkpoints.remove_partial()
             self.checkpoints.set_aside_incomplete(warn=self._warn)
+            self.written_before = self.metrics.complete_records()
             ckpt = self.checkpoints.latest_valid(warn=self._warn)
             if ckpt is None:
                 if self.checkpoints.all():
@@ -418,6 +429,8 @@ class Trainer:
                     interval_start, interval_tokens, interval_flops = time.perf_counter(), 0, 0.0
         finally:
             progress.close()
+            if self.metrics.sinks is not None:
+                self.metrics.sinks.close()
         return self._summary()
 
     def _summary(self) -> dict[str, Any]:

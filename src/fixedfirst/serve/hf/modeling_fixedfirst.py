@@ -1,0 +1,419 @@
+"""A fixedfirst looped transformer as a Hugging Face `transformers` model.
+
+`fixedfirst export RUN --out DIR --format hf` copies this file into DIR, beside config.json,
+model.safetensors and the tokenizer, so that
+
+    model = AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)
+
+loads the model with nothing but torch and transformers (>= 5): this file does not import
+fixedfirst, and DIR can be pushed to a hub as it is.
+
+The model (fixedfirst's docs/design.md §1): an untied prelude, one shared core block applied
+`depth` times with input injection, an untied coda.
+
+    tokens -> embed -> prelude -> e
+    s_0 = the evaluation initial state (a fixed per-position draw, stored with the weights as
+          `eval_state`, or zeros)
+    s_k = core(adapter([s_{k-1}; e]))      k = 1..depth    (injection "add": core(s_{k-1} + e))
+    logits = head(out_norm(coda(core_norm(s_depth))))   (coda_norm = false: no core_norm)
+
+Serving depth: `config.depth` (the deepest depth the run trained at, unless changed), which can be
+set after loading (`model.config.depth = 4`) or passed per call (`model(ids, depth=4)`,
+`model.generate(ids, depth=4)`). One set of weights serves every depth.
+
+KV cache: a `DynamicCache` with one entry per layer *application*, in the order prelude layers,
+coda layers, then depth x core layers (iteration j of a token attends to the iteration-j keys and
+values of the tokens before it, exactly what a full forward computes). The number of entries
+therefore depends on the depth, and a cache is only continued at the depth it was built at.
+
+In training mode (`model.train()`) the initial state is redrawn from a truncated normal every
+forward, as fixedfirst trains; evaluation and generation use the fixed state, so the same tokens
+always give the same logits.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
+from transformers.cache_utils import DynamicCache, DynamicLayer
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+# transformers renamed the cache field of model outputs from `past_key_values` to `cache` in 5.x.
+_CACHE_FIELD = (
+    "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+)
+# Keyword arguments that generation or evaluation tools pass and that change nothing here.
+_IGNORED = {"cache_position", "logits_to_keep", "num_logits_to_keep", "next_sequence_length"}
+
+
+class FixedFirstConfig(PretrainedConfig):
+    """The looped transformer's shape, in fixedfirst's [model] terms, plus the serving depth."""
+
+    model_type = "fixedfirst"
+
+    def __init__(
+        self,
+        vocab_size=256,
+        hidden_size=128,
+        num_attention_heads=4,
+        n_prelude=1,
+        n_core=2,
+        n_coda=1,
+        max_position_embeddings=256,
+        intermediate_size=None,
+        mlp="swiglu",
+        norm="pre",
+        injection="concat",
+        state_init="normal",
+        eval_seed=0,
+        coda_norm=True,
+        rope_base=10000.0,
+        depth=1,
+        use_cache=True,
+        tie_word_embeddings=False,
+        **kwargs,
+    ):
+        if intermediate_size is None:  # fixedfirst's default MLP width
+            gelu = 4 * hidden_size
+            intermediate_size = gelu if mlp == "gelu" else 64 * math.ceil(8 * hidden_size / 192)
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_attention_heads = num_attention_heads
+        self.num_key_value_heads = num_attention_heads
+        self.head_dim = hidden_size // num_attention_heads
+        self.n_prelude = n_prelude
+        self.n_core = n_core
+        self.n_coda = n_coda
+        self.num_hidden_layers = n_prelude + n_core + n_coda  # distinct layers, not applications
+        self.max_position_embeddings = max_position_embeddings
+        self.intermediate_size = intermediate_size
+        self.mlp = mlp
+        self.norm = norm
+        self.injection = injection
+        self.state_init = state_init
+        self.eval_seed = eval_seed
+        self.coda_norm = coda_norm
+        self.rope_base = rope_base
+        self.depth = depth
+        self.use_cache = use_cache
+        super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
+
+
+def _check_depth(depth):
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
+    return depth
+
+
+class RMSNorm(nn.Module):
+    """x / rms(x) * weight, in float32 whatever the compute dtype."""
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (y * self.weight.float()).type_as(x)
+
+
+def _rotate(x, cos, sin):
+    """Rotary embedding on interleaved pairs (x[0::2], x[1::2]) of (B, H, T, head_dim)."""
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+
+
+class Attention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.n_heads = config.num_attention_heads
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=False)
+        self.out = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
+
+    def forward(self, x, rope, mask, cache, layer_idx):
+        B, T, D = x.shape
+        q, k, v = (
+            t.view(B, T, self.n_heads, D // self.n_heads).transpose(1, 2)
+            for t in self.qkv(x).split(D, dim=-1)
+        )
+        q, k = _rotate(q, *rope), _rotate(k, *rope)
+        if cache is not None:
+            k, v = cache.update(k, v, layer_idx)
+        if isinstance(mask, str):  # "causal": no cache before these tokens, no padding
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # None: one new token, which sees every cached one; else an explicit mask
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out(y.transpose(1, 2).reshape(B, T, D))
+
+
+class MLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.gated = config.mlp == "swiglu"
+        hidden = config.intermediate_size
+        self.up = nn.Linear(config.hidden_size, (2 if self.gated else 1) * hidden, bias=False)
+        self.down = nn.Linear(hidden, config.hidden_size, bias=False)
+
+    def forward(self, x):
+        h = self.up(x)
+        if self.gated:
+            gate, value = h.chunk(2, dim=-1)
+            h = F.silu(gate) * value
+        else:
+            h = F.gelu(h)
+        return self.down(h)
+
+
+class Block(nn.Module):
+    """Pre-norm attention and MLP residual branches (`norm = "sandwich"`: each sum normalised)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.attn_norm = RMSNorm(config.hidden_size)
+        self.attn = Attention(config)
+        self.mlp_norm = RMSNorm(config.hidden_size)
+        self.mlp = MLP(config)
+        self.sandwich = config.norm == "sandwich"
+        if self.sandwich:
+            self.attn_post_norm = RMSNorm(config.hidden_size)
+            self.mlp_post_norm = RMSNorm(config.hidden_size)
+
+    def forward(self, x, rope, mask, cache, layer_idx):
+        x = x + self.attn(self.attn_norm(x), rope, mask, cache, layer_idx)
+        if self.sandwich:
+            x = self.attn_post_norm(x)
+        x = x + self.mlp(self.mlp_norm(x))
+        if self.sandwich:
+            x = self.mlp_post_norm(x)
+        return x
+
+
+class FixedFirstPreTrainedModel(PreTrainedModel):
+    config_class = FixedFirstConfig
+    base_model_prefix = "model"
+    _no_split_modules = ("Block",)
+    _supports_sdpa = True
+
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        state = getattr(module, "eval_state", None)
+        if isinstance(state, torch.Tensor) and not getattr(state, "_is_hf_initialized", False):
+            with torch.no_grad():
+                state.copy_(_eval_state_draw(self.config).to(state.device, state.dtype))
+
+
+def _eval_state_draw(config):
+    """fixedfirst's evaluation state: a truncated normal (std sqrt(2 / (5 d)), cut at 3 std) per
+    position, from a generator seeded with eval_seed. Exported models carry the drawn tensor in
+    model.safetensors, so this is only used for a model built from a config."""
+    std = math.sqrt(2 / (5 * config.hidden_size))
+    state = torch.empty(config.max_position_embeddings, config.hidden_size)
+    generator = torch.Generator().manual_seed(config.eval_seed)
+    return nn.init.trunc_normal_(state, std=std, a=-3 * std, b=3 * std, generator=generator)
+
+
+class FixedFirstForCausalLM(FixedFirstPreTrainedModel, GenerationMixin):
+    _tied_weights_keys = {"head.weight": "embed.weight"}  # noqa: RUF012 (transformers reads it)
+
+    def __init__(self, config):
+        super().__init__(config)
+        d = config.hidden_size
+        self.embed = nn.Embedding(config.vocab_size, d)
+        self.prelude = nn.ModuleList(Block(config) for _ in range(config.n_prelude))
+        self.adapter = nn.Linear(2 * d, d, bias=False) if config.injection == "concat" else None
+        self.core = nn.ModuleList(Block(config) for _ in range(config.n_core))
+        self.core_norm = RMSNorm(d) if config.coda_norm else nn.Identity()
+        self.coda = nn.ModuleList(Block(config) for _ in range(config.n_coda))
+        self.out_norm = RMSNorm(d)
+        self.head = nn.Linear(d, config.vocab_size, bias=False)
+        if config.state_init == "normal":
+            self.register_buffer("eval_state", torch.zeros(config.max_position_embeddings, d))
+        else:
+            self.eval_state = None
+        self._rope_tables = {}
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embed
+
+    def set_input_embeddings(self, value):
+        self.embed = value
+
+    def get_output_embeddings(self):
+        return self.head
+
+    def set_output_embeddings(self, value):
+        self.head = value
+
+    # -- positions, masks, the initial state -------------------------------------------------
+
+    def _rope(self, positions):
+        """cos, sin of shape (B, 1, T, head_dim / 2), computed in float64 as fixedfirst does."""
+        config = self.config
+        if int(positions.max()) >= config.max_position_embeddings:
+            raise ValueError(
+                f"position {int(positions.max())} is beyond max_position_embeddings = "
+                f"{config.max_position_embeddings}"
+            )
+        device = positions.device
+        if device not in self._rope_tables:
+            hd = config.head_dim
+            exponents = torch.arange(0, hd, 2, dtype=torch.float64) / hd
+            inv_freq = 1.0 / config.rope_base**exponents
+            steps = torch.arange(config.max_position_embeddings, dtype=torch.float64)
+            angles = torch.outer(steps, inv_freq)
+            tables = angles.cos().float(), angles.sin().float()
+            self._rope_tables[device] = tuple(t.to(device) for t in tables)
+        cos, sin = self._rope_tables[device]
+        return cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)
+
+    @staticmethod
+    def _mask(attention_mask, past, T, device):
+        """The attention mask of T new tokens after `past` cached ones: "causal" (no cache, no
+        padding), None (one token, which sees everything cached) or a boolean (B or 1, 1, T,
+        past + T) mask."""
+        S = past + T
+        if attention_mask is not None:
+            if attention_mask.shape[-1] != S:
+                raise ValueError(
+                    f"attention_mask covers {attention_mask.shape[-1]} positions, the cache and "
+                    f"the inputs {S}"
+                )
+            if not bool(attention_mask.all()):  # padding
+                keys = torch.arange(S, device=device)
+                queries = torch.arange(past, S, device=device)
+                causal = keys[None, :] <= queries[:, None]
+                allowed = causal[None] & attention_mask.bool()[:, None, :]
+                # A padding position attends to itself, so that no row of the softmax is empty
+                # (its output is never read: nothing attends to a padding key).
+                allowed = allowed | (keys[None, :] == queries[:, None])[None]
+                return allowed[:, None]
+        if past == 0:
+            return "causal"
+        if T == 1:
+            return None
+        keys = torch.arange(S, device=device)
+        queries = torch.arange(past, S, device=device)
+        return (keys[None, :] <= queries[:, None])[None, None]
+
+    def _initial_state(self, e, positions):
+        if self.eval_state is None:
+            return torch.zeros_like(e)
+        if self.training:
+            std = math.sqrt(2 / (5 * self.config.hidden_size))
+            return nn.init.trunc_normal_(torch.empty_like(e), std=std, a=-3 * std, b=3 * std)
+        return self.eval_state[positions].to(e.dtype).expand_as(e)
+
+    # -- the forward pass ----------------------------------------------------------------------
+
+    def _iteration(self, state, e, index, rope, mask, cache):
+        """One application of the core block with input injection."""
+        x = state + e if self.adapter is None else self.adapter(torch.cat([state, e], dim=-1))
+        first = self.config.n_prelude + self.config.n_coda + index * self.config.n_core
+        for i, block in enumerate(self.core):
+            x = block(x, rope, mask, cache, first + i)
+        return x
+
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        cache=None,
+        inputs_embeds=None,
+        labels=None,
+        use_cache=None,
+        depth=None,
+        return_dict=None,
+        past_key_values=None,
+        output_attentions=None,
+        output_hidden_states=None,
+        **kwargs,
+    ):
+        """Logits after `depth` core iterations (default config.depth), a DynamicCache when
+        use_cache, and the next-token loss when `labels` (shifted inside, -100 not scored; summed
+        and divided by `num_items_in_batch` when the transformers Trainer passes it)."""
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        unknown = sorted(k for k, v in kwargs.items() if k not in _IGNORED and v is not None)
+        if unknown:
+            raise TypeError(f"FixedFirstForCausalLM.forward got unexpected arguments {unknown}")
+        if output_attentions or output_hidden_states:
+            raise ValueError("FixedFirstForCausalLM returns neither attentions nor hidden states")
+        depth = _check_depth(self.config.depth if depth is None else depth)
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("give exactly one of input_ids and inputs_embeds")
+        cache = cache if cache is not None else past_key_values
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and cache is None and not self.training:
+            cache = DynamicCache()
+        if not use_cache:
+            cache = None
+        x = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
+        T = x.shape[1]
+        past = self._prepare_cache(cache, depth)
+
+        if position_ids is None:
+            if attention_mask is not None and not bool(attention_mask.all()):
+                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)[:, -T:]
+            else:
+                position_ids = torch.arange(past, past + T, device=x.device)[None]
+        positions = position_ids.clamp_min(0)
+        rope = self._rope(positions)
+        mask = self._mask(attention_mask, past, T, x.device)
+
+        for i, block in enumerate(self.prelude):
+            x = block(x, rope, mask, cache, i)
+        e = x
+        state = self._initial_state(e, positions)
+        for k in range(depth):
+            state = self._iteration(state, e, k, rope, mask, cache)
+        x = self.core_norm(state)
+        for i, block in enumerate(self.coda):
+            x = block(x, rope, mask, cache, self.config.n_prelude + i)
+        logits = self.head(self.out_norm(x))
+
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(
+                logits[:, :-1].float().flatten(0, 1),
+                labels[:, 1:].to(logits.device).flatten(),
+                ignore_index=-100,
+                reduction="mean" if num_items_in_batch is None else "sum",
+            )
+            if num_items_in_batch is not None:
+                loss = loss / num_items_in_batch
+        output = CausalLMOutputWithPast(loss=loss, logits=logits, **{_CACHE_FIELD: cache})
+        return output.to_tuple() if return_dict is False else output
+
+    def _prepare_cache(self, cache, depth):
+        """The number of positions the cache holds; give it an entry for every layer application
+        of this depth. A cache continues only at the depth it was built at: a token's coda
+        entries come from the state at that depth."""
+        if cache is None:
+            return 0
+        if not isinstance(cache, DynamicCache):
+            raise ValueError(
+                f"FixedFirstForCausalLM needs a DynamicCache (one entry per layer application, so "
+                f"their number depends on the depth), got {type(cache).__name__}"
+            )
+        past = cache.get_seq_length() if len(cache.layers) else 0
+        built_at = getattr(cache, "fixedfirst_depth", None)
+        if past and built_at is not None and built_at != depth:
+            raise ValueError(
+                f"this cache was built at depth {built_at}; it cannot be continued at depth "
+                f"{depth} (start a new one)"
+            )
+        cache.fixedfirst_depth = depth
+        config = self.config
+        needed = config.n_prelude + config.n_coda + depth * config.n_core
+        if getattr(cache, "layer_class_to_replicate", None) is None:
+            while len(cache.layers) < needed:
+                cache.layers.append(DynamicLayer())
+        return past

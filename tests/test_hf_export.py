@@ -1,0 +1,328 @@
+"""`fixedfirst export --format hf`: the export loads with transformers alone, in a fresh process,
+and gives fixedfirst's logits at depths 1, 4, 16, its greedy and sampled tokens, and its
+lm-eval scores; the tokenizers of byte, BPE and word-level runs encode as fixedfirst's do."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+transformers = pytest.importorskip("transformers")
+
+from fixedfirst.cli.main import main  # noqa: E402
+from fixedfirst.data.tokenizer import BpeTokenizer, WordTokenizer  # noqa: E402
+from fixedfirst.serve.hf.tokenizer import hf_tokenizer_files  # noqa: E402
+from fixedfirst.serve.loading import load_served  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK_DIR = ROOT / "tests" / "harness_task"
+EOD = 256
+PROMPT = "the river"
+
+FRESH_PROCESS = """
+import sys, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+directory, work = sys.argv[1], sys.argv[2]
+model = AutoModelForCausalLM.from_pretrained(directory, trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained(directory)
+x = torch.load(work + "/x.pt")
+out = {"training": model.training, "depth": model.config.depth}
+out["logits"] = {k: model(x, depth=k).logits for k in (1, 4, 16)}
+prompt = tokenizer("the river", return_tensors="pt")
+out["prompt"] = prompt.input_ids
+out["greedy"] = model.generate(**prompt, max_new_tokens=30, depth=3)
+torch.manual_seed(7)
+out["sampled"] = model.generate(
+    **prompt, max_new_tokens=30, depth=3, do_sample=True, temperature=0.8, top_k=0
+)
+torch.save(out, work + "/hf.pt")
+"""
+
+
+def run_cli(capsys, *args) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return info.value.code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def exported(text_run, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("hf") / "export"
+    with pytest.raises(SystemExit) as info:
+        main(["export", str(text_run / "run"), "--out", str(out), "--format", "hf"])
+    assert info.value.code == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def hf_model(exported):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(exported, trust_remote_code=True)
+
+
+@pytest.fixture(scope="module")
+def served(text_run):
+    return load_served(text_run / "run")
+
+
+def new_tokens(ids: torch.Tensor, prompt_length: int) -> list[int]:
+    tokens = ids[0, prompt_length:].tolist()
+    return tokens[: tokens.index(EOD)] if EOD in tokens else tokens
+
+
+def test_export_writes_a_self_contained_transformers_directory(exported):
+    assert sorted(p.name for p in exported.iterdir()) == [
+        "README.md",
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "modeling_fixedfirst.py",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
+    config = json.loads((exported / "config.json").read_text())
+    assert config["model_type"] == "fixedfirst" and config["depth"] == 6  # k_max of the run
+    assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_fixedfirst.FixedFirstForCausalLM"
+    assert (config["bos_token_id"], config["eos_token_id"]) == (EOD, EOD)
+    imported = set()
+    for node in ast.walk(ast.parse((exported / "modeling_fixedfirst.py").read_text())):
+        if isinstance(node, ast.Import):
+            imported.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imported.add((node.module or "").split(".")[0])
+    assert imported == {"__future__", "math", "torch", "transformers"}
+
+
+def test_fresh_process_gives_fixedfirst_logits_and_tokens(
+    exported, text_run, served, tmp_path, capsys
+):
+    """transformers alone, in a new interpreter: logits at depths 1, 4, 16 within 1e-5 of
+    fixedfirst's model; greedy and seeded sampled tokens equal to `fixedfirst generate`'s."""
+    x = torch.randint(0, 257, (2, 40), generator=torch.Generator().manual_seed(0))
+    torch.save(x, tmp_path / "x.pt")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
+    subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS, str(exported), str(tmp_path)],
+        check=True,
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,  # AutoTokenizer asks about the config's code when interactive
+        capture_output=True,
+    )
+    out = torch.load(tmp_path / "hf.pt")
+    assert out["training"] is False and out["depth"] == 6
+    for depth, logits in out["logits"].items():
+        diff = (logits - served.model(x, depth)).abs().max().item()
+        assert diff <= 1e-5, (depth, diff)
+    prompt = out["prompt"]
+    assert prompt.tolist() == [[EOD, *PROMPT.encode()]]
+    n = prompt.shape[1]
+    greedy = new_tokens(out["greedy"], n)
+    assert greedy == new_tokens(served.model.generate(prompt, 30, 3), n)
+    args = ["generate", text_run / "run", "--prompt", PROMPT, "--max-new-tokens", "30"]
+    text = run_cli(capsys, *args, "--depth", "3")[1]
+    assert text == bytes(greedy).decode("utf-8", errors="replace").rstrip("\ufffd") + "\n"
+    sampled = new_tokens(out["sampled"], n)
+    text = run_cli(capsys, *args, "--depth", "3", "--temperature", "0.8", "--seed", "7")[1]
+    assert text == bytes(sampled).decode("utf-8", errors="replace").rstrip("\ufffd") + "\n"
+    assert sampled != greedy
+
+
+def test_serving_depth_from_the_config_or_per_call(hf_model, served):
+    x = torch.randint(0, 257, (1, 20), generator=torch.Generator().manual_seed(1))
+    assert hf_model.config.depth == 6
+    try:
+        hf_model.config.depth = 2
+        torch.testing.assert_close(hf_model(x).logits, served.model(x, 2), rtol=0, atol=1e-5)
+    finally:
+        hf_model.config.depth = 6
+    torch.testing.assert_close(hf_model(x, depth=5).logits, served.model(x, 5), rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="depth must be an integer >= 1"):
+        hf_model(x, depth=0)
+
+
+def test_labels_give_fixedfirst_next_token_loss(hf_model, served):
+    from fixedfirst.model.loss import IGNORE_INDEX, next_token_loss
+
+    ids = torch.randint(0, 257, (2, 24), generator=torch.Generator().manual_seed(2))
+    labels = ids.clone()
+    labels[0, :5] = IGNORE_INDEX  # a prompt that is not scored
+    loss = hf_model(ids, labels=labels, depth=4).loss
+    want = next_token_loss(served.model(ids[:, :-1], 4), labels[:, 1:])
+    torch.testing.assert_close(loss, want, rtol=0, atol=1e-5)
+    scored = int((labels[:, 1:] != IGNORE_INDEX).sum())
+    summed = hf_model(ids, labels=labels, depth=4, num_items_in_batch=2 * scored).loss
+    torch.testing.assert_close(summed, want / 2, rtol=0, atol=1e-5)
+    with pytest.raises(TypeError, match="unexpected arguments"):
+        hf_model(ids, depth=4, token_type_ids=torch.zeros_like(ids))
+
+
+def test_left_padded_batch_generates_what_each_prompt_does_alone(hf_model, exported):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(exported, trust_remote_code=True)
+    tokenizer.padding_side = "left"
+    prompts = ["the river", "a", "the cedar stone lamp"]
+    batch = tokenizer(prompts, return_tensors="pt", padding=True)
+    assert not bool(batch.attention_mask.all())
+    together = hf_model.generate(**batch, max_new_tokens=10, depth=4)
+    width = batch.input_ids.shape[1]
+    for row, prompt in enumerate(prompts):
+        alone = tokenizer(prompt, return_tensors="pt")
+        single = hf_model.generate(**alone, max_new_tokens=10, depth=4)
+        assert together[row, width:].tolist() == single[0, alone.input_ids.shape[1] :].tolist()
+    recomputed = hf_model.generate(**batch, max_new_tokens=10, depth=4, use_cache=False)
+    assert recomputed.tolist() == together.tolist()
+
+
+def test_the_cache_holds_one_entry_per_layer_application(hf_model):
+    from transformers.cache_utils import DynamicCache
+
+    ids = torch.tensor([[EOD, *b"the river"]])
+    out = hf_model(ids, depth=3, use_cache=True)
+    cache = out.cache if "cache" in out else out.past_key_values
+    assert isinstance(cache, DynamicCache)
+    config = hf_model.config
+    assert len(cache.layers) == config.n_prelude + config.n_coda + 3 * config.n_core
+    assert cache.get_seq_length() == ids.shape[1]
+    step = hf_model(torch.tensor([[ord("s")]]), depth=3, cache=cache).logits
+    whole = hf_model(torch.tensor([[EOD, *b"the rivers"]]), depth=3, use_cache=False).logits
+    torch.testing.assert_close(step[0, -1], whole[0, -1], rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="built at depth 3; it cannot be continued at depth 4"):
+        hf_model(torch.tensor([[ord("x")]]), depth=4, cache=cache)
+
+
+def test_stock_lm_eval_hf_model_equals_the_fixedfirst_model(exported, text_run, monkeypatch):
+    """lm-eval's own `hf` model on the offline task, serving depth 3 from model_args, scores every
+    choice as our `fixedfirst` lm-eval model does."""
+    lm_eval = pytest.importorskip("lm_eval")
+    pytest.importorskip("accelerate")
+    from lm_eval.tasks import TaskManager
+
+    from fixedfirst.harness.model import FixedFirstLM
+
+    monkeypatch.chdir(ROOT)  # the task's data_files path is relative to the repository root
+    task = "fixedfirst_tiny_mc"
+    manager = TaskManager(include_path=str(TASK_DIR), include_defaults=False)
+    common = dict(tasks=[task], task_manager=manager, log_samples=True)
+    hf = lm_eval.simple_evaluate(
+        model="hf",
+        model_args=f"pretrained={exported},trust_remote_code=True,depth=3",
+        device="cpu",
+        batch_size=4,
+        **common,
+    )
+    ours = lm_eval.simple_evaluate(
+        model=FixedFirstLM(str(text_run / "run"), depth=3, device="cpu"), **common
+    )
+
+    def scores(out):
+        return [[resp[0][0] for resp in s["resps"]] for s in out["samples"][task]]
+
+    for a, b in zip(scores(hf), scores(ours), strict=True):
+        assert a == pytest.approx(b, abs=1e-4)
+    for metric in ("acc,none", "acc_norm,none"):
+        assert hf["results"][task][metric] == ours["results"][task][metric]
+
+
+def load_tokenizer_files(tokenizer, directory: Path):
+    from transformers import PreTrainedTokenizerFast
+
+    directory.mkdir()
+    for name, text in hf_tokenizer_files(tokenizer, 128).items():
+        (directory / name).write_text(text)
+    return PreTrainedTokenizerFast.from_pretrained(directory)
+
+
+def test_bpe_tokenizer_encodes_and_decodes_as_fixedfirst(tmp_path):
+    pytest.importorskip("tokenizers")
+    texts = ["the river runs past the stone lamp", "caf\u00e9 \u65e5\u672c harbor"] * 20
+    ours = BpeTokenizer.train(texts, 300)
+    theirs = load_tokenizer_files(ours, tmp_path / "bpe")
+    for text in ["the harbor caf\u00e9", "x <|endoftext|> y\n\t", "\u65e5\u672c\u8a9e"]:
+        ids = theirs(text).input_ids
+        assert ids == [ours.start_id, *ours.encode(text)]
+        assert theirs.decode(ids[1:]) == ours.decode(ids[1:])
+    assert theirs.eos_token_id == ours.stop_id and theirs.bos_token_id == ours.start_id
+
+
+def test_word_tokenizer_encodes_and_decodes_as_fixedfirst(tmp_path):
+    pytest.importorskip("tokenizers")
+    ours = WordTokenizer(["Anya", "was", "born", "in", "Lisbon", "."])
+    theirs = load_tokenizer_files(ours, tmp_path / "words")
+    text = "Anya was  born in\nLisbon ."
+    ids = theirs(text).input_ids
+    assert ids == [ours.bos_id, *ours.encode(text)]
+    assert theirs.decode(ids[1:]) == ours.decode(ids[1:]) == "Anya was born in Lisbon ."
+    assert (theirs.pad_token_id, theirs.bos_token_id, theirs.eos_token_id) == (0, 1, 2)
+
+
+def test_missing_tokenizers_package_is_one_line(monkeypatch, served):
+    from fixedfirst.errors import UserError
+
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    with pytest.raises(UserError, match=r"pip install 'fixedfirst\[hf\]'"):
+        hf_tokenizer_files(served.tokenizer, 64)
+
+
+def test_fixedfirst_does_not_need_transformers_to_export_or_start():
+    code = (
+        "import sys, fixedfirst, fixedfirst.serve, fixedfirst.serve.hf\n"
+        "from fixedfirst.cli.main import build_parser\n"
+        "build_parser()\n"
+        "assert 'transformers' not in sys.modules, 'transformers imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"norm": "sandwich", "coda_norm": False, "injection": "add", "state_init": "zeros"},
+        {"mlp": "gelu", "tie_embeddings": True, "n_prelude": 0},
+    ],
+)
+def test_every_architecture_switch_gives_fixedfirst_logits(overrides):
+    """Built straight from the config, the HF model with fixedfirst's weights equals
+    fixedfirst's model at several depths, whatever the switches."""
+    import importlib.util
+
+    from fixedfirst.config import ModelConfig
+    from fixedfirst.model import LoopedTransformer
+    from fixedfirst.serve.hf import export as hf_export
+
+    spec = importlib.util.spec_from_file_location(
+        "modeling_fixedfirst", Path(hf_export.__file__).with_name("modeling_fixedfirst.py")
+    )
+    modeling = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(modeling)
+    shape = ModelConfig(vocab_size=40, d_model=32, n_heads=4, max_seq_len=24, **overrides)
+    torch.manual_seed(0)
+    ours = LoopedTransformer(shape).eval()
+    config = hf_export.hf_config(
+        {k: v for k, v in vars(shape).items() if v is not None}, 4, _Tokenizer(), {}
+    )
+    theirs = modeling.FixedFirstForCausalLM(modeling.FixedFirstConfig(**config)).eval()
+    missing = theirs.load_state_dict(ours.state_dict(), strict=False)
+    assert not missing.unexpected_keys
+    tokens = torch.randint(0, 40, (2, 24))
+    for depth in (1, 3, 8):
+        with torch.no_grad():
+            expected = ours(tokens, depth)
+            got = theirs(tokens, depth=depth).logits
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+class _Tokenizer:
+    start_id, stop_id, pad_id = 1, 2, 0
