@@ -102,7 +102,7 @@ def findings(results: dict[str, Any]) -> list[str]:
             for s in order
         )
         separated = [
-            f"{_label(results, x)} above {_label(results, y)}"
+            f"{_label(results, x)} > {_label(results, y)}"
             for x, y in itertools.pairwise(order)
             if cells[x]["min"] > cells[y]["max"]
         ]
@@ -112,8 +112,7 @@ def findings(results: dict[str, Any]) -> list[str]:
             + (
                 "one seed cannot separate schedules"
                 if len(results["experiment"]["seeds"]) < 2
-                else "every seed of the first above every seed of the second for "
-                + ", ".join(separated)
+                else "the seeds separate only " + ", ".join(separated)
                 if separated
                 else "no neighbours in this order are separated by their seeds"
             )
