@@ -84,7 +84,6 @@ def run(args: argparse.Namespace) -> int:
     from fixedfirst.train import distributed
     from fixedfirst.train.counters import format_summary
     from fixedfirst.train.run_dir import RunDir
-    from fixedfirst.train.trainer import Trainer
 
     if args.stop_after is not None and args.stop_after < 1:
         raise UserError(f"--stop-after must be >= 1, got {args.stop_after}")
@@ -100,10 +99,18 @@ def run(args: argparse.Namespace) -> int:
     if args.nproc is not None:
         launch(args, config)
     try:
-        trainer = Trainer(config, args.out, resume=args.resume, quiet=args.quiet)
-        summary = trainer.train(stop_after=args.stop_after)
-        if trainer.is_main and not args.quiet:
+        summary, is_main = train(args, config)
+        if is_main and not args.quiet:
             print(format_summary(summary))
     finally:
-        distributed.stop()
+        distributed.stop()  # after the trainer is gone: see its docstring
     return 0
+
+
+def train(args: argparse.Namespace, config: RunConfig) -> tuple[dict, bool]:
+    """Train; return the summary and whether this is rank 0. The trainer (and with it a DDP
+    model) lives only in here, so it is freed before the process group is destroyed."""
+    from fixedfirst.train.trainer import Trainer
+
+    trainer = Trainer(config, args.out, resume=args.resume, quiet=args.quiet)
+    return trainer.train(stop_after=args.stop_after), trainer.is_main

@@ -17,6 +17,7 @@ remaining processes. A rank that hangs without dying is caught by the process-gr
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -111,8 +112,16 @@ def start(world: World, device: torch.device) -> None:
 
 
 def stop() -> None:
-    """Leave the process group (a no-op without one)."""
+    """Leave the process group (a no-op without one). Call it once the trainer is gone.
+
+    Whatever drops the last reference to gloo's process group joins its worker threads, and a
+    worker still releasing a finished collective's tensors needs the GIL to do so. Dropped from
+    `destroy_process_group`, the process group's own binding lets the GIL go first; dropped from
+    a DDP Reducer's destructor (the trainer's model freed after this call), it does not, and the
+    process hangs at exit (seen one run in three on two loaded cores). So the model goes first
+    (`gc.collect` for any cycle that still holds it) and the process group last."""
     if dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 
