@@ -48,11 +48,10 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
         angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), inv_freq)
-        # complex128: cast down per call, so a float64 model rotates in float64 (the table is
-        # (max_seq_len, head_dim / 2), a negligible cast).
-        self.register_buffer(
-            "rotations", torch.polar(torch.ones_like(angles), angles), persistent=False
-        )
+        # float64 tables, cast per call to the compute dtype (float64 for a float64 model); they
+        # are (max_seq_len, head_dim / 2), so the cast is negligible.
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
         self.max_seq_len = max_seq_len
 
     def rotate(self, x: torch.Tensor, start: int) -> torch.Tensor:
@@ -64,12 +63,18 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(
                 f"position {start + T - 1} is beyond model.max_seq_len = {self.max_seq_len}"
             )
-        wide = x.dtype == torch.float64
-        rotations = self.rotations[start : start + T]
-        rotations = rotations.to(torch.complex128 if wide else torch.complex64)
-        rotations = rotations.view(T, *(1,) * (x.dim() - 3), rotations.shape[-1])
-        pairs = x.to(torch.float64 if wide else torch.float32).unflatten(-1, (-1, 2))
-        return torch.view_as_real(torch.view_as_complex(pairs) * rotations).flatten(-2).type_as(x)
+        compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+        shape = (T, *(1,) * (x.dim() - 3), self.cos.shape[-1])
+        cos = self.cos[start : start + T].to(compute).view(shape)
+        sin = self.sin[start : start + T].to(compute).view(shape)
+        pairs = x.to(compute).unflatten(-1, (-1, 2))
+        if torch.compiler.is_compiling():
+            # Inductor fuses this into one loop, but generates no code for complex numbers.
+            x1, x2 = pairs.unbind(-1)
+            rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+        else:
+            rotated = torch.view_as_real(torch.view_as_complex(pairs) * torch.complex(cos, sin))
+        return rotated.flatten(-2).type_as(x)
 
 
 class CausalSelfAttention(nn.Module):

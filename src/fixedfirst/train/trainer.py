@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -35,10 +36,10 @@ from fixedfirst.config import RunConfig
 from fixedfirst.data.registry import build_source, resolve_data
 from fixedfirst.data.source import BatchSource, rank_rows
 from fixedfirst.errors import UserError
-from fixedfirst.hardware import measured_peak_flops, resolve_device, resolve_dtype
+from fixedfirst.hardware import choose_threads, measured_peak_flops, resolve_device, resolve_dtype
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.schedules import Schedule, describe
-from fixedfirst.train import distributed
+from fixedfirst.train import compilation, distributed
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.train.counters import Counters
 from fixedfirst.train.distributed import World, on_main
@@ -114,11 +115,23 @@ class Trainer:
         else:
             on_main(self.world, self.run.check_new)
 
+        # Threads before anything is timed: the peak (and so MFU) is measured with them.
+        processes_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        self.threads, threads_why = choose_threads(t.threads, processes_here)
+        torch.set_num_threads(self.threads)
+        self.peak_flops = measured_peak_flops(self.device.type, self.dtype) * self.world_size
+        self.compiled = compilation.decide(
+            t.compile, self.device, self.budget.flops, self.peak_flops
+        )
+        self._say(
+            f"{self.threads} thread(s) ({threads_why}); "
+            f"{'compiled' if self.compiled.compile else 'eager'} ({self.compiled.reason})"
+        )
+
         torch.manual_seed(t.seed)  # the same initial weights on every rank
         model = LoopedTransformer(config.model).to(self.device)
-        if t.compile:
-            for block in (*model.prelude, *model.core, *model.coda):
-                block.compile()
+        if self.compiled.compile:
+            compilation.compile_blocks(model)
         self.parallel = ParallelModel(model, self.world, t.strategy, self.device, self.dtype)
         self.model = self.parallel.module
         # After sharding: FSDP2 replaces the parameters by sharded ones.
@@ -126,7 +139,6 @@ class Trainer:
         self.checkpoints = CheckpointManager(self.run.checkpoints_path, t.keep_checkpoints)
         self.metrics = MetricsLog(self.run.metrics_path)
         self.counters = Counters()
-        self.peak_flops = measured_peak_flops(self.device.type, self.dtype) * self.world_size
         self.switch_step = self.schedule.switch_step(self.budget.total_steps)
         # Snapshots are fractions of the FLOP budget when there is one, so compute-matched runs
         # keep their snapshots at the same FLOPs; otherwise of the run's own cost.
@@ -377,6 +389,8 @@ class Trainer:
 
     def _summary(self) -> dict[str, Any]:
         summary = self.counters.summary(describe(self.config.schedule), self.budget)
+        summary["threads"] = self.threads
+        summary["compiled"] = self.compiled.compile
         if self.is_main:
             self.run.summary_path.write_text(json.dumps(summary, indent=2))
         return summary
