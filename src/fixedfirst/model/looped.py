@@ -142,10 +142,19 @@ class LoopedTransformer(nn.Module):
             x = block(x, self.rotary, cache.layer("core", index, i) if cache is not None else None)
         return x
 
-    def _readout(self, state: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def _readout(
+        self,
+        state: torch.Tensor,
+        cache: KVCache | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits from a state; at `positions` (B, P) only, when given: the coda still runs on
+        every position (its attention reads them all), the final norm and head only there."""
         x = self.core_norm(state)
         for i, block in enumerate(self.coda):
             x = block(x, self.rotary, cache.layer("coda", i) if cache is not None else None)
+        if positions is not None:
+            x = x.gather(1, positions.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
         return self.head(self.out_norm(x))
 
     # -- public API ------------------------------------------------------------------------------
@@ -198,13 +207,20 @@ class LoopedTransformer(nn.Module):
 
     @torch.no_grad()
     def logits_by_depth(
-        self, tokens: torch.Tensor, depths: Iterable[int]
+        self,
+        tokens: torch.Tensor,
+        depths: Iterable[int],
+        positions: torch.Tensor | None = None,
     ) -> Iterator[tuple[int, torch.Tensor]]:
         """Yield (depth, logits) for every requested depth, ascending, from ONE pass of the core.
 
         Cost: prelude + max(depths) core iterations + len(depths) readouts, instead of the sum
         over depths of separate forwards. Uses the evaluation initial state, so the logits equal
         those of `forward(tokens, depth)` in eval mode.
+
+        positions: (B, P) indices into the sequence; the logits are then (B, P, vocab), those
+        of `forward(tokens, depth)` at these positions, and each readout applies the head (with
+        a large vocabulary, most of a readout) to P positions per row instead of T.
         """
         wanted = sorted({check_depth(d) for d in depths})
         if not wanted:
@@ -216,7 +232,7 @@ class LoopedTransformer(nn.Module):
         for i in range(wanted[-1]):
             state = self._iteration(state, injection, i)
             if i + 1 in targets:
-                yield i + 1, self._readout(state)
+                yield i + 1, self._readout(state, positions=positions)
 
     def nll_by_depth(
         self, tokens: torch.Tensor, targets: torch.Tensor, depths: Iterable[int]
