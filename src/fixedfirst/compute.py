@@ -25,6 +25,9 @@ checked against FlopCounterMode.
 Training FLOPs per token: 3 * F(K) (forward, then a backward that costs twice the forward: the
 gradients with respect to inputs and to weights). With truncated backprop through the last s
 iterations, the first K - s iterations run forward only: 3 * F(K) - 2 * (K - s) * C.
+Activation checkpointing (train.checkpoint_activations) runs each iteration's forward a second
+time in the backward; that recomputation is not counted (model FLOPs are the computation the
+model defines, the convention of MFU), so it shows as a lower MFU, not as more FLOPs.
 
 A schedule's expected cost over a run is tokens_per_step * E[sum over steps of train(K_step)],
 computed exactly from the schedule's stages; its realised cost sums train(K) over the depths the
