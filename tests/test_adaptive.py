@@ -69,9 +69,10 @@ def reference_exit(model, tokens: torch.Tensor, earlier: list[int], rule: KLExit
     e = model._prelude(tokens)
     state = model._initial_state(e, 0, deterministic=True)
     exit_states = state.clone()
+    injection = model._injection(e)
     last = []
     for k in range(1, rule.max_depth + 1):
-        state = model._iteration(state, e, k - 1, cache)
+        state = model._iteration(state, injection, k - 1, cache)
         for t in range(T - 1):
             if depths[t] == k:
                 exit_states[:, t] = state[:, t]

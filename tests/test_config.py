@@ -36,7 +36,9 @@ BAD_CONFIGS = [
     ("[schedule]\nswitch = inf\n", "schedule.switch: must be a finite number"),
     ("[train]\nseq_len = 1000\n", "train.seq_len: 1000 exceeds model.max_seq_len"),
     ("[train]\nbatch_size = 8\nmicro_batch_size = 3\n", "train.micro_batch_size"),
-    ('[train]\ncompile = "yes"\n', "train.compile: expected true or false"),
+    ('[train]\ncompile = "yes"\n', "train.compile: expected true or false or 'auto'"),
+    ("[train]\nthreads = 0\n", "train.threads: must be >= 1"),
+    ("[train]\ncheckpoint_activations = 1\n", "train.checkpoint_activations: expected true or"),
     ('[data]\nkind = "tokens"\n', "data.path"),
     ("[model\nd_model = 64\n", "TOML syntax error"),
 ]

@@ -72,6 +72,17 @@ def test_nll_by_depth_equals_separate_forwards(overrides):
         assert abs(one_pass[d] - separate) < 1e-5
 
 
+def test_logits_by_depth_at_chosen_positions_are_those_of_the_full_readout(tiny_model):
+    x = torch.randint(0, 61, (3, 14))
+    positions = torch.tensor([[0, 5, 13], [2, 2, 7], [13, 12, 11]])
+    full = dict(tiny_model.logits_by_depth(x, [1, 6]))
+    chosen = dict(tiny_model.logits_by_depth(x, [1, 6], positions))
+    for depth in (1, 6):
+        assert chosen[depth].shape == (3, 3, 61)
+        want = full[depth].gather(1, positions[..., None].expand(-1, -1, 61))
+        torch.testing.assert_close(chosen[depth], want)
+
+
 def test_nll_by_depth_honours_ignore_index(tiny_model):
     x = torch.randint(0, 61, (2, 12))
     targets = x[:, 1:].clone()

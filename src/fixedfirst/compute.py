@@ -5,10 +5,15 @@ docs/design.md §3 explains the model and its calibration against the paper.
 Forward FLOPs per token at depth K:
 
     F(K) = P + K * C + R
-    P = prelude   = sum over prelude layers of (2 * matmul params + A)
-    C = iteration = 2 * adapter params + sum over core layers of (2 * matmul params + A)
+    P = prelude   = sum over prelude layers of (2 * matmul params + A) + 2 * d^2
+    C = iteration = 2 * d^2 + sum over core layers of (2 * matmul params + A)
     R = readout   = sum over coda layers of (2 * matmul params + A) + 2 * head params
     A = attention = 4 * T * d per layer application per token
+
+The two 2 * d^2 terms are the `concat` adapter (absent for `add`), W [s; e] = W_s s + W_e e: its
+prelude half W_e e is computed once per forward (e does not change between iterations), its
+state half W_s s once per iteration, so the adapter's 2 d^2 parameters cost 2 d^2 per iteration
+and 2 d^2 once, not 4 d^2 per iteration (docs/design.md §1).
 
 Factors: 2 = one multiply and one add per weight per token. Matmul params of a layer are
 q, k, v, output (4 d^2) and the MLP (3 d h for SwiGLU, 2 d h for GELU); norms, rotary, softmax and
@@ -76,10 +81,11 @@ def flop_model(config: ModelConfig, seq_len: int) -> FlopModel:
     """Per-token forward FLOPs of prelude, one core iteration and readout at sequence length T."""
     d = config.d_model
     layer = 2 * layer_matmul_params(config) + 4 * seq_len * d
-    adapter = 2 * (2 * d * d) if config.injection == "concat" else 0
+    # The concat adapter's halves: W_e e once per forward, W_s s once per iteration.
+    adapter_half = 2 * d * d if config.injection == "concat" else 0
     return FlopModel(
-        prelude=config.n_prelude * layer,
-        iteration=adapter + config.n_core * layer,
+        prelude=config.n_prelude * layer + adapter_half,
+        iteration=adapter_half + config.n_core * layer,
         readout=config.n_coda * layer + 2 * d * config.vocab_size,
     )
 

@@ -1,13 +1,20 @@
-"""The device a run uses and the peak FLOP rate its MFU is measured against.
+"""The device a run uses, its CPU threads, and the peak FLOP rate its MFU is measured against.
 
 MFU = achieved model FLOP/s / peak FLOP/s. We never hard-code a peak: on any device we time
 square matrix multiplies of a few sizes in the run's compute dtype, warmed up, and take the best
 rate, so MFU on a 2-core CPU and on an H200 mean the same thing ("fraction of what a plain
-matmul reaches here").
+matmul reaches here"), with the threads the run uses.
+
+Threads. torch starts one thread per core, which is right on an idle machine and wrong on a
+shared one: a step is a sequence of parallel regions, each as slow as its slowest thread, and a
+thread whose core is busy with another process stalls the rest. On this project's 2-core machine
+with other work running, one thread took 0.82x the time of two. So a run takes the cores that
+are idle when it starts (`choose_threads`), unless told otherwise.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from functools import cache
 
@@ -32,6 +39,55 @@ def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
     return torch.bfloat16 if precision == "bf16" else torch.float32
 
 
+IDLE_SAMPLE_S = 0.2
+"""How long `free_cores` watches the CPUs: long enough to see a busy core as busy."""
+
+
+def _cpu_times(cpus: set[int]) -> dict[int, tuple[int, int]]:
+    """cpu -> (idle, total) jiffies from /proc/stat, for the given cpus."""
+    times = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            name, *fields = line.split()
+            if not name.startswith("cpu") or name == "cpu" or int(name[3:]) not in cpus:
+                continue
+            values = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
+            times[int(name[3:])] = (values[3] + values[4], sum(values))
+    return times
+
+
+def free_cores() -> int:
+    """How many of this process's CPUs are idle: the summed idle fraction of each CPU over
+    IDLE_SAMPLE_S (this process sleeps meanwhile), rounded, at least 1. Where /proc/stat is not
+    readable (not Linux), every CPU this process may use counts as free."""
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    available = len(cpus) if cpus else os.cpu_count() or 1
+    try:
+        before = _cpu_times(cpus or set(range(available)))
+        time.sleep(IDLE_SAMPLE_S)
+        after = _cpu_times(cpus or set(range(available)))
+    except (OSError, ValueError):
+        return available
+    idle = 0.0
+    for cpu, (idle_after, total_after) in after.items():
+        idle_before, total_before = before.get(cpu, (idle_after, total_after))
+        if total_after > total_before:
+            idle += (idle_after - idle_before) / (total_after - total_before)
+    return max(1, min(available, round(idle))) if after else available
+
+
+def choose_threads(requested: int | None, processes_here: int = 1) -> tuple[int, str]:
+    """(threads, why): `requested` (train.threads) when set, else OMP_NUM_THREADS when set,
+    else this machine's free cores shared among the run's `processes_here` processes."""
+    if requested is not None:
+        return requested, "train.threads"
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.isdigit() and int(env) >= 1:
+        return int(env), "OMP_NUM_THREADS"
+    free = free_cores()
+    return max(1, free // max(1, processes_here)), f"{free} free core(s)"
+
+
 def _synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -43,10 +99,15 @@ PEAK_SIZES = {"cpu": (512, 1024, 2048), "cuda": (4096, 8192)}
 by 1.25-1.5x; on a GPU small products do not fill the device."""
 
 
-@cache
 def measured_peak_flops(device_type: str = "cpu", dtype: torch.dtype = torch.float32) -> float:
     """The best FLOP/s of an n x n matmul on this device over a few sizes n (PEAK_SIZES), each
-    warmed up first and timed as the best of several repeats (about a second in all on CPU)."""
+    warmed up first and timed as the best of several repeats (about a second in all on CPU),
+    with the current number of torch threads (measured once per thread count)."""
+    return _peak_flops(device_type, dtype, torch.get_num_threads())
+
+
+@cache
+def _peak_flops(device_type: str, dtype: torch.dtype, threads: int) -> float:
     device = torch.device(device_type)
     best_rate = 0.0
     for n in PEAK_SIZES["cuda" if device.type == "cuda" else "cpu"]:

@@ -33,7 +33,14 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
         if is_none and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return coerce(value, inner[0], key)
+        if len(inner) == 1:
+            return coerce(value, inner[0], key)
+        for alternative in inner:  # e.g. bool | Literal["auto"]: the first that fits
+            try:
+                return coerce(value, alternative, key)
+            except UserError:
+                continue
+        raise UserError(f"{key}: expected {' or '.join(map(describe, inner))}, got {value!r}")
     if origin is Literal:
         if value not in args:
             choices = ", ".join(repr(a) for a in args)
@@ -64,6 +71,14 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
             raise UserError(f"{key}: expected a string, got {value!r}")
         return value
     raise TypeError(f"unsupported annotation {annotation!r} for {key}")  # a bug, not user input
+
+
+def describe(annotation: Any) -> str:
+    """What a value of `annotation` looks like, for an error message."""
+    if typing.get_origin(annotation) is Literal:
+        return " or ".join(repr(a) for a in typing.get_args(annotation))
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    return names.get(annotation, "a list" if typing.get_origin(annotation) is list else "?")
 
 
 def build_section(section_cls: type, raw: dict[str, Any]) -> Any:

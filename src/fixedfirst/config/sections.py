@@ -243,8 +243,19 @@ class TrainConfig:
     """Where to train; `auto` takes CUDA when present."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """`auto`: bf16 autocast on CUDA, fp32 on CPU."""
-    compile: bool = False
-    """torch.compile each block; the depth loop stays in Python, so a new depth never recompiles."""
+    compile: bool | Literal["auto"] = "auto"
+    """torch.compile each block; the depth loop stays in Python, so a new depth never recompiles.
+    `auto`: compile when the run is long enough for the faster steps to repay the compilation
+    (estimated from the planned FLOPs; docs/design.md §10) and a compiler is available."""
+    checkpoint_activations: bool = False
+    """Activation checkpointing per core iteration: keep only each iteration's input state and
+    recompute the iteration in the backward. Memory then grows with depth by one (batch,
+    seq_len, d_model) state per iteration instead of all of the core's activations, for about
+    one more forward of the core per step."""
+    threads: int | None = None
+    """Torch CPU threads per process. Default: OMP_NUM_THREADS when set, else the cores that
+    are idle when the run starts (shared among a run's processes on this machine, at least 1):
+    on a shared machine, threads beyond the free cores slow every step down."""
     strategy: Literal["ddp", "fsdp"] = "ddp"
     """Multi-process strategy under torchrun."""
     log_every: int = 10
@@ -307,6 +318,8 @@ class TrainConfig:
         if self.grad_depth is not None:
             require(self.grad_depth >= 1, f"{s}.grad_depth", f"must be >= 1, got {self.grad_depth}")
             at_most(self.grad_depth, MAX_DEPTH, f"{s}.grad_depth", DEPTH_COST)
+        if self.threads is not None:
+            require(self.threads >= 1, f"{s}.threads", f"must be >= 1, got {self.threads}")
         require(self.log_every >= 1, f"{s}.log_every", f"must be >= 1, got {self.log_every}")
         require(self.checkpoint_every >= 0, f"{s}.checkpoint_every", "must be >= 0")
         require(self.keep_checkpoints >= 1, f"{s}.keep_checkpoints", "must be >= 1")

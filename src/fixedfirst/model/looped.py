@@ -5,6 +5,11 @@
     s_k = core(adapter(concat(s_{k-1}, e)))          for k = 1..K    (input injection)
     logits = head(norm(coda(norm(s_K))))
 
+The adapter's weight is W = [W_s W_e] (d x 2d), so W [s; e] = W_s s + W_e e, and e is the same in
+every iteration: W_e e is computed once per forward (`_injection`) and each iteration adds it to
+W_s s in one fused matmul-add (docs/design.md §1). The saved weight stays the (d, 2d) matrix of
+the concat form; the halves are views of it at compute time.
+
 This is the architecture of Geiping et al. 2025 (Huginn) and Saunshi et al. 2025; McLeish et al.
 2025 retrofit pretrained models into it. One set of weights serves any depth K: cheap at small K,
 better at large K. Evaluation at many depths shares one pass of the recurrence
@@ -18,7 +23,9 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint as checkpoint_call
 
 from fixedfirst.config import ModelConfig
 from fixedfirst.config.limits import MAX_DEPTH
@@ -116,19 +123,45 @@ class LoopedTransformer(nn.Module):
             torch.nn.init.trunc_normal_(row, std=std, a=-3 * std, b=3 * std, generator=generator)
         return s.to(e.dtype)
 
+    def _injection(self, e: torch.Tensor) -> torch.Tensor:
+        """What every iteration adds from the prelude output e, computed once per forward: the
+        prelude half of the adapter W_e e (`concat`), or e itself (`add`)."""
+        if self.adapter is None:
+            return e
+        return F.linear(e, self.adapter.weight[:, self.config.d_model :])
+
     def _iteration(
-        self, state: torch.Tensor, e: torch.Tensor, index: int, cache: KVCache | None = None
+        self,
+        state: torch.Tensor,
+        injection: torch.Tensor,
+        index: int,
+        cache: KVCache | None = None,
     ) -> torch.Tensor:
-        """One application of the core block with input injection."""
-        x = self.adapter(torch.cat([state, e], dim=-1)) if self.adapter is not None else state + e
+        """One application of the core block to the state plus the injection (`_injection` of
+        the prelude output): W_s s + W_e e for `concat`, s + e for `add`."""
+        if self.adapter is None:
+            x = state + injection
+        else:
+            state_half = self.adapter.weight[:, : self.config.d_model]
+            x = torch.addmm(injection.flatten(0, -2), state.flatten(0, -2), state_half.t())
+            x = x.view_as(state)
         for i, block in enumerate(self.core):
             x = block(x, self.rotary, cache.layer("core", index, i) if cache is not None else None)
         return x
 
-    def _readout(self, state: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def _readout(
+        self,
+        state: torch.Tensor,
+        cache: KVCache | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits from a state; at `positions` (B, P) only, when given: the coda still runs on
+        every position (its attention reads them all), the final norm and head only there."""
         x = self.core_norm(state)
         for i, block in enumerate(self.coda):
             x = block(x, self.rotary, cache.layer("coda", i) if cache is not None else None)
+        if positions is not None:
+            x = x.gather(1, positions.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
         return self.head(self.out_norm(x))
 
     # -- public API ------------------------------------------------------------------------------
@@ -139,6 +172,7 @@ class LoopedTransformer(nn.Module):
         depth: int,
         grad_depth: int | None = None,
         state_seeds: Sequence[int] | None = None,
+        checkpoint: bool = False,
     ) -> torch.Tensor:
         """Logits (B, T, vocab) after `depth` core iterations.
 
@@ -148,39 +182,64 @@ class LoopedTransformer(nn.Module):
         from a generator seeded with state_seeds[i] instead of the global RNG, so that a row's
         noise does not depend on which process or micro-batch it lands in (the trainer derives
         the seeds from the run seed, the step and the row's index in the global batch).
+        checkpoint: activation checkpointing per iteration: keep only each iteration's input
+        state for the backward and recompute the iteration's inside from it, so that memory
+        grows with depth by one (B, T, d) state per iteration instead of every activation of
+        the core (docs/design.md §1); costs one more forward of the core per iteration.
         """
         check_depth(depth)
         e = self._prelude(tokens)
         state = self._initial_state(e, 0, not self.training, state_seeds)
+        injection = self._injection(e)
         n_free = 0 if grad_depth is None else max(0, depth - grad_depth)
         if n_free:
             with torch.no_grad():
                 for i in range(n_free):
-                    state = self._iteration(state, e, i)
+                    state = self._iteration(state, injection, i)
+        recompute = checkpoint and torch.is_grad_enabled()
         for i in range(n_free, depth):
-            state = self._iteration(state, e, i)
+            if recompute:
+                # No randomness inside an iteration, so no RNG state to save and restore.
+                state = checkpoint_call(
+                    self._iteration,
+                    state,
+                    injection,
+                    i,
+                    use_reentrant=False,
+                    preserve_rng_state=False,
+                )
+            else:
+                state = self._iteration(state, injection, i)
         return self._readout(state)
 
     @torch.no_grad()
     def logits_by_depth(
-        self, tokens: torch.Tensor, depths: Iterable[int]
+        self,
+        tokens: torch.Tensor,
+        depths: Iterable[int],
+        positions: torch.Tensor | None = None,
     ) -> Iterator[tuple[int, torch.Tensor]]:
         """Yield (depth, logits) for every requested depth, ascending, from ONE pass of the core.
 
         Cost: prelude + max(depths) core iterations + len(depths) readouts, instead of the sum
         over depths of separate forwards. Uses the evaluation initial state, so the logits equal
         those of `forward(tokens, depth)` in eval mode.
+
+        positions: (B, P) indices into the sequence; the logits are then (B, P, vocab), those
+        of `forward(tokens, depth)` at these positions, and each readout applies the head (with
+        a large vocabulary, most of a readout) to P positions per row instead of T.
         """
         wanted = sorted({check_depth(d) for d in depths})
         if not wanted:
             raise UserError("logits_by_depth needs at least one depth")
         e = self._prelude(tokens)
         state = self._initial_state(e, 0, deterministic=True)
+        injection = self._injection(e)
         targets = set(wanted)
         for i in range(wanted[-1]):
-            state = self._iteration(state, e, i)
+            state = self._iteration(state, injection, i)
             if i + 1 in targets:
-                yield i + 1, self._readout(state)
+                yield i + 1, self._readout(state, positions=positions)
 
     def nll_by_depth(
         self, tokens: torch.Tensor, targets: torch.Tensor, depths: Iterable[int]
@@ -200,8 +259,9 @@ class LoopedTransformer(nn.Module):
         start = cache.length
         e = self._prelude(tokens, cache)
         state = self._initial_state(e, start, deterministic=True)
+        injection = self._injection(e)
         for i in range(depth):
-            state = self._iteration(state, e, i, cache)
+            state = self._iteration(state, injection, i, cache)
         logits = self._readout(state, cache)
         cache.length += tokens.shape[1]
         return logits

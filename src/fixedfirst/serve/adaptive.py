@@ -105,6 +105,7 @@ def adaptive_step(
             )
     e = model._prelude(tokens, cache)
     state = model._initial_state(e, start, deterministic=True)
+    injection = model._injection(e)
     coda = [cache.layer("coda", i) for i in range(model.config.n_coda)]
     depths = torch.zeros(B, dtype=torch.long, device=tokens.device)
     kept_logits: torch.Tensor | None = None
@@ -112,7 +113,7 @@ def adaptive_step(
     vocab = model.config.vocab_size
     prev = torch.full((B, vocab), -math.log(vocab), device=tokens.device)
     for k in range(1, rule.max_depth + 1):
-        state = model._iteration(state, e, k - 1, cache)
+        state = model._iteration(state, injection, k - 1, cache)
         logits = model._readout(state, cache)[:, -1]
         logprobs = F.log_softmax(logits.float(), dim=-1)
         stop = kl_divergence(prev, logprobs) < rule.threshold

@@ -84,7 +84,13 @@ def train_step(
         sync = parallel.gradient_sync(last) if parallel is not None else contextlib.nullcontext()
         with sync:
             with autocast(device, dtype):
-                logits = forward(batch.inputs[part], depth, train.grad_depth, row_seeds[part])
+                logits = forward(
+                    batch.inputs[part],
+                    depth,
+                    train.grad_depth,
+                    row_seeds[part],
+                    checkpoint=train.checkpoint_activations,
+                )
             loss = next_token_loss(logits, batch.targets[part])
             (loss / micro_steps).backward()
         total_loss += loss.detach() / micro_steps

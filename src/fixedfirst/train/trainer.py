@@ -23,6 +23,7 @@ on where a run was resumed, and checkpoints need no RNG state.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -36,11 +37,11 @@ from fixedfirst.data.registry import build_source, resolve_data
 from fixedfirst.data.source import BatchSource, rank_rows
 from fixedfirst.errors import UserError
 from fixedfirst.files import write_json_atomic
-from fixedfirst.hardware import measured_peak_flops, resolve_device, resolve_dtype
+from fixedfirst.hardware import choose_threads, measured_peak_flops, resolve_device, resolve_dtype
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.model.memory import check_fits
 from fixedfirst.schedules import Schedule, describe
-from fixedfirst.train import distributed
+from fixedfirst.train import compilation, distributed
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.train.counters import Counters
 from fixedfirst.train.distributed import World, on_main
@@ -127,11 +128,24 @@ class Trainer:
     def _prepare(self, resume: bool, restart: bool) -> None:
         """Build the model and optimizer; resume from a checkpoint or start (over) afresh."""
         config, t = self.config, self.config.train
+
+        # Threads before anything is timed: the peak (and so MFU) is measured with them.
+        processes_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        self.threads, threads_why = choose_threads(t.threads, processes_here)
+        torch.set_num_threads(self.threads)
+        self.peak_flops = measured_peak_flops(self.device.type, self.dtype) * self.world_size
+        self.compiled = compilation.decide(
+            t.compile, self.device, self.budget.flops, self.peak_flops
+        )
+        self._say(
+            f"{self.threads} thread(s) ({threads_why}); "
+            f"{'compiled' if self.compiled.compile else 'eager'} ({self.compiled.reason})"
+        )
+
         torch.manual_seed(t.seed)  # the same initial weights on every rank
         model = LoopedTransformer(config.model).to(self.device)
-        if t.compile:
-            for block in (*model.prelude, *model.core, *model.coda):
-                block.compile()
+        if self.compiled.compile:
+            compilation.compile_blocks(model)
         self.parallel = ParallelModel(model, self.world, t.strategy, self.device, self.dtype)
         self.model = self.parallel.module
         # After sharding: FSDP2 replaces the parameters by sharded ones.
@@ -140,7 +154,6 @@ class Trainer:
         self.metrics = MetricsLog(self.run.metrics_path)
         self.written_before = 0  # complete metrics records before a resume truncated the file
         self.counters = Counters()
-        self.peak_flops = measured_peak_flops(self.device.type, self.dtype) * self.world_size
         self.switch_step = self.schedule.switch_step(self.budget.total_steps)
         # Snapshots are fractions of the FLOP budget when there is one, so compute-matched runs
         # keep their snapshots at the same FLOPs; otherwise of the run's own cost.
@@ -435,6 +448,8 @@ class Trainer:
 
     def _summary(self) -> dict[str, Any]:
         summary = self.counters.summary(describe(self.config.schedule), self.budget)
+        summary["threads"] = self.threads
+        summary["compiled"] = self.compiled.compile
         if self.is_main:
             write_json_atomic(self.run.summary_path, summary)
         return summary

@@ -1,0 +1,89 @@
+"""How a run uses the machine: torch threads, and whether `train.compile = "auto"` compiles.
+
+Speed itself is never asserted here (benchmarks/ measure it); these tests hold the decisions to
+their rules and compiled training to the eager arithmetic.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fixedfirst import hardware
+from fixedfirst.train import compilation
+from fixedfirst.train.trainer import Trainer
+from tests.trainer_helpers import tiny_config, train_records
+
+CPU = torch.device("cpu")
+
+
+def test_threads_come_from_the_config_then_the_environment_then_the_free_cores(monkeypatch):
+    monkeypatch.setattr(hardware, "free_cores", lambda: 6)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert hardware.choose_threads(2) == (2, "train.threads")
+    assert hardware.choose_threads(None) == (3, "OMP_NUM_THREADS")
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert hardware.choose_threads(None)[0] == 6
+    assert hardware.choose_threads(None, processes_here=4)[0] == 1  # 6 // 4
+    assert hardware.choose_threads(None, processes_here=8)[0] == 1  # never 0
+
+
+def test_free_cores_counts_idle_cpus_of_this_process(monkeypatch):
+    cpus = len(hardware.os.sched_getaffinity(0))
+    assert 1 <= hardware.free_cores() <= cpus
+    samples = iter(
+        [
+            {0: (100, 1000), 1: (100, 1000)},
+            {0: (190, 1100), 1: (110, 1100)},  # cpu 0 90% idle, cpu 1 10% idle
+        ]
+    )
+    monkeypatch.setattr(hardware, "_cpu_times", lambda _: next(samples))
+    monkeypatch.setattr(hardware.time, "sleep", lambda _: None)
+    monkeypatch.setattr(hardware.os, "sched_getaffinity", lambda _: {0, 1})
+    assert hardware.free_cores() == 1
+
+
+def test_the_trainer_uses_and_records_its_threads(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # train.threads wins over it
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        summary = Trainer(tiny_config("train.threads=1"), tmp_path / "run", quiet=True).train()
+        assert torch.get_num_threads() == 1
+        assert summary["threads"] == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_auto_compiles_only_runs_long_enough_to_repay_it(monkeypatch):
+    peak = 1e11
+    seconds_repaid = compilation.COLD_COMPILE_S / compilation.STEP_SAVING
+    flops_repaid = seconds_repaid * peak * compilation.EAGER_MFU
+    assert not compilation.decide("auto", CPU, 0.5 * flops_repaid, peak).compile
+    assert compilation.decide("auto", CPU, 2 * flops_repaid, peak).compile
+    assert compilation.decide(True, CPU, 1.0, peak).compile  # asked for: always
+    assert not compilation.decide(False, CPU, 1e30, peak).compile
+    monkeypatch.setattr(compilation.shutil, "which", lambda _: None)  # no C++ compiler
+    decision = compilation.decide("auto", CPU, 1e30, peak)
+    assert not decision.compile and "no compiler" in decision.reason
+
+
+def test_small_runs_stay_eager_by_default(tmp_path):
+    summary = Trainer(tiny_config(), tmp_path / "run", quiet=True).train()
+    assert summary["compiled"] is False
+
+
+def test_compiled_training_takes_the_same_steps_as_eager(tmp_path):
+    """A few steps of the tiny run with compiled blocks: the same losses as eager to 1e-5
+    (fused kernels round differently, so not bit for bit), and the same checkpoint keys."""
+    torch._dynamo.reset()
+    steps = ["train.tokens=640", "train.checkpoint_every=0", "train.threads=1"]
+    eager = Trainer(tiny_config(*steps), tmp_path / "eager", quiet=True)
+    eager.train()
+    compiled = Trainer(tiny_config(*steps, "train.compile=true"), tmp_path / "comp", quiet=True)
+    assert compiled.compiled.compile
+    compiled.train()
+    a, b = train_records(tmp_path / "eager"), train_records(tmp_path / "comp")
+    assert len(a) == len(b) == 5
+    assert [r["loss"] for r in b] == pytest.approx([r["loss"] for r in a], rel=1e-5, abs=1e-5)
+    assert compiled.model.state_dict().keys() == eager.model.state_dict().keys()
