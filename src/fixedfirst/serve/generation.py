@@ -1,4 +1,4 @@
-"""Text in, text out: generation from a served model at a fixed depth or under the KL exit rule.
+"""Text in, text out: generation from a served model at a fixed depth or under an exit rule.
 
 Every prompt starts with the tokenizer's start-of-document id (training documents all follow
 one), and generation stops at its end-of-document id, which is not shown. Text is yielded token by
@@ -17,7 +17,8 @@ import torch
 from fixedfirst.config.limits import MAX_SEED
 from fixedfirst.data.tokenizer import Tokenizer
 from fixedfirst.errors import UserError
-from fixedfirst.serve.adaptive import KLExit, stream_kl_exit
+from fixedfirst.serve.adaptive import stream_adaptive
+from fixedfirst.serve.exit_rules import ExitRule
 from fixedfirst.serve.loading import Served
 
 
@@ -119,7 +120,7 @@ def generate_text(
     prompt: str,
     max_new_tokens: int,
     depth: int | None = None,
-    rule: KLExit | None = None,
+    rule: ExitRule | None = None,
     temperature: float = 0.0,
     seed: int = 0,
 ) -> Iterator[GeneratedToken]:
@@ -132,7 +133,7 @@ def generate_text(
     assert served.tokenizer is not None
     generator = torch.Generator(device=ids.device).manual_seed(seed)
     if rule is not None:
-        steps = stream_kl_exit(served.model, ids, max_new_tokens, rule, temperature, generator)
+        steps = stream_adaptive(served.model, ids, max_new_tokens, rule, temperature, generator)
     else:
         assert depth is not None
         steps = (
