@@ -20,10 +20,15 @@ from dataclasses import dataclass, field
 import torch
 
 from fixedfirst.errors import UserError
-from fixedfirst.serve.adaptive import stream_adaptive
 from fixedfirst.serve.exit_rules import ExitRule
-from fixedfirst.serve.generation import IncrementalDecoder, check_sampling, prompt_ids
+from fixedfirst.serve.generation import (
+    IncrementalDecoder,
+    check_sampling,
+    decode_steps,
+    prompt_ids,
+)
 from fixedfirst.serve.loading import Served
+from fixedfirst.serve.speculative import Speculation, SpeculationStats
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -58,13 +63,14 @@ def generate_batch(
     rule: ExitRule | None = None,
     temperature: float = 0.0,
     seed: int = 0,
+    speculation: Speculation | None = None,
+    stats: SpeculationStats | None = None,
 ) -> list[Completion]:
-    """Decode every prompt in one padded batch, at fixed `depth` or under `rule` (exactly one);
-    each row stops at its end-of-document token or after max_new_tokens. Greedy rows equal
-    what each prompt generates alone; sampled rows share one random stream, so they differ
-    from single-prompt sampling with the same seed."""
-    if (depth is None) == (rule is None):
-        raise ValueError("give exactly one of depth and rule")
+    """Decode every prompt in one padded batch, at fixed `depth` (depth-speculated with
+    `speculation`) or under `rule` (exactly one of depth and rule); each row stops at its
+    end-of-document token or after max_new_tokens. Greedy rows equal what each prompt generates
+    alone; sampled rows share one random stream, so they differ from single-prompt sampling
+    with the same seed."""
     if max_new_tokens < 1:
         raise UserError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
     check_sampling(temperature, seed)
@@ -82,19 +88,18 @@ def generate_batch(
     device = next(served.model.parameters()).device
     ids, pad = left_pad(rows)
     ids, pad = ids.to(device), pad.to(device)
-    generator = torch.Generator(device=device).manual_seed(seed)
-    if rule is not None:
-        steps = stream_adaptive(
-            served.model, ids, max_new_tokens, rule, temperature, generator, pad
-        )
-    else:
-        assert depth is not None
-        steps = (
-            (token, torch.full((len(rows),), depth))
-            for token in served.model.stream(
-                ids, max_new_tokens, depth, temperature, generator, pad
-            )
-        )
+    steps = decode_steps(
+        served.model,
+        ids,
+        max_new_tokens,
+        depth,
+        rule,
+        temperature,
+        seed,
+        speculation,
+        pad,
+        stats,
+    )
     completions = [Completion(p) for p in prompts]
     decoders = [IncrementalDecoder(tokenizer) for _ in prompts]
     ended = [False] * len(prompts)

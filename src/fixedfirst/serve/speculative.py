@@ -48,13 +48,51 @@ DEFAULT_DRAFT_TOKENS = 4
 def check_speculation(depth: int, draft_depth: int, draft_tokens: int) -> None:
     check_depth(depth)
     check_depth(draft_depth)
+    if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, int) or draft_tokens < 1:
+        raise UserError(f"the number of draft tokens must be an integer >= 1, got {draft_tokens}")
     if draft_depth >= depth:
         raise UserError(
             f"the draft depth must be below the serving depth, got draft depth {draft_depth} "
             f"and serving depth {depth}"
         )
-    if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, int) or draft_tokens < 1:
-        raise UserError(f"the number of draft tokens must be an integer >= 1, got {draft_tokens}")
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """Draft `draft_tokens` tokens per round at `draft_depth` (`--speculate D[:N]`)."""
+
+    draft_depth: int
+    draft_tokens: int = DEFAULT_DRAFT_TOKENS
+
+    def __post_init__(self) -> None:
+        check_speculation(self.draft_depth + 1, self.draft_depth, self.draft_tokens)
+
+    @classmethod
+    def parse(cls, text: str) -> Speculation:
+        """'2' or '2:8' (DRAFT_DEPTH[:N_TOKENS]), checked; errors name the flag."""
+        parts = text.split(":")
+        try:
+            if len(parts) > 2:
+                raise ValueError
+            values = [int(p) for p in parts]
+        except ValueError:
+            raise UserError(
+                f"--speculate {text!r}: expected DRAFT_DEPTH[:N_TOKENS], e.g. 2 or 2:8"
+            ) from None
+        try:
+            return cls(*values)
+        except UserError as e:
+            raise UserError(f"--speculate {text}: {e}") from None
+
+    def check(self, depth: int) -> None:
+        """Refuse a draft depth that is not below the serving depth."""
+        try:
+            check_speculation(depth, self.draft_depth, self.draft_tokens)
+        except UserError as e:
+            raise UserError(f"--speculate {self.draft_depth}:{self.draft_tokens}: {e}") from None
+
+    def describe(self) -> str:
+        return f"speculating {self.draft_tokens} tokens at depth {self.draft_depth}"
 
 
 @dataclass
