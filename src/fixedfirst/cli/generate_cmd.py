@@ -51,7 +51,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         type=float,
         metavar="T",
         help="--exit RULE's threshold (defaults: kl 1e-3, Huginn's; entropy 0.01 nats; state "
-        "0.01; argmax 3 iterations)",
+        "0.03; argmax 3 iterations)",
     )
     parser.add_argument(
         "--max-depth",

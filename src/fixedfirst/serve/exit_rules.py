@@ -150,7 +150,7 @@ def relative_change(previous: torch.Tensor, state: torch.Tensor) -> torch.Tensor
 
 @dataclass(frozen=True)
 class StateExit(ExitRule):
-    threshold: float = 1e-2
+    threshold: float = 3e-2
     name: ClassVar[str] = "state"
     label: ClassVar[str] = "state-change"
     reads_out: ClassVar[bool] = False
