@@ -7,10 +7,12 @@ entries by where a layer is applied: ("prelude", layer), ("core", iteration, lay
 n_coda entries.
 
 Padded batches. Prompts of different lengths decode together left-padded: row b's first pad[b]
-columns are padding. `Padding` gives each row its own positions (column - pad[b], so a row sees
-the rotary angles and the initial state it would see alone) and an attention mask that hides the
-pad columns from every real query (docs/design.md §11). A pad column attends to itself only, so
-its garbage stays finite: a query that may attend to nothing would make NaN, and a NaN value
+columns are padding. `Padding` records which columns belong to each row's sequence and gives
+each row its own positions (the number of its columns before, so a row sees the rotary angles
+and the initial state it would see alone) and an attention mask that hides the other columns
+from every real query (docs/design.md §11). Depth-speculative decoding hides a batch row's
+rejected draft columns the same way (`hide`). A hidden column attends to itself only, so its
+garbage stays finite: a query that may attend to nothing would make NaN, and a NaN value
 poisons a weighted sum even at weight zero.
 
 Row subsets. Adaptive exit runs the remaining iterations only for the rows that still iterate
@@ -24,47 +26,82 @@ import torch
 
 
 class Padding:
-    """Left padding of a batch: pad[b] leading columns of row b are not part of its sequence."""
+    """Which columns of each row belong to its sequence: valid[b, c]. Columns beyond the stored
+    width are valid (each new column is a row's next token). Left padding is invalid columns
+    at the start of a row; a batch row of depth-speculative decoding hides the columns of its
+    rejected draft tokens in the middle (`KVCache.hide`)."""
 
-    def __init__(self, pad: torch.Tensor) -> None:
-        self.pad = pad
+    def __init__(self, valid: torch.Tensor) -> None:
+        self.valid = valid
         self._memo: tuple[int, int, torch.Tensor, torch.Tensor] | None = None
 
+    @classmethod
+    def left(cls, pad: torch.Tensor) -> Padding:
+        """pad[b] leading pad columns in row b."""
+        columns = torch.arange(int(pad.max()), device=pad.device)
+        return cls(columns[None, :] >= pad[:, None])
+
     def positions(self, start: int, length: int) -> torch.Tensor:
-        """(B, length) positions of columns start..start+length-1 in each row's own sequence
-        (0 at pad columns, whose values are never read)."""
+        """(B, length) positions of columns start..start+length-1 in each row's own sequence:
+        the number of valid columns before each (what an invalid column gets is never read)."""
         return self._computed(start, length)[2]
 
     def mask(self, start: int, length: int) -> torch.Tensor:
         """(B, 1, length, start + length) boolean attention mask of those columns: causal, no
-        pad column visible except to itself."""
+        invalid column visible except to itself."""
         return self._computed(start, length)[3]
 
     def _computed(self, start: int, length: int) -> tuple[int, int, torch.Tensor, torch.Tensor]:
         # Every layer of a step asks for the same (start, length): computed once per step.
         if self._memo is None or self._memo[:2] != (start, length):
-            device = self.pad.device
-            columns = torch.arange(start, start + length, device=device)
-            positions = (columns[None, :] - self.pad[:, None]).clamp_min(0)
-            keys = torch.arange(start + length, device=device)
-            causal = keys[None, :] <= columns[:, None]  # (length, start + length)
-            real = keys[None, :] >= self.pad[:, None]  # (B, start + length)
+            width = start + length
+            valid = self._valid(width)
+            before = valid.cumsum(1) - valid.long()  # valid columns before each column
+            positions = before[:, start:width]
+            device = valid.device
+            columns = torch.arange(start, width, device=device)
+            keys = torch.arange(width, device=device)
+            causal = keys[None, :] <= columns[:, None]  # (length, width)
             itself = keys[None, :] == columns[:, None]
-            mask = causal[None] & (real[:, None, :] | itself[None])
+            mask = causal[None] & (valid[:, None, :] | itself[None])
             self._memo = (start, length, positions, mask[:, None])
         return self._memo
 
+    def _valid(self, width: int) -> torch.Tensor:
+        valid = self.valid
+        if valid.shape[1] < width:
+            more = valid.new_ones((valid.shape[0], width - valid.shape[1]))
+            self.valid = valid = torch.cat([valid, more], 1)
+        return valid[:, :width]
+
+    def hide(self, first: torch.Tensor, stop: int) -> None:
+        """Make columns first[b]..stop-1 of each row b invalid."""
+        valid = self._valid(stop).clone()
+        columns = torch.arange(stop, device=valid.device)
+        valid &= ~((columns[None, :] >= first[:, None]) & (columns[None, :] < stop))
+        self.valid = valid
+        self._memo = None
+
+    def truncate(self, length: int) -> None:
+        self.valid = self.valid[:, :length]
+        self._memo = None
+
     def rows(self, rows: torch.Tensor) -> Padding:
-        return Padding(self.pad[rows])
+        return Padding(self.valid[rows])
 
 
 class LayerCache:
     """Keys and values of one layer application, grown along the time axis."""
 
-    def __init__(self, padding: Padding | None = None) -> None:
+    def __init__(self, owner: KVCache | None = None) -> None:
         self.keys: torch.Tensor | None = None
         self.values: torch.Tensor | None = None
-        self.padding = padding
+        self.owner = owner
+
+    @property
+    def padding(self) -> Padding | None:
+        """The session's padding (it may appear after the layer: `KVCache.hide`)."""
+        return None if self.owner is None else self.owner.padding
 
     @property
     def length(self) -> int:
@@ -96,12 +133,12 @@ class KVCache:
     def __init__(self, pad: torch.Tensor | None = None) -> None:
         self._layers: dict[tuple, LayerCache] = {}
         self.length = 0
-        """Number of positions (columns, padding included) already processed."""
-        self.padding = Padding(pad) if pad is not None and bool(pad.any()) else None
+        """Number of columns (padding included) already processed."""
+        self.padding = Padding.left(pad) if pad is not None and bool(pad.any()) else None
 
     def layer(self, *key: object) -> LayerCache:
         if key not in self._layers:
-            self._layers[key] = LayerCache(self.padding)
+            self._layers[key] = LayerCache(self)
         return self._layers[key]
 
     def positions(self, length: int) -> torch.Tensor | None:
@@ -113,7 +150,24 @@ class KVCache:
         decoding rolls back the entries of rejected draft tokens this way)."""
         for layer in self._layers.values():
             layer.truncate(length)
+        if self.padding is not None:
+            self.padding.truncate(length)
         self.length = min(self.length, length)
+
+    def hide(self, first: torch.Tensor, stop: int) -> None:
+        """Hide columns first[b]..stop-1 of each row b from every later query, as padding is
+        hidden: a batch row's rejected draft tokens, when other rows kept theirs."""
+        if self.padding is None:
+            self.padding = Padding(first.new_ones((first.shape[0], stop), dtype=torch.bool))
+        self.padding.hide(first, stop)
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep only the batch rows `rows` (1-D indices), in every layer application."""
+        for layer in self._layers.values():
+            if layer.keys is not None and layer.values is not None:
+                layer.keys, layer.values = layer.keys[rows], layer.values[rows]
+        if self.padding is not None:
+            self.padding = self.padding.rows(rows)
 
     @property
     def num_entries(self) -> int:

@@ -25,10 +25,12 @@ removed from every layer application's cache (`KVCache.truncate`); every entry k
 from accepted tokens only (causality), so the cache is exactly what plain decoding at depth K
 would hold. The next round drafts from z_{a+1}.
 
-Batches decode in lock step: a round keeps the shortest accepted prefix over the rows (rows that
-agreed further redraft those tokens next round, and get the same tokens, since draft and verifier
-are deterministic), so the cache stays one length for every row. `SpeculationStats` counts the
-per-row agreement (the draft's quality) and what the batch kept.
+Batches. Rows agree with their verifier for different lengths. A round keeps the inputs up to
+the longest agreement over the rows, and a row that agreed less hides the columns of its
+rejected inputs from every later query (`KVCache.hide`, the mechanism of left padding: the
+row's positions count only its visible columns), so every row advances by its own agreement
+plus one. Rows that have all their tokens leave the batch and the cache (`select_rows`); the
+others go on. `SpeculationStats` counts drafts, agreement and hidden columns.
 """
 
 from __future__ import annotations
@@ -97,33 +99,28 @@ class Speculation:
 
 @dataclass
 class SpeculationStats:
-    """What depth-speculative decoding did, summed over rounds (and rows)."""
+    """What depth-speculative decoding did, summed over rounds and rows."""
 
     rounds: int = 0
     drafted: int = 0
-    """Draft tokens proposed, summed over rows."""
+    """Draft tokens proposed (N per row per round)."""
     agreed: int = 0
-    """Draft tokens that matched the verifier before their row's first mismatch, summed over
-    rows."""
-    kept: int = 0
-    """Draft tokens kept (each round: the shortest agreement over the rows), summed over rows."""
+    """Draft tokens that matched the verifier before their row's first mismatch."""
+    hidden: int = 0
+    """Columns hidden in rows that agreed less than the batch's best row that round."""
     emitted: int = 0
-    """Tokens produced per row (the prefill's first token and plain steps included)."""
+    """Tokens produced (the prefill's first token and plain steps included)."""
     reused_iterations: int = 0
-    """Token-iterations of the core (per row) the verifier took from the draft."""
+    """Token-iterations of the core the verifier took from the draft."""
     verified_iterations: int = 0
-    """Token-iterations the verifier ran itself (per row)."""
+    """Token-iterations the verifier ran itself."""
     draft_iterations: int = 0
-    """Token-iterations the draft ran (per row; the reused ones among them)."""
+    """Token-iterations the draft ran (the reused ones among them)."""
 
     @property
     def acceptance_rate(self) -> float:
-        """The share of draft tokens the verifier agreed with (per row)."""
+        """The share of draft tokens the verifier agreed with."""
         return self.agreed / self.drafted if self.drafted else float("nan")
-
-    @property
-    def kept_rate(self) -> float:
-        return self.kept / self.drafted if self.drafted else float("nan")
 
 
 @torch.no_grad()
@@ -170,45 +167,81 @@ def stream_speculative(
     check_prompt(model, prompt, max_new_tokens)
     stats = stats if stats is not None else SpeculationStats()
     cache = cache if cache is not None else KVCache(pad)
+    batch = prompt.shape[0]
+    out = prompt.new_empty((batch, max_new_tokens))  # each row's tokens, as they are decided
+    filled = torch.zeros(batch, dtype=torch.long, device=prompt.device)
+    rows = torch.arange(batch, device=prompt.device)  # the rows still decoding
     token = model.decode_step(prompt, depth, cache)[:, -1].argmax(-1, keepdim=True)
-    stats.emitted += 1
-    yield token
-    emitted = 1
-    while emitted < max_new_tokens:
-        n = min(draft_tokens, max_new_tokens - emitted - 1)
-        if n == 0:  # one token left: a plain step
+    yielded = 0
+    out[:, 0] = token[:, 0]
+    filled += 1
+    stats.emitted += batch
+    while True:
+        ready = int(filled.min())
+        while yielded < ready:  # every row has decided this column
+            yield out[:, yielded : yielded + 1]
+            yielded += 1
+        going = filled[rows] < max_new_tokens
+        if not bool(going.any()):
+            return
+        if not bool(going.all()):  # finished rows leave the batch (and the cache)
+            keep = going.nonzero()[:, 0]
+            cache.select_rows(keep)
+            rows, token = rows[keep], token[keep]
+        left = max_new_tokens - filled[rows]
+        n = min(draft_tokens, int(left.min()) - 1)
+        if n == 0:  # a row has one token left: a plain step
             token = model.decode_step(token, depth, cache)[:, -1].argmax(-1, keepdim=True)
-            stats.emitted += 1
-            emitted += 1
-            yield token
+            out[rows, filled[rows]] = token[:, 0]
+            filled[rows] += 1
+            stats.emitted += rows.numel()
             continue
-        start = cache.length
-        inputs, states, injections = _draft(model, token, cache, draft_depth, n)
-        chunk = torch.cat(inputs, 1)  # (B, n + 1): the token and the n drafts
-        if reuse:
-            for i in range(model.config.n_coda):  # the draft's readouts are not kept
-                cache.layer("coda", i).truncate(start)
-            for j in range(draft_depth, depth):
-                states = model._iteration(states, injections, j, cache)
-            logits = model._readout(states, cache)
-            stats.reused_iterations += draft_depth * (n + 1)
-            stats.verified_iterations += (depth - draft_depth) * (n + 1)
-        else:
-            cache.truncate(start)
-            logits = model.decode_step(chunk, depth, cache)
-            stats.verified_iterations += depth * (n + 1)
-        cache.length = start + n + 1
-        stats.draft_iterations += draft_depth * (n + 1)
-        verified = logits.argmax(-1)  # (B, n + 1): depth K's next token after each input
-        agree = (chunk[:, 1:] == verified[:, :n]).long().cumprod(1).sum(1)  # (B,)
-        kept = int(agree.min())
-        cache.truncate(start + kept + 1)  # roll back the inputs after the kept drafts
-        stats.rounds += 1
-        stats.drafted += n * chunk.shape[0]
-        stats.agreed += int(agree.sum())
-        stats.kept += kept * chunk.shape[0]
-        stats.emitted += kept + 1
-        for i in range(kept + 1):
-            emitted += 1
-            yield verified[:, i : i + 1]
-        token = verified[:, kept : kept + 1]
+        decided = _round(model, token, cache, depth, draft_depth, n, reuse, stats)
+        for row, tokens in zip(rows.tolist(), decided, strict=True):
+            out[row, filled[row] : filled[row] + tokens.numel()] = tokens
+            filled[row] += tokens.numel()
+        token = torch.stack([t[-1:] for t in decided])
+
+
+def _round(
+    model: LoopedTransformer,
+    token: torch.Tensor,
+    cache: KVCache,
+    depth: int,
+    draft_depth: int,
+    n: int,
+    reuse: bool,
+    stats: SpeculationStats,
+) -> list[torch.Tensor]:
+    """One round of draft, verify, accept and roll back for the rows of `token` (R, 1); returns
+    each row's new tokens (its agreeing drafts and depth K's next token)."""
+    start = cache.length
+    inputs, states, injections = _draft(model, token, cache, draft_depth, n)
+    chunk = torch.cat(inputs, 1)  # (R, n + 1): the token and the n drafts
+    if reuse:
+        for i in range(model.config.n_coda):  # the draft's readouts are not kept
+            cache.layer("coda", i).truncate(start)
+        for j in range(draft_depth, depth):
+            states = model._iteration(states, injections, j, cache)
+        logits = model._readout(states, cache)
+        stats.reused_iterations += draft_depth * chunk.numel()
+        stats.verified_iterations += (depth - draft_depth) * chunk.numel()
+    else:
+        cache.truncate(start)
+        logits = model.decode_step(chunk, depth, cache)
+        stats.verified_iterations += depth * chunk.numel()
+    cache.length = start + n + 1
+    stats.draft_iterations += draft_depth * chunk.numel()
+    verified = logits.argmax(-1)  # (R, n + 1): depth K's next token after each input
+    agree = (chunk[:, 1:] == verified[:, :n]).long().cumprod(1).sum(1)  # (R,)
+    best = int(agree.max())
+    cache.truncate(start + best + 1)  # roll back the inputs after every row's kept drafts
+    behind = agree < best
+    if bool(behind.any()):  # rows that kept fewer hide their rejected inputs' columns
+        cache.hide(start + agree + 1, start + best + 1)
+        stats.hidden += int((best - agree).sum())
+    stats.rounds += 1
+    stats.drafted += n * chunk.shape[0]
+    stats.agreed += int(agree.sum())
+    stats.emitted += int((agree + 1).sum())
+    return [verified[r, : int(a) + 1] for r, a in enumerate(agree)]
