@@ -9,15 +9,14 @@ code under test, not its bookkeeping (no cache growth, truncation or copying).
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 import torch.nn.functional as F
 
 from fixedfirst.errors import UserError
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.serve import KLExit, kl_divergence, stream_kl_exit, teacher_forced_kl_exit
+from fixedfirst.serve import KLExit, stream_kl_exit, teacher_forced_kl_exit
+from fixedfirst.serve.exit_rules import exit_rule
 from tests.conftest import tiny_model_config
 
 MAX_DEPTH = 6
@@ -36,6 +35,7 @@ class _SubstitutingLayer:
     the iteration they stopped at."""
 
     length = 0
+    padding = None
 
     def __init__(self, store: dict, iteration: int, layer: int, depths: list[int]) -> None:
         self.store, self.iteration, self.layer, self.depths = store, iteration, layer, depths
@@ -69,6 +69,7 @@ def reference_exit(model, tokens: torch.Tensor, earlier: list[int], rule: KLExit
     e = model._prelude(tokens)
     state = model._initial_state(e, 0, deterministic=True)
     exit_states = state.clone()
+    initial = state[:, -1].clone()
     injection = model._injection(e)
     last = []
     for k in range(1, rule.max_depth + 1):
@@ -77,16 +78,16 @@ def reference_exit(model, tokens: torch.Tensor, earlier: list[int], rule: KLExit
             if depths[t] == k:
                 exit_states[:, t] = state[:, t]
         last.append(state[:, -1].clone())
-    vocab = model.config.vocab_size
-    prev = torch.full((1, vocab), -math.log(vocab), dtype=torch.float32)
+    # The rule's decision itself (its tracker) is checked on hand-computed cases in
+    # test_exit_rules.py; here it is fed what a full recomputation gives at every depth.
+    tracker = rule.tracker(initial, model.config.vocab_size)
     for k in range(1, rule.max_depth + 1):
         x = exit_states.clone()
         x[:, -1] = last[k - 1]
         logits = model._readout(x)[:, -1]
         logprobs = F.log_softmax(logits.float(), -1)
-        if k == rule.max_depth or kl_divergence(prev, logprobs).item() < rule.threshold:
+        if bool(tracker.update(torch.tensor([0]), last[k - 1], logprobs)) or k == rule.max_depth:
             return k, logits
-        prev = logprobs
     raise AssertionError("unreachable")
 
 
@@ -113,14 +114,20 @@ def cached_generate(model, prompt: torch.Tensor, n: int, rule: KLExit):
 
 # Thresholds at which these tiny random models' tokens stop at a mix of depths (checked below):
 # an untrained model's distributions are close to uniform, so its KLs are small.
-VARIANTS = [({}, 1e-3), ({"norm": "sandwich", "n_coda": 2}, 2e-3), ({"n_coda": 0}, 5e-3)]
-SANDWICH, THRESHOLD = VARIANTS[1]
+VARIANTS = [
+    ({}, KLExit(1e-3, MAX_DEPTH)),
+    ({"norm": "sandwich", "n_coda": 2}, KLExit(2e-3, MAX_DEPTH)),
+    ({"n_coda": 0}, KLExit(5e-3, MAX_DEPTH)),
+    ({"norm": "sandwich", "n_coda": 2}, exit_rule("entropy", 1e-3, MAX_DEPTH)),
+    ({"norm": "sandwich", "n_coda": 2}, exit_rule("state", 0.3, MAX_DEPTH)),
+    ({"norm": "sandwich", "n_coda": 2}, exit_rule("argmax", 2, MAX_DEPTH)),
+]
+SANDWICH, THRESHOLD = VARIANTS[1][0], VARIANTS[1][1].threshold
 
 
-@pytest.mark.parametrize(("overrides", "threshold"), VARIANTS)
-def test_cached_kl_exit_equals_recomputation(overrides, threshold):
+@pytest.mark.parametrize(("overrides", "rule"), VARIANTS, ids=lambda v: getattr(v, "name", ""))
+def test_cached_exit_equals_recomputation(overrides, rule):
     model = build(**overrides)
-    rule = KLExit(threshold, MAX_DEPTH)
     prompt = torch.randint(0, 61, (1, 5), generator=torch.Generator().manual_seed(1))
     tokens, depths = cached_generate(model, prompt, 14, rule)
     ref_tokens, ref_depths = reference_generate(model, prompt, 14, rule)
@@ -130,10 +137,11 @@ def test_cached_kl_exit_equals_recomputation(overrides, threshold):
     assert min(ref_depths) < MAX_DEPTH
 
 
-def test_batch_rows_stop_independently():
-    """Rows of one batch stop at different depths; each equals its own single-row decoding."""
+@pytest.mark.parametrize("rule", [v[1] for v in VARIANTS[1:]], ids=lambda r: r.name)
+def test_batch_rows_stop_independently(rule):
+    """Rows of one batch stop at different depths (a row that stopped is not iterated further:
+    the batch shrinks to the rows still iterating); each equals its own single-row decoding."""
     model = build(**SANDWICH)
-    rule = KLExit(THRESHOLD, MAX_DEPTH)
     prompts = torch.randint(0, 61, (3, 4), generator=torch.Generator().manual_seed(2))
     tokens, depths = cached_generate(model, prompts, 10, rule)
     assert (depths.min(0).values != depths.max(0).values).any()

@@ -97,3 +97,14 @@ def test_cpu_run_preset_is_the_sweeps_fixed_first_run_with_tensorboard():
     assert preset.train.log_to == ["tensorboard"]
     preset.train.log_to = []
     assert preset.to_dict() == run.to_dict()
+
+
+def test_chains_cpu_config_is_the_chains_experiments_fixed_first_run():
+    """configs/chains-cpu.toml (the serving benchmark's chains run) trains what `fixedfirst
+    chains` trains as fixed-first-4-0.8-seed0."""
+    from fixedfirst.data.registry import resolve_data
+    from fixedfirst.experiments.chains.experiment import load_preset
+
+    config = resolve_data(load_config(CONFIGS / "chains-cpu.toml"))
+    run = resolve_data(load_preset("default").run_config("fixed-first-4-0.8", 0))
+    assert config.to_dict() == run.to_dict()

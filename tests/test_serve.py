@@ -91,6 +91,39 @@ def test_generate_with_kl_exit_reports_the_mean_depth(text_run, served, capsys):
     assert "KL exit (threshold 0.01, max depth 5)" in err
 
 
+def test_speculate_prints_the_plain_greedy_text(text_run, capsys):
+    args = ["generate", text_run / "run", "--prompt", "the river", "--max-new-tokens", "40"]
+    code, plain, _ = run_cli(capsys, *args, "--depth", "6")
+    assert code == 0
+    code, drafted, err = run_cli(capsys, *args, "--speculate", "2:3")
+    assert code == 0 and drafted == plain
+    assert "depth 6, speculating 3 tokens at depth 2: " in err and "% accepted (" in err
+
+
+@pytest.mark.parametrize("extra", [["--depth", "4"], ["--exit", "argmax", "--threshold", "2"]])
+def test_several_prompts_decode_as_one_batch(text_run, served, capsys, extra):
+    prompts = ["the river", "a", "quartz lamp"]
+    args = [a for p in prompts for a in ("--prompt", p)]
+    code, out, err = run_cli(
+        capsys, "generate", text_run / "run", *args, *extra, "--max-new-tokens", "12"
+    )
+    assert code == 0 and "from 3 prompts in one batch" in err
+    expected = ""
+    for number, prompt in enumerate(prompts, 1):
+        alone = run_cli(
+            capsys,
+            "generate",
+            text_run / "run",
+            "--prompt",
+            prompt,
+            *extra,
+            "--max-new-tokens",
+            "12",
+        )[1]
+        expected += f"--- {number}: {prompt!r}\n{alone}"
+    assert out == expected
+
+
 def test_default_depth_is_the_deepest_training_depth(text_run, capsys):
     code, _, err = run_cli(
         capsys, "generate", text_run / "run", "--prompt", "a", "--max-new-tokens", "3"
@@ -186,7 +219,16 @@ BAD = [
     (["--exit", "kl", "--threshold", "nan"], "threshold must be a finite number >= 0"),
     (["--exit", "kl", "--max-depth", "0"], "depth must be an integer >= 1"),
     (["--exit", "kl", "--depth", "4"], "not both"),
-    (["--threshold", "0.01"], "go with --exit kl"),
+    (["--threshold", "0.01"], "go with --exit RULE"),
+    (["--exit", "latent"], "--exit 'latent': unknown exit rule; choose one of kl, entropy"),
+    (["--exit", "argmax", "--threshold", "1"], "argmax threshold"),
+    (["--exit", "state", "--threshold", "inf"], "state-change threshold must be a finite"),
+    (["--speculate", "6"], "draft depth must be below the serving depth, got draft depth 6 and"),
+    (["--speculate", "2", "--depth", "2"], "--speculate 2:4: the draft depth must be below"),
+    (["--speculate", "2:0"], "--speculate 2:0: the number of draft tokens must be an integer"),
+    (["--speculate", "two"], "--speculate 'two': expected DRAFT_DEPTH[:N_TOKENS]"),
+    (["--speculate", "2", "--exit", "kl"], "give either --speculate"),
+    (["--speculate", "2", "--temperature", "0.5"], "--speculate decodes greedily"),
     (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
     (["--temperature", "-1"], "--temperature must be 0 (greedy) or in [0.0001, 100], got -1.0"),
     (["--max-new-tokens", "60"], "at most 54 new tokens fit"),

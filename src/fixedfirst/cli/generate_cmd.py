@@ -1,7 +1,10 @@
-"""`fixedfirst generate`: stream text from a run (or an export) at a fixed depth or with KL exit.
+"""`fixedfirst generate`: stream text from a run (or an export) at a fixed depth, depth-speculated,
+or under a per-token exit rule; several prompts decode as one padded batch.
 
-The text goes to stdout, flushed after every token; a summary line (tokens, depth or mean depth
-used, tokens/s) goes to stderr, so `fixedfirst generate ... > out.txt` keeps only the text.
+The text goes to stdout, flushed after every token (with several prompts: each completion after
+a header line once the batch is done); a summary line (tokens, depth or mean depth used,
+speculation's acceptance, tokens/s) goes to stderr, so `fixedfirst generate ... > out.txt` keeps
+only the text.
 """
 
 from __future__ import annotations
@@ -17,7 +20,13 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "run_dir", metavar="RUN", help="a run directory, or a directory written by export"
     )
-    parser.add_argument("--prompt", required=True, metavar="TEXT", help="the text to continue")
+    parser.add_argument(
+        "--prompt",
+        required=True,
+        action="append",
+        metavar="TEXT",
+        help="the text to continue; repeat it to decode several prompts as one padded batch",
+    )
     parser.add_argument(
         "--depth",
         type=int,
@@ -25,21 +34,30 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="serving depth (default: the deepest depth the run trained at)",
     )
     parser.add_argument(
+        "--speculate",
+        metavar="DRAFT_DEPTH[:N]",
+        help="depth-speculative greedy decoding: draft N tokens (default 4) at DRAFT_DEPTH, "
+        "verify them at the serving depth; the same tokens as plain greedy decoding, faster",
+    )
+    parser.add_argument(
         "--exit",
-        choices=["kl"],
-        help="per-token adaptive depth: iterate until the next-token distribution settles",
+        metavar="RULE",
+        help="per-token adaptive depth: iterate until RULE says the token settled: kl, entropy "
+        "(entropy change), state (relative change of the recurrent state), argmax (the same "
+        "argmax for the last THRESHOLD iterations)",
     )
     parser.add_argument(
         "--threshold",
         type=float,
         metavar="T",
-        help="--exit kl: stop when KL(previous || current) < T (default 1e-3, Huginn's)",
+        help="--exit RULE's threshold (defaults: kl 1e-3, Huginn's; entropy 0.01 nats; state "
+        "0.03; argmax 3 iterations)",
     )
     parser.add_argument(
         "--max-depth",
         type=int,
         metavar="K",
-        help="--exit kl: never iterate more than K times (default: the deepest training depth)",
+        help="--exit: never iterate more than K times (default: the deepest training depth)",
     )
     parser.add_argument(
         "--max-new-tokens",
@@ -57,60 +75,127 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def check_flags(args: argparse.Namespace):
+    """Refuse contradictory or bad flags in one line before the model is loaded; return the
+    parsed --speculate (or None)."""
     from fixedfirst.errors import UserError
-    from fixedfirst.hardware import resolve_device
     from fixedfirst.model import check_depth
-    from fixedfirst.serve.adaptive import DEFAULT_THRESHOLD, KLExit
-    from fixedfirst.serve.generation import (
-        check_sampling,
-        check_utf8,
-        generate_text,
-        room_after,
-    )
-    from fixedfirst.serve.loading import load_served
+    from fixedfirst.serve.exit_rules import EXIT_RULES, exit_rule
+    from fixedfirst.serve.generation import check_sampling, check_utf8
+    from fixedfirst.serve.speculative import Speculation
 
     if args.exit is None and (args.threshold is not None or args.max_depth is not None):
-        raise UserError("--threshold and --max-depth go with --exit kl")
+        raise UserError("--threshold and --max-depth go with --exit RULE")
     if args.exit is not None and args.depth is not None:
-        raise UserError("give either --depth K (fixed depth) or --exit kl, not both")
+        raise UserError("give either --depth K (fixed depth) or --exit RULE, not both")
+    if args.exit is not None and args.speculate is not None:
+        raise UserError("give either --speculate (fixed depth, drafted) or --exit RULE, not both")
+    if args.exit is not None and args.exit not in EXIT_RULES:
+        raise UserError(
+            f"--exit {args.exit!r}: unknown exit rule; choose one of {', '.join(EXIT_RULES)}"
+        )
     for given in (args.depth, args.max_depth):
         if given is not None:
             check_depth(given)
-    threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
-    KLExit(threshold)  # a bad threshold is refused before the model is loaded
+    if args.exit is not None:  # a bad threshold is refused before the model is loaded
+        exit_rule(args.exit, args.threshold, args.max_depth or 1)
+    speculation = None
+    if args.speculate is not None:
+        if args.temperature != 0:
+            raise UserError(
+                f"--speculate decodes greedily; it takes --temperature 0, got {args.temperature}"
+            )
+        speculation = Speculation.parse(args.speculate)
+        if args.depth is not None:  # else against the run's default depth, once loaded
+            speculation.check(args.depth)
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise UserError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     check_sampling(args.temperature, args.seed)
-    check_utf8(args.prompt)
+    for prompt in args.prompt:
+        check_utf8(prompt)
+    return speculation
+
+
+def run(args: argparse.Namespace) -> int:
+    from fixedfirst.hardware import resolve_device
+    from fixedfirst.serve.batching import generate_batch
+    from fixedfirst.serve.exit_rules import exit_rule
+    from fixedfirst.serve.generation import generate_text, room_after
+    from fixedfirst.serve.loading import load_served
+    from fixedfirst.serve.speculative import SpeculationStats
+
+    speculation = check_flags(args)
     served = load_served(args.run_dir, args.checkpoint, resolve_device(args.device))
     depth = rule = None
-    if args.exit == "kl":
+    if args.exit is not None:
         max_depth = served.default_depth if args.max_depth is None else args.max_depth
-        rule = KLExit(threshold, max_depth)
+        rule = exit_rule(args.exit, args.threshold, max_depth)
     else:
         depth = served.default_depth if args.depth is None else args.depth
+    if speculation is not None:
+        assert depth is not None
+        speculation.check(depth)
     max_new_tokens = args.max_new_tokens
     if max_new_tokens is None:
-        max_new_tokens = max(1, min(DEFAULT_MAX_NEW_TOKENS, room_after(served, args.prompt)))
+        room = min(room_after(served, p) for p in args.prompt)
+        max_new_tokens = max(1, min(DEFAULT_MAX_NEW_TOKENS, room))
+    stats = SpeculationStats()
     start = time.perf_counter()
     depths: list[int] = []
-    for step in generate_text(
-        served, args.prompt, max_new_tokens, depth, rule, args.temperature, args.seed
-    ):
-        depths.append(step.depth)
-        sys.stdout.write(step.text)
-        sys.stdout.flush()
+    if len(args.prompt) == 1:
+        for step in generate_text(
+            served,
+            args.prompt[0],
+            max_new_tokens,
+            depth,
+            rule,
+            args.temperature,
+            args.seed,
+            speculation,
+            stats,
+        ):
+            depths.append(step.depth)
+            sys.stdout.write(step.text)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+    else:
+        completions = generate_batch(
+            served,
+            args.prompt,
+            max_new_tokens,
+            depth,
+            rule,
+            args.temperature,
+            args.seed,
+            speculation,
+            stats,
+        )
+        for number, done in enumerate(completions, 1):
+            sys.stdout.write(f"--- {number}: {done.prompt!r}\n{done.text}\n")
+            depths.extend(done.depths)
     seconds = time.perf_counter() - start
-    sys.stdout.write("\n")
     sys.stdout.flush()
-    rate = f"{len(depths) / seconds:,.1f} tokens/s" if seconds > 0 else ""
+    line = summary(args, depths, seconds, depth, rule, speculation, stats)
+    print(f"[{served.description}: {line}]", file=sys.stderr)
+    return 0
+
+
+def summary(args, depths: list[int], seconds: float, depth, rule, speculation, stats) -> str:
+    """Tokens, what served them, and how fast: the stderr line after the text."""
+    parts = [f"{len(depths)} token{'' if len(depths) == 1 else 's'}"]
+    if len(args.prompt) > 1:
+        parts[0] += f" from {len(args.prompt)} prompts in one batch"
     if rule is not None:
         mean = sum(depths) / len(depths) if depths else float("nan")
         spread = f", min {min(depths)}, max {max(depths)}" if depths else ""
-        used = f"{rule.describe()}: mean depth {mean:.2f}{spread}"
+        parts.append(f"{rule.describe()}: mean depth {mean:.2f}{spread}")
     else:
-        used = f"depth {depth}"
-    count = f"{len(depths)} token{'' if len(depths) == 1 else 's'}"
-    print(f"[{served.description}: {count}, {used}, {rate}]", file=sys.stderr)
-    return 0
+        parts.append(f"depth {depth}")
+    if speculation is not None and stats.rounds:
+        parts.append(
+            f"{speculation.describe()}: {stats.acceptance_rate:.0%} accepted "
+            f"({stats.agreed} of {stats.drafted} in {stats.rounds} rounds)"
+        )
+    if seconds > 0:
+        parts.append(f"{len(depths) / seconds:,.1f} tokens/s")
+    return ", ".join(parts)

@@ -63,10 +63,22 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(
                 f"position {start + T - 1} is beyond model.max_seq_len = {self.max_seq_len}"
             )
-        compute = torch.float64 if x.dtype == torch.float64 else torch.float32
         shape = (T, *(1,) * (x.dim() - 3), self.cos.shape[-1])
-        cos = self.cos[start : start + T].to(compute).view(shape)
-        sin = self.sin[start : start + T].to(compute).view(shape)
+        return self._turn(x, self.cos[start : start + T], self.sin[start : start + T], shape)
+
+    def rotate_at(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Rotate x (B, T, ..., head_dim) with row b's column t at position positions[b, t]:
+        the rows of a padded batch, each at its own positions (the same angles, gathered, so a
+        row is rotated exactly as `rotate` would rotate it alone). A position beyond the table
+        is an IndexError of the gather (no check here: it would cost a host sync per call)."""
+        shape = (*positions.shape, *(1,) * (x.dim() - 3), self.cos.shape[-1])
+        return self._turn(x, self.cos[positions], self.sin[positions], shape)
+
+    def _turn(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, shape: tuple[int, ...]
+    ) -> torch.Tensor:
+        compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+        cos, sin = cos.to(compute).view(shape), sin.to(compute).view(shape)
         pairs = x.to(compute).unflatten(-1, (-1, 2))
         if torch.compiler.is_compiling():
             # Inductor fuses this into one loop, but generates no code for complex numbers.
@@ -92,11 +104,18 @@ class CausalSelfAttention(nn.Module):
         # a zero tensor per piece and adds them up).
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, D // self.n_heads).unbind(2)
         start = cache.length if cache is not None else 0
-        q, k = rotary.rotate(q, start).transpose(1, 2), rotary.rotate(k, start).transpose(1, 2)
-        v = v.transpose(1, 2)  # (B, H, T, hd) like q and k
+        padding = cache.padding if cache is not None else None
+        if padding is None:
+            q, k = rotary.rotate(q, start), rotary.rotate(k, start)
+        else:  # a left-padded batch: every row at its own positions (model/kv_cache.py)
+            positions = padding.positions(start, T)
+            q, k = rotary.rotate_at(q, positions), rotary.rotate_at(k, positions)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, hd)
         if cache is not None:
             k, v = cache.append(k, v)
-        if start == 0:
+        if padding is not None:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=padding.mask(start, T))
+        elif start == 0:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         elif T == 1:  # one new token attends to everything cached
             y = F.scaled_dot_product_attention(q, k, v)

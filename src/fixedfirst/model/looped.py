@@ -103,10 +103,15 @@ class LoopedTransformer(nn.Module):
         start: int,
         deterministic: bool,
         state_seeds: Sequence[int] | None = None,
+        positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """positions: (B, T) each row's own positions in a padded batch (model/kv_cache.py);
+        the evaluation state is drawn per position, so a row starts from what it would alone."""
         if self.config.state_init == "zeros":
             return torch.zeros_like(e)
         if deterministic:
+            if positions is not None:
+                return self.eval_state[positions].to(e.dtype)
             T = e.shape[1]
             return self.eval_state[start : start + T].to(e.dtype).expand_as(e)
         std = self.state_std
@@ -257,8 +262,9 @@ class LoopedTransformer(nn.Module):
     def decode_step(self, tokens: torch.Tensor, depth: int, cache: KVCache) -> torch.Tensor:
         """Process the next tokens (B, T) after what `cache` holds; return their logits."""
         start = cache.length
+        positions = cache.positions(tokens.shape[1])
         e = self._prelude(tokens, cache)
-        state = self._initial_state(e, start, deterministic=True)
+        state = self._initial_state(e, start, deterministic=True, positions=positions)
         injection = self._injection(e)
         for i in range(depth):
             state = self._iteration(state, injection, i, cache)
@@ -274,8 +280,12 @@ class LoopedTransformer(nn.Module):
         depth: int,
         temperature: float = 0.0,
         generator: torch.Generator | None = None,
+        pad: torch.Tensor | None = None,
     ) -> Iterator[torch.Tensor]:
-        """Yield the next token (B, 1) one at a time, decoding with a per-iteration KV cache."""
+        """Yield the next token (B, 1) one at a time, decoding with a per-iteration KV cache.
+
+        pad: (B,) leading pad columns of each row of a left-padded prompt: row b then decodes
+        as prompt[b, pad[b]:] would alone (its own positions, padding masked out)."""
         check_depth(depth)
         if prompt.dim() != 2 or prompt.shape[1] == 0:
             raise UserError("prompt must be a (batch, length) tensor with length >= 1")
@@ -285,7 +295,7 @@ class LoopedTransformer(nn.Module):
                 f"prompt + new tokens = {total} exceeds model.max_seq_len = "
                 f"{self.config.max_seq_len}"
             )
-        cache = KVCache()
+        cache = KVCache(pad)
         logits = self.decode_step(prompt, depth, cache)
         for n in range(max_new_tokens):
             token = sample_next(logits[:, -1], temperature, generator)
@@ -300,9 +310,10 @@ class LoopedTransformer(nn.Module):
         depth: int,
         temperature: float = 0.0,
         generator: torch.Generator | None = None,
+        pad: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """prompt (B, T) -> (B, T + max_new_tokens). temperature 0 is greedy (argmax)."""
-        new = list(self.stream(prompt, max_new_tokens, depth, temperature, generator))
+        new = list(self.stream(prompt, max_new_tokens, depth, temperature, generator, pad))
         return torch.cat([prompt, *new], dim=1)
 
     def parameter_counts(self) -> dict[str, int]:

@@ -1,18 +1,32 @@
-"""Serving a trained looped model: adaptive-depth generation, export, and the tokenizer it needs.
+"""Serving a trained looped model: adaptive-depth and depth-speculative generation, batches,
+export, and the tokenizer it needs.
 
-`stream_kl_exit` decodes with the per-token KL exit rule (`KLExit`); `load_served` opens a run
-directory or an exported one as a model plus its tokenizer; `export_run` writes a run's weights,
-configuration and tokenizer into a directory that `fixedfirst.load` restores for inference;
-`serve.hf` writes the same checkpoint as a Hugging Face transformers model (`--format hf`).
+`stream_adaptive` decodes with a per-token exit rule (`KLExit`, `EntropyExit`, `StateExit`,
+`ArgmaxExit`; `exit_rule(name, ...)`); `generate_batch` decodes prompts of different lengths as
+one padded batch; `load_served` opens a run directory or an exported one as a model plus its
+tokenizer; `export_run` writes a run's weights, configuration and tokenizer into a directory that
+`fixedfirst.load` restores for inference; `serve.hf` writes the same checkpoint as a Hugging Face
+transformers model (`--format hf`).
 """
 
 from fixedfirst.serve.adaptive import (
     AdaptiveStep,
-    KLExit,
     adaptive_step,
-    kl_divergence,
+    stream_adaptive,
     stream_kl_exit,
+    teacher_forced_exit,
     teacher_forced_kl_exit,
+)
+from fixedfirst.serve.batching import Completion, generate_batch, left_pad
+from fixedfirst.serve.exit_rules import (
+    EXIT_RULES,
+    ArgmaxExit,
+    EntropyExit,
+    ExitRule,
+    KLExit,
+    StateExit,
+    exit_rule,
+    kl_divergence,
 )
 from fixedfirst.serve.export import export_run
 from fixedfirst.serve.exported import load
@@ -21,16 +35,27 @@ from fixedfirst.serve.loading import Served, load_served
 from fixedfirst.serve.scoring import score_pairs
 
 __all__ = [
+    "EXIT_RULES",
     "AdaptiveStep",
+    "ArgmaxExit",
+    "Completion",
+    "EntropyExit",
+    "ExitRule",
     "KLExit",
     "Served",
+    "StateExit",
     "adaptive_step",
+    "exit_rule",
     "export_run",
+    "generate_batch",
     "generate_text",
     "kl_divergence",
+    "left_pad",
     "load",
     "load_served",
     "score_pairs",
+    "stream_adaptive",
     "stream_kl_exit",
+    "teacher_forced_exit",
     "teacher_forced_kl_exit",
 ]

@@ -1,15 +1,10 @@
-"""Per-token adaptive depth: stop iterating the core once the next-token distribution settles.
+"""Per-token adaptive depth: stop iterating the core once an exit rule says the token settled.
 
 A looped model can spend more iterations on hard tokens and fewer on easy ones (Geiping et al.
-2025, "Huginn", zero-shot adaptive compute). The exit rule, for each new token:
-
-    after core iteration k = 1, 2, ..., read out p_k, the next-token distribution at depth k;
-    stop at the first k with KL(p_{k-1} || p_k) < threshold, or at k = max_depth.
-
-p_0 is the uniform distribution, as in Huginn, so a token stops after one iteration only when its
-first distribution is already that close to uniform. The KL is clamped at zero (rounding can make
-the KL of two equal distributions -1e-9), so a threshold of 0 never stops early and reproduces
-fixed-depth decoding at max_depth exactly. Huginn's default threshold is 1e-3 (`KLExit`).
+2025, "Huginn", zero-shot adaptive compute). For each new token, after core iteration
+k = 1, 2, ..., an exit rule (serve/exit_rules.py: KL, entropy change, state change, argmax
+stability) decides per row whether to stop at k; every row stops at max_depth at the latest. A
+KL threshold of 0 never stops early and reproduces fixed-depth decoding at max_depth exactly.
 
 What later tokens see. Every later token attends, at core iteration j, to the keys and values
 that each earlier position produced at iteration j. A position that stopped at depth k < j never
@@ -18,25 +13,30 @@ iteration, per core layer): the state it stopped in is what it shows to the deep
 later tokens. This is Huginn's `latest` cache lookup with its block-per-iteration structure made
 explicit. The coda keeps one entry per position, from the readout at the depth it stopped at.
 
-Cost. The rule needs the distribution at every iteration, so each iteration also pays the readout
-(coda layers + the d x vocab head + a log-softmax): a token that stops at depth k costs
+Batches. Rows stop independently, and a row that stopped costs no further core iterations or
+readouts: each iteration runs on the rows still iterating only (`RowSubset`: their states, and
+their rows of the cache), and the stopped rows' entries are filled with copies at the end. What a
+stopped row still costs is bookkeeping: the copies, and gathering the active rows' cache for
+attention (docs/design.md §11). A padded batch (KVCache(pad=...)) decodes each row at its own
+positions, as it would alone.
+
+Cost. A rule that reads out (all but `state`) pays the readout (coda layers + the d x vocab head
++ a log-softmax) at every iteration: a token that stops at depth k costs
 prelude + k * (iteration + readout), against prelude + K * iteration + readout at fixed depth K.
 With the paper-200m preset (4 core layers, 1 coda layer, d = 1024, 32k vocabulary,
 1024-token sequences) a readout costs about 0.8 of a core iteration, so KL exit at mean depth k
 costs like fixed depth ~1.8 k; the CPU model of configs/sweeps/lm-cpu.toml (2 core layers, byte
-vocabulary) pays ~0.5 of an iteration per readout. In a trained model a token practically never
-stops at depth 1 (its first distribution is far from uniform): the effective minimum is 2.
-`compute.flop_model` gives the exact numbers; benchmarks/generation.py reports them.
+vocabulary) pays ~0.5 of an iteration per readout. The state rule reads out once, where it stops.
+`ExitRule.modeled_flops` gives the exact numbers; benchmarks/serving.py reports them.
 
 Prefill. In generation the prompt, except its last token, is processed at max_depth in one
 batched pass: its tokens are given, so there is nothing to decide, and every cache entry exists.
 The last prompt token goes through the rule, so every generated token's distribution is one the
-rule chose. Teacher-forced scoring (`teacher_forced_kl_exit`) applies the rule at every position.
+rule chose. Teacher-forced scoring (`teacher_forced_exit`) applies the rule at every position.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -44,27 +44,24 @@ import torch
 import torch.nn.functional as F
 
 from fixedfirst.errors import UserError
-from fixedfirst.model import KVCache, LoopedTransformer, check_depth, sample_next
+from fixedfirst.model import KVCache, LoopedTransformer, sample_next
+from fixedfirst.model.kv_cache import RowSubset
+from fixedfirst.serve.exit_rules import ExitRule, KLExit, kl_divergence
 
-DEFAULT_THRESHOLD = 1e-3
+DEFAULT_THRESHOLD = KLExit.threshold
 """Huginn's KL threshold."""
 
-
-@dataclass(frozen=True)
-class KLExit:
-    """The exit rule: stop when KL(previous || current) < threshold, at max_depth at the latest."""
-
-    threshold: float = DEFAULT_THRESHOLD
-    max_depth: int = 16
-
-    def __post_init__(self) -> None:
-        t = self.threshold
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-            raise UserError(f"the KL threshold must be a finite number >= 0, got {t!r}")
-        check_depth(self.max_depth)
-
-    def describe(self) -> str:
-        return f"KL exit (threshold {self.threshold:g}, max depth {self.max_depth})"
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "AdaptiveStep",
+    "KLExit",
+    "adaptive_step",
+    "kl_divergence",
+    "stream_adaptive",
+    "stream_kl_exit",
+    "teacher_forced_exit",
+    "teacher_forced_kl_exit",
+]
 
 
 @dataclass
@@ -77,20 +74,41 @@ class AdaptiveStep:
     """(B,) the depth each row stopped at."""
 
 
-def kl_divergence(prev_logprobs: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
-    """KL(prev || current) per row of (B, V) log-probabilities, clamped at 0."""
-    return (prev_logprobs.exp() * (prev_logprobs - logprobs)).sum(-1).clamp_min(0.0)
+class _Kept:
+    """Per row, what the readout at the row's stopping depth produced: its logits and its coda
+    entries (the coda is read out again at every iteration and only the kept one stays)."""
+
+    def __init__(self, batch: int) -> None:
+        self.batch = batch
+        self.logits: torch.Tensor | None = None
+        self.coda: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def keep(self, rows: torch.Tensor, logits: torch.Tensor, coda: list, start: int) -> None:
+        if self.logits is None:
+            self.logits = logits.new_empty((self.batch, logits.shape[-1]))
+        self.logits[rows] = logits
+        for i, layer in enumerate(coda):
+            keys, values = layer.keys[rows, :, start:], layer.values[rows, :, start:]
+            if i == len(self.coda):
+                self.coda.append(
+                    (
+                        keys.new_empty((self.batch, *keys.shape[1:])),
+                        values.new_empty((self.batch, *values.shape[1:])),
+                    )
+                )
+            self.coda[i][0][rows] = keys
+            self.coda[i][1][rows] = values
 
 
 @torch.no_grad()
 def adaptive_step(
-    model: LoopedTransformer, tokens: torch.Tensor, cache: KVCache, rule: KLExit
+    model: LoopedTransformer, tokens: torch.Tensor, cache: KVCache, rule: ExitRule
 ) -> AdaptiveStep:
     """Process one new position per row (tokens (B, 1)) after what `cache` holds.
 
-    Rows stop independently. While some rows still iterate, the core also runs for rows that
-    stopped (batched), and their entries for those iterations are overwritten with copies of the
-    entry they stopped at, so batch rows never change each other's results.
+    Rows stop independently; an iteration runs on the rows still iterating only, and the rows
+    that stopped get copies of the entry they stopped at, so batch rows never change each
+    other's results.
     """
     if tokens.dim() != 2 or tokens.shape[1] != 1:
         raise ValueError(
@@ -103,50 +121,54 @@ def adaptive_step(
                 f"the cache holds {start} positions but not at every iteration up to max_depth "
                 f"{rule.max_depth}: build it with this rule (or decode_step at max_depth)"
             )
+    positions = cache.positions(1)
     e = model._prelude(tokens, cache)
-    state = model._initial_state(e, start, deterministic=True)
+    state = model._initial_state(e, start, deterministic=True, positions=positions)
     injection = model._injection(e)
+    tracker = rule.tracker(state[:, -1], model.config.vocab_size)
     coda = [cache.layer("coda", i) for i in range(model.config.n_coda)]
     depths = torch.zeros(B, dtype=torch.long, device=tokens.device)
-    kept_logits: torch.Tensor | None = None
-    kept_coda: list[tuple[torch.Tensor, torch.Tensor]] = []
-    vocab = model.config.vocab_size
-    prev = torch.full((B, vocab), -math.log(vocab), device=tokens.device)
+    kept = _Kept(B)
+    rows = torch.arange(B, device=tokens.device)
     for k in range(1, rule.max_depth + 1):
-        state = model._iteration(state, injection, k - 1, cache)
-        logits = model._readout(state, cache)[:, -1]
-        logprobs = F.log_softmax(logits.float(), dim=-1)
-        stop = kl_divergence(prev, logprobs) < rule.threshold
+        whole = rows.numel() == B
+        view = cache if whole else RowSubset(cache, rows, B)
+        active = model._iteration(
+            state if whole else state[rows], injection if whole else injection[rows], k - 1, view
+        )
+        logprobs = None
+        if rule.reads_out:
+            logits = model._readout(active, view)[:, -1]
+            logprobs = F.log_softmax(logits.float(), dim=-1)
+        stop = tracker.update(rows, active[:, -1], logprobs)
         if k == rule.max_depth:
             stop = torch.ones_like(stop)
-        new = stop & (depths == 0)
-        depths[new] = k
-        kept_logits = (
-            logits.clone()
-            if kept_logits is None
-            else torch.where(new[:, None], logits, kept_logits)
-        )
-        for i, layer in enumerate(coda):  # this readout's coda entries: kept for rows that stop
-            assert layer.keys is not None and layer.values is not None
-            k_new, v_new = layer.keys[..., start:, :], layer.values[..., start:, :]
-            if i == len(kept_coda):
-                kept_coda.append((k_new.clone(), v_new.clone()))
+        if bool(stop.any()):
+            stopping = rows[stop]
+            if not rule.reads_out:  # read out the stopping rows only
+                everyone = stopping.numel() == B
+                readout_view = cache if everyone else RowSubset(cache, stopping, B)
+                logits = model._readout(active[stop], readout_view)[:, -1]
             else:
-                row = new[:, None, None, None]
-                kept_coda[i] = (
-                    torch.where(row, k_new, kept_coda[i][0]),
-                    torch.where(row, v_new, kept_coda[i][1]),
-                )
-            layer.truncate(start)
-        if bool((depths > 0).all()):
+                logits = logits[stop]
+            kept.keep(stopping, logits, coda, start)
+            depths[stopping] = k
+        if rule.reads_out or bool(stop.any()):
+            for layer in coda:
+                layer.truncate(start)
+        if bool(stop.all()):
             break
-        prev = logprobs
+        if whole:
+            state = active
+        else:  # state is an earlier iteration's output here (k > 1), ours to write into
+            state[rows] = active
+        rows = rows[~stop]
     _fill_deeper_iterations(model, cache, depths, start, rule.max_depth)
-    for layer, (keys, values) in zip(coda, kept_coda, strict=True):
+    for layer, (keys, values) in zip(coda, kept.coda, strict=True):
         layer.append(keys, values)
     cache.length += 1
-    assert kept_logits is not None
-    return AdaptiveStep(kept_logits, depths)
+    assert kept.logits is not None
+    return AdaptiveStep(kept.logits, depths)
 
 
 def _fill_deeper_iterations(
@@ -194,17 +216,20 @@ def check_prompt(model: LoopedTransformer, prompt: torch.Tensor, max_new_tokens:
 
 
 @torch.no_grad()
-def stream_kl_exit(
+def stream_adaptive(
     model: LoopedTransformer,
     prompt: torch.Tensor,
     max_new_tokens: int,
-    rule: KLExit,
+    rule: ExitRule,
     temperature: float = 0.0,
     generator: torch.Generator | None = None,
+    pad: torch.Tensor | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Yield (next token (B, 1), depth used for it (B,)) one at a time, with a KV cache."""
+    """Yield (next token (B, 1), depth used for it (B,)) one at a time, with a KV cache.
+
+    pad: (B,) leading pad columns of each row of a left-padded prompt (serve/batching.py)."""
     check_prompt(model, prompt, max_new_tokens)
-    cache = KVCache()
+    cache = KVCache(pad)
     if prompt.shape[1] > 1:
         model.decode_step(prompt[:, :-1], rule.max_depth, cache)
     step = adaptive_step(model, prompt[:, -1:], cache, rule)
@@ -216,8 +241,8 @@ def stream_kl_exit(
 
 
 @torch.no_grad()
-def teacher_forced_kl_exit(
-    model: LoopedTransformer, tokens: torch.Tensor, rule: KLExit, prefill: int = 0
+def teacher_forced_exit(
+    model: LoopedTransformer, tokens: torch.Tensor, rule: ExitRule, prefill: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Next-token logits (B, T, V) and depths (B, T) when every position of `tokens` (B, T) is
     decoded under the rule, as generation would if it had produced exactly these tokens.
@@ -240,3 +265,8 @@ def teacher_forced_kl_exit(
         logits.append(step.logits[:, None])
         depths.append(step.depths[:, None])
     return torch.cat(logits, dim=1), torch.cat(depths, dim=1)
+
+
+# The names from when KL was the only rule; they take any rule.
+stream_kl_exit = stream_adaptive
+teacher_forced_kl_exit = teacher_forced_exit

@@ -1,4 +1,5 @@
-"""Text in, text out: generation from a served model at a fixed depth or under the KL exit rule.
+"""Text in, text out: generation from a served model at a fixed depth (plain or depth-speculated)
+or under an exit rule.
 
 Every prompt starts with the tokenizer's start-of-document id (training documents all follow
 one), and generation stops at its end-of-document id, which is not shown. Text is yielded token by
@@ -17,8 +18,11 @@ import torch
 from fixedfirst.config.limits import MAX_SEED
 from fixedfirst.data.tokenizer import Tokenizer
 from fixedfirst.errors import UserError
-from fixedfirst.serve.adaptive import KLExit, stream_kl_exit
+from fixedfirst.model import LoopedTransformer
+from fixedfirst.serve.adaptive import stream_adaptive
+from fixedfirst.serve.exit_rules import ExitRule
 from fixedfirst.serve.loading import Served
+from fixedfirst.serve.speculative import Speculation, SpeculationStats, stream_speculative
 
 
 class IncrementalDecoder:
@@ -114,31 +118,68 @@ def encode_prompt(served: Served, prompt: str, max_new_tokens: int) -> torch.Ten
     return torch.tensor([ids], device=device)
 
 
+def decode_steps(
+    model: LoopedTransformer,
+    ids: torch.Tensor,
+    max_new_tokens: int,
+    depth: int | None = None,
+    rule: ExitRule | None = None,
+    temperature: float = 0.0,
+    seed: int = 0,
+    speculation: Speculation | None = None,
+    pad: torch.Tensor | None = None,
+    stats: SpeculationStats | None = None,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(next tokens (B, 1), depth each was read out at (B,)) one step at a time: at fixed
+    `depth` (speculated when `speculation` is given: the same greedy tokens, faster), or under
+    `rule` (exactly one of depth and rule)."""
+    if (depth is None) == (rule is None):
+        raise ValueError("give exactly one of depth and rule")
+    if speculation is not None and (rule is not None or temperature != 0):
+        raise ValueError("speculation decodes greedily at a fixed depth")
+    generator = torch.Generator(device=ids.device).manual_seed(seed)
+    if rule is not None:
+        yield from stream_adaptive(model, ids, max_new_tokens, rule, temperature, generator, pad)
+        return
+    assert depth is not None
+    used = torch.full((ids.shape[0],), depth)
+    if speculation is not None:
+        tokens = stream_speculative(
+            model,
+            ids,
+            max_new_tokens,
+            depth,
+            speculation.draft_depth,
+            speculation.draft_tokens,
+            pad=pad,
+            stats=stats,
+        )
+    else:
+        tokens = model.stream(ids, max_new_tokens, depth, temperature, generator, pad)
+    for token in tokens:
+        yield token, used
+
+
 def generate_text(
     served: Served,
     prompt: str,
     max_new_tokens: int,
     depth: int | None = None,
-    rule: KLExit | None = None,
+    rule: ExitRule | None = None,
     temperature: float = 0.0,
     seed: int = 0,
+    speculation: Speculation | None = None,
+    stats: SpeculationStats | None = None,
 ) -> Iterator[GeneratedToken]:
-    """Yield each generated token with its text and depth: at fixed `depth`, or under `rule`
-    (exactly one of the two). Stops after max_new_tokens or at the end-of-document token."""
-    if (depth is None) == (rule is None):
-        raise ValueError("give exactly one of depth and rule")
+    """Yield each generated token with its text and depth: at fixed `depth` (depth-speculated
+    with `speculation`, filling `stats`), or under `rule` (exactly one of depth and rule).
+    Stops after max_new_tokens or at the end-of-document token."""
     check_sampling(temperature, seed)
     ids = encode_prompt(served, prompt, max_new_tokens)
     assert served.tokenizer is not None
-    generator = torch.Generator(device=ids.device).manual_seed(seed)
-    if rule is not None:
-        steps = stream_kl_exit(served.model, ids, max_new_tokens, rule, temperature, generator)
-    else:
-        assert depth is not None
-        steps = (
-            (token, torch.tensor([depth]))
-            for token in served.model.stream(ids, max_new_tokens, depth, temperature, generator)
-        )
+    steps = decode_steps(
+        served.model, ids, max_new_tokens, depth, rule, temperature, seed, speculation, None, stats
+    )
     decoder = IncrementalDecoder(served.tokenizer)
     for token, depths in steps:
         token_id, used = int(token[0, 0]), int(depths[0])

@@ -128,19 +128,14 @@ class Trainer:
     def _prepare(self, resume: bool, restart: bool) -> None:
         """Build the model and optimizer; resume from a checkpoint or start (over) afresh."""
         config, t = self.config, self.config.train
-
         # Threads before anything is timed: the peak (and so MFU) is measured with them.
         processes_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
         self.threads, threads_why = choose_threads(t.threads, processes_here)
         torch.set_num_threads(self.threads)
-        self.peak_flops = measured_peak_flops(self.device.type, self.dtype) * self.world_size
-        self.compiled = compilation.decide(
-            t.compile, self.device, self.budget.flops, self.peak_flops
-        )
-        self._say(
-            f"{self.threads} thread(s) ({threads_why}); "
-            f"{'compiled' if self.compiled.compile else 'eager'} ({self.compiled.reason})"
-        )
+        peak = self.peak_flops = measured_peak_flops(self.device.type, self.dtype) * self.world_size
+        self.compiled = compilation.decide(t.compile, self.device, self.budget.flops, peak)
+        how = "compiled" if self.compiled.compile else "eager"
+        self._say(f"{self.threads} thread(s) ({threads_why}); {how} ({self.compiled.reason})")
 
         torch.manual_seed(t.seed)  # the same initial weights on every rank
         model = LoopedTransformer(config.model).to(self.device)
@@ -448,8 +443,7 @@ class Trainer:
 
     def _summary(self) -> dict[str, Any]:
         summary = self.counters.summary(describe(self.config.schedule), self.budget)
-        summary["threads"] = self.threads
-        summary["compiled"] = self.compiled.compile
+        summary.update(threads=self.threads, compiled=self.compiled.compile)
         if self.is_main:
             write_json_atomic(self.run.summary_path, summary)
         return summary
