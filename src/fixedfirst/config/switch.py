@@ -16,7 +16,7 @@ from typing import ClassVar, Literal
 from fixedfirst.config.limits import MAX_BATCH, MAX_DEPTH
 from fixedfirst.config.schema import require
 
-DEFAULT_THRESHOLDS = {"plateau": 0.3, "depth-gap": 0.02}
+DEFAULT_THRESHOLDS = {"plateau": 0.3, "depth-gap": 0.01}
 """Nats per unit fraction of the run (docs/design.md §11 says how they were chosen)."""
 
 
@@ -27,8 +27,8 @@ class SwitchConfig:
     SECTION: ClassVar[str] = "switch"
 
     rule: Literal["plateau", "depth-gap"] = "plateau"
-    """`plateau`: switch when the training loss stops falling: the slope of a straight line through
-    the logged losses of the trailing `window`, in nats per fraction of the run, falls below
+    """`plateau`: switch when the training loss stops falling: the fall of a straight line through
+    the logged losses of the trailing `window`, in nats per unit fraction of the run, drops to
     `threshold`. `depth-gap`: every `every` steps, measure held-out NLL at K0 and at `depth` in one
     pass of the recurrence; switch when the gain from depth, NLL(K0) - NLL(depth), stops shrinking
     faster than `threshold` (the fixed stage has stopped specialising the model to K0)."""
@@ -39,11 +39,11 @@ class SwitchConfig:
     here, so the finishing stage gets at least (1 - ceiling) of the steps."""
     every: int = 10
     """Steps between two checks of the rule (and, for `depth-gap`, between two probes)."""
-    window: float = 0.1
+    window: float = 0.2
     """The trailing window the trend is fitted over, as a fraction of the run's steps."""
     threshold: float | None = None
     """The rule fires when the decrease of its series per unit fraction of the run, plus `z`
-    standard errors, is at most this (nats). Default: 0.3 for `plateau`, 0.02 for `depth-gap`."""
+    standard errors, is at most this (nats). Default: 0.3 for `plateau`, 0.01 for `depth-gap`."""
     z: float = 1.0
     """Standard errors of the fitted slope added to the decrease before it is compared with
     `threshold`: the rule fires only when even a pessimistic reading of the noise says the series

@@ -160,3 +160,11 @@ def switch_summary(
         "fraction": None if step is None else step / total_steps,
     }
     return {**out, **auto.summary()} if auto is not None else out
+
+
+def checkpoint_schedule(config: RunConfig, meta: dict[str, Any]) -> Schedule:
+    """The schedule as a checkpoint of the run knows it: for an auto switch, switched at the
+    step its run decided on by then (not switched yet: every step so far at K0)."""
+    schedule = Schedule(config.schedule, config.train.seed)
+    decision = (meta.get(META_KEY) or {}).get("policy", {}).get("decision")
+    return schedule.switched_at(int(decision["step"])) if decision else schedule
