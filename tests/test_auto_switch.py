@@ -147,3 +147,14 @@ def test_a_flop_budget_fits_wherever_the_rule_switches():
     longer = plan_budget(config).total_steps + 1
     floor, _ = switch_bounds(config.switch, longer)
     assert realised_flops(schedule.switched_at(floor), fm, longer, t.tokens_per_step) > 2e9
+
+
+def test_switch_records_reach_tensorboard_and_wandb_as_scalars():
+    from fixedfirst.train.scalars import scalars
+
+    probe = {"kind": "switch_probe", "step": 40, "gain": -0.02}
+    fitted = {"kind": "switch_check", "step": 50, "decrease": 0.4, "bound": 0.5}
+    unfitted = {"kind": "switch_check", "step": 50, "decrease": None, "bound": None}
+    assert scalars(probe) == {"switch/gain": -0.02}
+    assert scalars(fitted) == {"switch/decrease": 0.4, "switch/bound": 0.5}
+    assert scalars(unfitted) == {} and scalars({"kind": "switch", "step": 50}) == {}
