@@ -140,6 +140,30 @@ def test_two_ddp_processes_equal_one_process(runs):
     assert meta["world_size"] == 2
 
 
+def test_two_processes_decide_an_auto_switch_where_one_process_does(tmp_path):
+    """depth-gap probes on both ranks (rank 0's numbers broadcast): the same switch step as one
+    process, and the same probes up to the rounding of TOLERANCE."""
+    config = write_tiny_config(tmp_path)
+    auto = ["schedule.switch=auto", "switch.rule=depth-gap", "switch.every=2"]
+    auto += ["switch.window=0.5", "switch.threshold=0.05"]
+    args = [a for s in auto for a in ("--set", s)]
+    ddp = torchrun(["-m", "fixedfirst"], train_args(config, tmp_path / "ddp", *args))
+    Trainer(in_process_config(config, *auto), tmp_path / "single", quiet=True).train()
+    finish(ddp)
+    assert_close_runs(tmp_path / "single", tmp_path / "ddp")
+
+    def switch_lines(run: Path) -> list[dict]:
+        return [r for r in read_metrics(run / "metrics.jsonl") if r["kind"].startswith("switch")]
+
+    single, two = switch_lines(tmp_path / "single"), switch_lines(tmp_path / "ddp")
+    assert [(r["kind"], r["step"]) for r in single] == [(r["kind"], r["step"]) for r in two]
+    assert [r["step"] for r in two if r["kind"] == "switch"] == [
+        r["step"] for r in single if r["kind"] == "switch"
+    ]
+    gains = [[r["gain"] for r in lines if r["kind"] == "switch_probe"] for lines in (single, two)]
+    torch.testing.assert_close(*(torch.tensor(g, dtype=torch.float64) for g in gains), **TOLERANCE)
+
+
 def test_fsdp_resumes_a_one_process_checkpoint_and_one_process_resumes_its(tmp_path):
     """1 process to step 10, FSDP2 on 2 processes to step 18 (evaluating on the way), 1 process
     to the end: the same run as 1 process throughout. Tied embeddings check that a tensor with

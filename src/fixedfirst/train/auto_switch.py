@@ -61,9 +61,20 @@ class AutoSwitch:
         self.probes = 0
 
     @classmethod
-    def for_run(cls, config: RunConfig, total_steps: int, *args: Any) -> AutoSwitch | None:
+    def for_run(
+        cls,
+        config: RunConfig,
+        total_steps: int,
+        flops: FlopModel,
+        source: BatchSource,
+        world: World,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> AutoSwitch | None:
         """The run's auto switch, or None when its schedule switches at a fixed fraction."""
-        return cls(config, total_steps, *args) if config.schedule.auto_switch else None
+        if not config.schedule.auto_switch:
+            return None
+        return cls(config, total_steps, flops, source, world, device, dtype)
 
     def due(self, step: int) -> bool:
         """Whether boundary `step` needs the losses so far on the host, a probe or a check."""

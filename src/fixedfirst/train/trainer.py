@@ -98,8 +98,10 @@ class Trainer:
                 f"{self.source.vocab_size}"
             )
         self.val_batches = self.source.validation_batches(config.eval.batches, t.micro_batch)
-        args = (self.flops_model, self.source, self.world, self.device, self.dtype)
-        self.auto = AutoSwitch.for_run(config, self.budget.total_steps, *args)
+        place = (self.world, self.device, self.dtype)
+        self.auto = AutoSwitch.for_run(
+            config, self.budget.total_steps, self.flops_model, self.source, *place
+        )
         check_packages(t.log_to)
         local = t.batch_size // self.world_size
         micro = t.micro_batch_on(self.world_size)
