@@ -14,6 +14,7 @@ import torch
 
 from fixedfirst.compute import plan_budget
 from fixedfirst.train.checkpoint import CheckpointManager
+from fixedfirst.train.counters import format_summary
 from fixedfirst.train.metrics import read_metrics
 from fixedfirst.train.trainer import Trainer
 from tests.test_crash import wait_for
@@ -54,6 +55,7 @@ def test_an_auto_run_is_the_fixed_run_at_the_step_it_chose(tmp_path, rule):
     assert ckpt.step == step and f"auto-{rule}" in ckpt.tags
     assert ckpt.meta["auto_switch"]["policy"]["decision"]["step"] == step
     assert summary["phases"]["fixed"]["steps"] == step
+    assert f"auto switch ({rule}) at step {step} (" in format_summary(summary)
     if rule == "depth-gap":
         probes = [r for r in switch_records(tmp_path / "auto") if r["kind"] == "switch_probe"]
         assert probes and all(r["step"] <= step for r in probes)
