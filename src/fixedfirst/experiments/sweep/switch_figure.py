@@ -5,9 +5,11 @@ averaged over serving depths 1..16) against the modeled compute it spent (traini
 rule's probes), one colour per K0. Fixed switch fractions are circles joined in order of the
 fraction and labelled with it; auto rules are a star (plateau) or a diamond (depth-gap),
 labelled with the fraction each seed's run switched at. Bars span the seeds (min to max) on both
-axes, and each seed's run is a faint dot, so overlapping spreads are visible as overlap. Right:
-the metric at every serving depth (mean over seeds), the same colours and markers, which shows
-where along the depths two arms differ.
+axes, and each seed's run is a faint dot, so overlapping spreads are visible as overlap. Middle:
+the same arms as differences to the best fixed fraction of their K0 run with the same seed: a
+seed moves every arm alike (initialisation, data order), and on the left that shared shift can
+hide differences between arms that every seed agrees on. Right: the metric at every serving
+depth (mean over seeds); fixed fractions darker the later they switch, auto rules dashed.
 
 Drawn on a bare `matplotlib.figure.Figure` (the Agg canvas writes the PNG), never through pyplot.
 """
@@ -20,7 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
 
 from fixedfirst.experiments.sweep.depth_figure import K0_COLORS
-from fixedfirst.experiments.sweep.switch_study import Arm
+from fixedfirst.experiments.sweep.switch_study import Arm, best_fixed, paired
 from fixedfirst.files import save_figure
 
 RULE_MARKERS = {"plateau": "*", "depth-gap": "D"}
@@ -29,8 +31,9 @@ RULE_MARKERS = {"plateau": "*", "depth-gap": "D"}
 def plot_switch_study(arms: list[Arm], metric: str, metric_name: str, path: str | Path) -> Path:
     k0s = sorted({a.k0 for a in arms})
     colour = {k0: K0_COLORS[i % len(K0_COLORS)] for i, k0 in enumerate(k0s)}
-    fig = Figure(figsize=(13, 5.4), layout="constrained")
-    left, right = fig.subplots(1, 2)
+    lower = metric == "nll"
+    fig = Figure(figsize=(19, 5.6), layout="constrained")
+    left, middle, right = fig.subplots(1, 3)
     for k0 in k0s:
         fixed = sorted((a for a in arms if a.k0 == k0 and a.rule is None), key=lambda a: a.switch)
         if fixed:
@@ -44,10 +47,13 @@ def plot_switch_study(arms: list[Arm], metric: str, metric_name: str, path: str 
             )
         for arm in (a for a in arms if a.k0 == k0):
             _draw_arm(left, arm, colour[k0])
+        best = best_fixed(arms, k0, lower)
+        if best is not None:
+            _draw_paired(middle, [a for a in arms if a.k0 == k0], best, colour[k0])
         for arm in (a for a in arms if a.k0 == k0):
             depths = sorted(arm.by_depth)
             style = (
-                {"ls": "-", "lw": 0.8 + 1.6 * (arm.switch or 0.0), "alpha": 0.8}
+                {"ls": "-", "lw": 1.3, "alpha": 0.25 + 0.75 * (arm.switch or 0.0)}
                 if arm.rule is None
                 else {"ls": "--", "lw": 1.6, "marker": RULE_MARKERS.get(arm.rule, "x"), "ms": 5}
             )
@@ -64,6 +70,11 @@ def plot_switch_study(arms: list[Arm], metric: str, metric_name: str, path: str 
     left.set_title(f"{metric_name} against compute ({better} is better)", fontsize=10)
     left.grid(True, color="0.88", lw=0.6)
     left.legend(fontsize=8, frameon=False, loc="best")
+    middle.axhline(0.0, color="black", lw=0.8)
+    middle.set_xlabel("modeled compute (training FLOPs + probes)")
+    middle.set_ylabel("minus the best fixed fraction's, same seed")
+    middle.set_title("difference to the best fixed fraction of the same K0 and seed", fontsize=10)
+    middle.grid(True, color="0.88", lw=0.6)
     depths = sorted({d for a in arms for d in a.by_depth})
     right.set_xscale("log", base=2)
     right.xaxis.set_major_locator(FixedLocator([d for d in depths if d & (d - 1) == 0]))
@@ -71,7 +82,7 @@ def plot_switch_study(arms: list[Arm], metric: str, metric_name: str, path: str 
     right.xaxis.set_major_formatter("{x:g}")
     right.set_xlabel("serving depth K")
     right.set_ylabel("at each serving depth (mean over seeds)")
-    right.set_title("by serving depth (solid: fixed, thicker = later switch)", fontsize=10)
+    right.set_title("by serving depth (solid: fixed, darker = later switch)", fontsize=10)
     right.grid(True, color="0.88", lw=0.6)
     fig.legend(*right.get_legend_handles_labels(), loc="outside right center", fontsize=7)
     path = Path(path)
@@ -98,6 +109,12 @@ def _draw_arm(ax, arm: Arm, colour: str) -> None:
         capsize=2,
         label=f"K0 = {arm.k0}, {arm.label}" if arm.rule is not None else None,
     )
+    _label(ax, arm, arm.compute, arm.mean, colour)
+
+
+def _label(ax, arm: Arm, x: float, y: float, colour: str) -> None:
+    """A fixed arm's fraction above its point, an auto arm's switch fractions below (an auto
+    run that reached its ceiling sits on the fixed fraction of the same value)."""
     text = (
         f"{arm.switch:g}"
         if arm.rule is None
@@ -105,9 +122,39 @@ def _draw_arm(ax, arm: Arm, colour: str) -> None:
     )
     ax.annotate(
         text,
-        (arm.compute, arm.mean),
-        xytext=(5, 4),
+        (x, y),
+        xytext=(5, 4) if arm.rule is None else (5, -11),
         textcoords="offset points",
         fontsize=7,
         color=colour,
     )
+
+
+def _draw_paired(ax, arms: list[Arm], best: Arm, colour: str) -> None:
+    """Each arm's same-seed differences to `best`: seeds as faint dots, their mean as the
+    marker; fixed fractions joined in order of the fraction."""
+    fixed = sorted((a for a in arms if a.rule is None and paired(a, best)), key=lambda a: a.switch)
+    ax.plot(
+        [a.compute for a in fixed],
+        [sum(paired(a, best)) / len(paired(a, best)) for a in fixed],
+        color=colour,
+        lw=1.0,
+        alpha=0.6,
+    )
+    for arm in arms:
+        diffs = paired(arm, best)
+        if not diffs:
+            continue
+        ax.scatter(arm.computes[: len(diffs)], diffs, color=colour, alpha=0.35, s=12, lw=0)
+        mean = sum(diffs) / len(diffs)
+        marker = "o" if arm.rule is None else RULE_MARKERS.get(arm.rule, "x")
+        ax.plot(
+            [arm.compute],
+            [mean],
+            marker=marker,
+            color=colour,
+            ms=9 if arm.rule is not None else 5,
+            mfc="white" if arm.rule is not None else colour,
+            ls="none",
+        )
+        _label(ax, arm, arm.compute, mean, colour)

@@ -111,6 +111,8 @@ class Verdict:
     compute_ratio: float
     """auto compute / best fixed compute."""
     met: bool
+    paired: list[float] = field(default_factory=list)
+    """auto - best fixed for each seed both ran (the seeds' shared offset cancels)."""
 
     @property
     def quality_miss(self) -> float:
@@ -121,19 +123,35 @@ class Verdict:
         return max(0.0, self.compute_ratio - 1.0)
 
 
+def best_fixed(arms: list[Arm], k0: int, lower_is_better: bool) -> Arm | None:
+    """The fixed switch fraction with the best mean at this K0."""
+    sign = 1.0 if lower_is_better else -1.0
+    fixed = [a for a in arms if a.k0 == k0 and a.rule is None]
+    return min(fixed, key=lambda a: sign * a.mean) if fixed else None
+
+
+def paired(arm: Arm, best: Arm) -> list[float]:
+    """arm - best for each seed both ran, in seed order: a seed shifts every arm's value alike
+    (its initialisation and data order), and the difference cancels that shift."""
+    theirs = dict(zip(best.seeds, best.values, strict=True))
+    return [v - theirs[s] for s, v in zip(arm.seeds, arm.values, strict=True) if s in theirs]
+
+
 def verdicts(arms: list[Arm], lower_is_better: bool) -> list[Verdict]:
     sign = 1.0 if lower_is_better else -1.0
     out = []
     for k0 in sorted({a.k0 for a in arms}):
-        fixed = [a for a in arms if a.k0 == k0 and a.rule is None]
-        if not fixed:
+        best = best_fixed(arms, k0, lower_is_better)
+        if best is None:
             continue
-        best = min(fixed, key=lambda a: sign * a.mean)
         for auto in (a for a in arms if a.k0 == k0 and a.rule is not None):
             shortfall = sign * (auto.mean - best.mean)
             ratio = auto.compute / best.compute
             met = shortfall <= best.spread and ratio <= 1.0
-            out.append(Verdict(k0, auto.rule, best.label, shortfall, best.spread, ratio, met))
+            pairs = paired(auto, best)
+            out.append(
+                Verdict(k0, auto.rule, best.label, shortfall, best.spread, ratio, met, pairs)
+            )
     return out
 
 
@@ -151,17 +169,19 @@ def study_markdown(arms: list[Arm], metric: str, metric_name: str) -> str:
     best = {(v.k0, v.best_fixed) for v in verdict_list}
     lines = [
         f"| K0 | switch | seeds | modeled compute (FLOPs) | {metric_name}: mean | seed values "
-        "| spread | switched at (per seed) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| spread | vs best fixed, same seed | switched at (per seed) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for arm in sorted(arms, key=lambda a: (a.k0, a.rule is not None, a.switch or 0, a.rule or "")):
         label = f"**{arm.label}** (best fixed)" if (arm.k0, arm.label) in best else arm.label
         probes = sum(arm.probe_flops) / len(arm.probe_flops)
         compute = f"{arm.compute:.3e}" + (f" (probes {probes:.2e})" if probes else "")
         values = " / ".join(f"{v:.4f}" for v in arm.values)
+        top = best_fixed(arms, arm.k0, lower)
+        same_seed = " / ".join(f"{d:+.4f}" for d in paired(arm, top)) if top else "–"
         lines.append(
             f"| {arm.k0} | {label} | {len(arm.seeds)} | {compute} | {arm.mean:.4f} | {values} "
-            f"| {arm.spread:.4f} | {_fractions(arm)} |"
+            f"| {arm.spread:.4f} | {same_seed} | {_fractions(arm)} |"
         )
     lines += [
         "",
@@ -171,10 +191,11 @@ def study_markdown(arms: list[Arm], metric: str, metric_name: str) -> str:
     ]
     for v in verdict_list:
         worse = "worse" if v.shortfall > 0 else "better"
+        same_seed = ", ".join(f"{d:+.4f}" for d in v.paired)
         what = (
             f"K0 = {v.k0}, {v.rule}: {abs(v.shortfall):.4f} {worse} than the best fixed "
-            f"({v.best_fixed}; seed spread {v.spread:.4f}) at {100 * v.compute_ratio:.1f}% of "
-            "its compute: "
+            f"({v.best_fixed}; seed spread {v.spread:.4f}; same seed: {same_seed}) at "
+            f"{100 * v.compute_ratio:.1f}% of its compute: "
         )
         if v.met:
             lines.append(f"- {what}**meets the target**.")
