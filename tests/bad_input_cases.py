@@ -150,6 +150,18 @@ CASES: list[Case] = [
     # Configuration files (more in tests/test_config.py, listed by config_cases below).
     bad_config("k0-negative", "negative K0", "[schedule]\nk0 = -1\n", "schedule.k0: must be >= 1"),
     bad_config(
+        "switch-window-too-short",
+        "an auto switch whose window holds too few logged losses to fit a trend",
+        '[schedule]\nswitch = "auto"\n[switch]\nwindow = 0.01\n',
+        "switch.window = 0.01 of 488 steps holds 0 logged losses, fewer than the 5",
+    ),
+    bad_config(
+        "switch-floor-above-ceiling",
+        "an auto switch whose floor is above its ceiling",
+        '[schedule]\nswitch = "auto"\n[switch]\nfloor = 0.95\n',
+        "switch.floor: 0.95 is above ceiling = 0.9",
+    ),
+    bad_config(
         "grad-depth-zero",
         "truncated backprop through 0 iterations",
         "[train]\ngrad_depth = 0\n",

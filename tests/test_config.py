@@ -39,6 +39,16 @@ BAD_CONFIGS = [
     ('[train]\ncompile = "yes"\n', "train.compile: expected true or false or 'auto'"),
     ("[train]\nthreads = 0\n", "train.threads: must be >= 1"),
     ("[train]\ncheckpoint_activations = 1\n", "train.checkpoint_activations: expected true or"),
+    ('[schedule]\nswitch = "late"\n', "schedule.switch: expected a number or 'auto', got 'late'"),
+    ("[switch]\nfloor = 0.8\nceiling = 0.6\n", "switch.floor: 0.8 is above ceiling = 0.6"),
+    ("[switch]\nthreshold = -0.1\n", "switch.threshold: must be >= 0"),
+    ("[switch]\nceiling = 1.0\n", "switch.ceiling: must be in (0, 1), got 1.0"),
+    ("[switch]\nz = -1\n", "switch.z: must be in [0, 10], got -1.0"),
+    ('[switch]\nrule = "loss"\n', "switch.rule: 'loss' is not one of 'plateau', 'depth-gap'"),
+    (
+        '[schedule]\nswitch = "auto"\n[switch]\nrule = "depth-gap"\ndepth = 2\n',
+        "switch.depth: 2 must be deeper than schedule.k0 = 2",
+    ),
     ('[data]\nkind = "tokens"\n', "data.path"),
     ("[model\nd_model = 64\n", "TOML syntax error"),
 ]

@@ -1,6 +1,6 @@
 """Two processes on CPU with gloo, launched the way users launch them (torchrun, --nproc).
 
-What must hold (DESIGN.md §10, issue 7):
+What must hold (docs/design.md §8):
 - a 2-process run computes what a 1-process run with the same global batch computes, up to the
   rounding of summing gradients in another order (TOLERANCE below);
 - every rank trains at the same depth each step (the trainer checks this at every log line, and
@@ -138,6 +138,30 @@ def test_two_ddp_processes_equal_one_process(runs):
     assert len(set(depths)) > 2 and max(depths) > config.train.grad_depth
     meta = CheckpointManager(runs["ddp"] / "checkpoints").all()[-1].meta
     assert meta["world_size"] == 2
+
+
+def test_two_processes_decide_an_auto_switch_where_one_process_does(tmp_path):
+    """depth-gap probes on both ranks (rank 0's numbers broadcast): the same switch step as one
+    process, and the same probes up to the rounding of TOLERANCE."""
+    config = write_tiny_config(tmp_path)
+    auto = ["schedule.switch=auto", "switch.rule=depth-gap", "switch.every=2"]
+    auto += ["switch.window=0.5", "switch.threshold=0.05"]
+    args = [a for s in auto for a in ("--set", s)]
+    ddp = torchrun(["-m", "fixedfirst"], train_args(config, tmp_path / "ddp", *args))
+    Trainer(in_process_config(config, *auto), tmp_path / "single", quiet=True).train()
+    finish(ddp)
+    assert_close_runs(tmp_path / "single", tmp_path / "ddp")
+
+    def switch_lines(run: Path) -> list[dict]:
+        return [r for r in read_metrics(run / "metrics.jsonl") if r["kind"].startswith("switch")]
+
+    single, two = switch_lines(tmp_path / "single"), switch_lines(tmp_path / "ddp")
+    assert [(r["kind"], r["step"]) for r in single] == [(r["kind"], r["step"]) for r in two]
+    assert [r["step"] for r in two if r["kind"] == "switch"] == [
+        r["step"] for r in single if r["kind"] == "switch"
+    ]
+    gains = [[r["gain"] for r in lines if r["kind"] == "switch_probe"] for lines in (single, two)]
+    torch.testing.assert_close(*(torch.tensor(g, dtype=torch.float64) for g in gains), **TOLERANCE)
 
 
 def test_fsdp_resumes_a_one_process_checkpoint_and_one_process_resumes_its(tmp_path):

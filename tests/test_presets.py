@@ -108,3 +108,33 @@ def test_chains_cpu_config_is_the_chains_experiments_fixed_first_run():
     config = resolve_data(load_config(CONFIGS / "chains-cpu.toml"))
     run = resolve_data(load_preset("default").run_config("fixed-first-4-0.8", 0))
     assert config.to_dict() == run.to_dict()
+
+
+@pytest.mark.parametrize("task", ["cpu", "chains"])
+def test_switch_studies_have_the_issues_arms(task):
+    """Issue 18: fixed fractions 0.5, 0.67, 0.8, 0.9 and both auto rules at K0 = 2 and 4, one
+    token budget, seeds 0 and 1, one thread per run."""
+    spec = load_sweep(CONFIGS / "sweeps" / f"auto-switch-{task}.toml")
+    arms = {
+        (s.k0, s.switch if not s.auto_switch else r.config.switch.rule)
+        for r in spec.runs
+        for s in [r.config.schedule]
+    }
+    assert arms == {(k0, a) for k0 in (2, 4) for a in (0.5, 0.67, 0.8, 0.9, "plateau", "depth-gap")}
+    assert len(spec.runs) == 24 and {r.config.train.seed for r in spec.runs} == {0, 1}
+    assert len({plan_budget(r.config).tokens for r in spec.runs}) == 1
+    assert all(r.config.train.threads == 1 for r in spec.runs) and spec.switch_study
+    assert spec.metric == ("task" if task == "chains" else "nll")
+
+
+def test_the_chains_switch_study_trains_the_chains_default_preset():
+    from fixedfirst.experiments.chains.experiment import load_preset
+
+    preset = load_preset("default").run_config("fixed-first-4-0.8", 0)
+    spec = load_sweep(CONFIGS / "sweeps" / "auto-switch-chains.toml")
+    study = next(r.config for r in spec.runs if r.name == "k4-s0.8-seed0")
+    assert study.model == preset.model and study.data == preset.data
+    for key in ("seq_len", "batch_size", "lr", "warmup", "final_lr_fraction", "seed"):
+        assert getattr(study.train, key) == getattr(preset.train, key), key
+    # Its token budget is what the preset's fixed-first run gets at the preset's FLOP budget.
+    assert plan_budget(study).tokens == plan_budget(preset).tokens

@@ -236,7 +236,19 @@ BAD_SWEEPS = {
     "missing base file": ('base = "nowhere.toml"\n' + SETTINGS + RUNS, ["base:", "nowhere.toml"]),
     "no runs": (BASE + SETTINGS, ["no runs"]),
     "run without a name": (BASE + SETTINGS + "[[runs]]\nschedule.k0 = 1\n", ["has no name"]),
-    "no reference": (BASE + RUNS, ["needs reference"]),
+    "seeds repeated": (
+        BASE + SETTINGS + "seeds = [0, 0]\n" + RUNS,
+        ["sweep.seeds must be a list of distinct integers >= 0"],
+    ),
+    "matched to an auto switch": (
+        BASE + SETTINGS + RUNS + 'schedule.switch = "auto"\nswitch.window = 0.5\n'
+        '[[runs]]\nname = "m"\nschedule.kind = "uniform"\nflops_of = "ff-k2"\n',
+        ["run \"m\": flops_of = 'ff-k2' is an auto-switch run"],
+    ),
+    "task metric without a task": (
+        BASE + SETTINGS + 'metric = "task"\n' + RUNS,
+        ["trains on data.kind = 'tokens', which has no task metric"],
+    ),
     "reference is not uniform": (
         BASE + SETTINGS.replace('"uniform"', '"ff-k2"') + RUNS,
         ["must train uniform 1..16"],

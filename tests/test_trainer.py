@@ -15,8 +15,9 @@ from fixedfirst.config import TrainConfig
 from fixedfirst.errors import UserError
 from fixedfirst.schedules import Schedule
 from fixedfirst.train.checkpoint import CheckpointManager
+from fixedfirst.train.divergence import TrainingDiverged
 from fixedfirst.train.optim import lr_at
-from fixedfirst.train.trainer import Trainer, TrainingDiverged
+from fixedfirst.train.trainer import Trainer
 from tests.trainer_helpers import comparable, final_weights, tiny_config, train_records
 
 

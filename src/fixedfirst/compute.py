@@ -41,12 +41,14 @@ switch * (8.5 - K0) / ((P + R) / C + 8.5): the paper's three figures pin (P + R)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from fixedfirst.config import ModelConfig, RunConfig, ScheduleConfig
 from fixedfirst.config.limits import MAX_STEPS
 from fixedfirst.errors import UserError
 from fixedfirst.schedules import Schedule
+from fixedfirst.switching.policy import check_window, switch_bounds
 
 
 @dataclass(frozen=True)
@@ -144,13 +146,21 @@ def plan_steps(
     def cost(steps: int) -> float:
         return realised_flops(schedule, flops, steps, tokens_per_step, grad_depth)
 
+    # The exact expectation is cheap; the realised cost draws every step's depth.
+    expected_max = schedule_flops(schedule, flops, MAX_STEPS, tokens_per_step, grad_depth)
+    return _plan(cost, expected_max, flop_budget, tokens_per_step)
+
+
+def _plan(
+    cost: Callable[[int], float], expected_max: float, flop_budget: float, tokens_per_step: int
+) -> int:
+    """The largest N with cost(N) <= flop_budget (see plan_steps); `expected_max` is the expected
+    cost of MAX_STEPS steps, which refuses an unbounded budget before drawing a million depths."""
     if cost(1) > flop_budget:
         raise UserError(
             f"train.flops = {flop_budget:.3g} is below the cost of a single step "
             f"({cost(1):.3g} FLOPs); raise the FLOP budget or lower train.batch_size"
         )
-    # The exact expectation is cheap; the realised cost draws every step's depth.
-    expected_max = schedule_flops(schedule, flops, MAX_STEPS, tokens_per_step, grad_depth)
     lo, hi = 1, 2
     while flop_budget > 0.9 * expected_max or cost(hi) <= flop_budget:
         if hi > MAX_STEPS or flop_budget > 0.9 * expected_max:
@@ -169,6 +179,27 @@ def plan_steps(
     while cost(lo + 1) <= flop_budget:
         lo += 1
     return lo
+
+
+def dearest_switch_flops(
+    config: RunConfig, schedule: Schedule, flops: FlopModel, total_steps: int
+) -> float:
+    """The realised cost of an auto-switch run of `total_steps` steps at its dearest allowed
+    switch step: what it may spend at most, wherever its rule fires (docs/design.md §14).
+
+    Moving the switch from the floor to step s turns the finishing draws of the steps in between
+    into K0 steps; that is cheaper unless those draws were shallower than K0 (a U{1..16} draw of
+    1 against K0 = 2), so the dearest switch is usually, not always, the floor."""
+    t = config.train
+    floor, ceiling = switch_bounds(config.switch, total_steps)
+    at_floor = schedule.switched_at(floor)
+    cost = realised_flops(at_floor, flops, total_steps, t.tokens_per_step, t.grad_depth)
+    k0 = flops.train(config.schedule.k0, t.grad_depth)
+    extra = dearest = 0.0
+    for step in range(floor, ceiling):
+        extra += k0 - flops.train(at_floor.depth(step, total_steps), t.grad_depth)
+        dearest = max(dearest, extra)
+    return cost + t.tokens_per_step * dearest
 
 
 @dataclass(frozen=True)
@@ -194,7 +225,16 @@ def plan_budget(config: RunConfig) -> Budget:
     t = config.train
     schedule = Schedule(config.schedule, t.seed)
     fm = flop_model(config.model, t.seq_len)
-    if t.flops is not None:
+    auto = config.schedule.auto_switch
+    if t.flops is not None and auto:
+        # Planned to fit the budget wherever the rule fires (docs/design.md §14).
+        steps = _plan(
+            lambda n: dearest_switch_flops(config, schedule, fm, n),
+            schedule_flops(schedule.switched_at(0), fm, MAX_STEPS, t.tokens_per_step, t.grad_depth),
+            t.flops,
+            t.tokens_per_step,
+        )
+    elif t.flops is not None:
         steps = plan_steps(schedule, fm, t.flops, t.tokens_per_step, t.grad_depth)
     else:
         steps = t.tokens // t.tokens_per_step
@@ -209,23 +249,36 @@ def plan_budget(config: RunConfig) -> Budget:
                 f"train.tokens = {t.tokens} is less than one step of batch_size * seq_len = "
                 f"{t.tokens_per_step} tokens; raise train.tokens"
             )
+    if auto:  # the most it may spend, and the expectation at the floor
+        check_window(config.switch, steps, t.log_every)
+        realised = dearest_switch_flops(config, schedule, fm, steps)
+        schedule = schedule.switched_at(switch_bounds(config.switch, steps)[0])
+    else:
+        realised = realised_flops(schedule, fm, steps, t.tokens_per_step, t.grad_depth)
     return Budget(
         total_steps=steps,
         tokens=steps * t.tokens_per_step,
-        flops=realised_flops(schedule, fm, steps, t.tokens_per_step, t.grad_depth),
+        flops=realised,
         expected_flops=schedule_flops(schedule, fm, steps, t.tokens_per_step, t.grad_depth),
         flop_budget=t.flops,
     )
 
 
-def modeled_savings(config: RunConfig, total_steps: int | None = None) -> float:
-    """1 - cost(schedule) / cost(uniform 1..16), both over the same token budget."""
+def modeled_savings(
+    config: RunConfig, total_steps: int | None = None, switch_at: int | None = None
+) -> float:
+    """1 - cost(schedule) / cost(uniform 1..16), both over the same token budget. An auto switch
+    is costed at `switch_at`, the step its run switched at (by default its floor, where it
+    saves the least)."""
     t = config.train
     steps = total_steps if total_steps is not None else plan_budget(config).total_steps
     fm = flop_model(config.model, t.seq_len)
-    ours = schedule_flops(
-        Schedule(config.schedule, t.seed), fm, steps, t.tokens_per_step, t.grad_depth
-    )
+    schedule = Schedule(config.schedule, t.seed)
+    if config.schedule.auto_switch:
+        schedule = schedule.switched_at(
+            switch_at if switch_at is not None else switch_bounds(config.switch, steps)[0]
+        )
+    ours = schedule_flops(schedule, fm, steps, t.tokens_per_step, t.grad_depth)
     ref = schedule_flops(
         Schedule(UNIFORM_REFERENCE, t.seed), fm, steps, t.tokens_per_step, t.grad_depth
     )

@@ -18,7 +18,9 @@ Kinds:
                            over the first `warmup` of the steps, m(t) = max(1, ceil(mean * f(x)))
                            with x = t / warmup_steps and f(x) = x or 1 - sqrt(1 - x).
   fixed-first(K0, switch)  K0 while step < switch * total_steps, then the finish distribution
-                           (uniform k_min..k_max, or Poisson-lognormal with `mean`).
+                           (uniform k_min..k_max, or Poisson-lognormal with `mean`). With
+                           switch = "auto" the run decides the switch step as it trains
+                           (docs/design.md §14) and hands it over as `switch_at`.
 """
 
 from __future__ import annotations
@@ -190,25 +192,45 @@ class Stage:
         return self.end - self.start
 
 
+def fraction_step(fraction: float, total_steps: int) -> int:
+    """The first step at or after `fraction` of a run: ceil(fraction * total_steps), with a guard
+    against float round-off (0.67 * 100 = 67.00000000000001 is step 67)."""
+    return min(total_steps, math.ceil(fraction * total_steps - 1e-9))
+
+
 class Schedule:
     """A depth schedule built from its configuration and the run's seed."""
 
-    def __init__(self, config: ScheduleConfig, seed: int = 0) -> None:
+    def __init__(self, config: ScheduleConfig, seed: int = 0, switch_at: int | None = None) -> None:
+        """switch_at: for `switch = "auto"`, the first finishing step the run decided on (None:
+        not decided yet, so every step so far trains at K0; docs/design.md §14)."""
         self.config = config
         self.seed = seed
+        self.switch_at = switch_at
         self._stages: dict[int, list[Stage]] = {}
         self._draws: dict[tuple[DepthDistribution, int], int] = {}
 
     def __repr__(self) -> str:
         return f"Schedule({describe(self.config)}, seed={self.seed})"
 
+    def switched_at(self, step: int) -> Schedule:
+        """This auto-switch schedule with its switch decided: steps from `step` on finish. Every
+        depth is still drawn from (seed, step), so they are the depths a fixed switch at the
+        same step draws."""
+        switched = Schedule(self.config, self.seed, step)
+        switched._draws = self._draws
+        return switched
+
     def switch_step(self, total_steps: int) -> int | None:
-        """fixed-first: the first step of the finishing stage (None for other kinds)."""
+        """fixed-first: the first step of the finishing stage (None for other kinds, and for an
+        auto switch not decided yet)."""
         if self.config.kind != "fixed-first":
             return None
+        if self.config.auto_switch:
+            return None if self.switch_at is None else min(total_steps, self.switch_at)
         # Step t trains at K0 while t < switch * total_steps; the guard absorbs float round-off
         # such as 0.67 * 100 = 67.00000000000001.
-        return min(total_steps, math.ceil(self.config.switch * total_steps - 1e-9))
+        return fraction_step(self.config.switch, total_steps)  # type: ignore[arg-type]
 
     def _finish(self) -> DepthDistribution:
         c = self.config
@@ -235,7 +257,8 @@ class Schedule:
             stages = [Stage(0, total_steps, dist, "poisson-lognormal")]
         elif c.kind == "fixed-first":
             switch = self.switch_step(total_steps)
-            assert switch is not None
+            if switch is None:  # an auto switch not decided yet: K0 so far
+                switch = total_steps
             stages = [
                 Stage(0, switch, Fixed(c.k0), "fixed"),
                 Stage(switch, total_steps, self._finish(), "finish"),
@@ -335,4 +358,5 @@ def describe(config: ScheduleConfig) -> str:
     if c.kind == "progressive":
         return f"progressive to mean {c.mean_depth:g} ({c.ramp}, {c.warmup:g})"
     finish = f"uniform {c.k_min}..{c.k_max}" if c.finish == "uniform" else "poisson-lognormal"
-    return f"fixed-first K0={c.k0} switch {c.switch:g} -> {finish}"
+    switch = "auto" if c.switch == "auto" else f"{c.switch:g}"
+    return f"fixed-first K0={c.k0} switch {switch} -> {finish}"

@@ -11,9 +11,11 @@ from fixedfirst.compute import (
     flop_model,
     modeled_savings,
     plan_budget,
+    realised_flops,
     schedule_flops,
 )
 from fixedfirst.schedules import Schedule, describe
+from fixedfirst.switching.policy import switch_bounds
 
 SHOWN_DEPTHS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -39,6 +41,20 @@ def report(config) -> dict:
     budget = plan_budget(config)
     fm = flop_model(config.model, t.seq_len)
     schedule = Schedule(config.schedule, t.seed)
+    auto = None
+    if config.schedule.auto_switch:  # shown at the floor, its dearest switch as a rule
+        floor, ceiling = switch_bounds(config.switch, budget.total_steps)
+        schedule = schedule.switched_at(floor)
+        at_ceiling = schedule.switched_at(ceiling)
+        auto = {
+            "rule": config.switch.rule,
+            "floor_step": floor,
+            "ceiling_step": ceiling,
+            "realised_flops_at_ceiling": realised_flops(
+                at_ceiling, fm, budget.total_steps, t.tokens_per_step, t.grad_depth
+            ),
+            "modeled_savings_at_ceiling": modeled_savings(config, budget.total_steps, ceiling),
+        }
     uniform = schedule_flops(
         Schedule(UNIFORM_REFERENCE, t.seed), fm, budget.total_steps, t.tokens_per_step, t.grad_depth
     )
@@ -70,6 +86,7 @@ def report(config) -> dict:
         "flop_budget": budget.flop_budget,
         "uniform_flops": uniform,
         "modeled_savings": modeled_savings(config, budget.total_steps),
+        "auto_switch": auto,
     }
 
 
@@ -105,4 +122,12 @@ def run(args: argparse.Namespace) -> int:
     print(realised)
     print(f"uniform 1..16 at same tokens: {r['uniform_flops']:.4e}")
     print(f"modeled savings: {100 * r['modeled_savings']:.1f}%")
+    a = r["auto_switch"]
+    if a is not None:
+        print(
+            f"auto switch ({a['rule']}): between step {a['floor_step']} and {a['ceiling_step']}; "
+            "the plan above switches at the floor, the most the run can spend; at the ceiling: "
+            f"{a['realised_flops_at_ceiling']:.4e} FLOPs, "
+            f"modeled savings {100 * a['modeled_savings_at_ceiling']:.1f}%"
+        )
     return 0

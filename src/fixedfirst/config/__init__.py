@@ -1,6 +1,7 @@
 """Run configuration: TOML sections loaded into validated dataclasses.
 
 sections.py   [model] [schedule] [train] [data] [eval]: fields, docstrings, checks
+switch.py     [switch]: how `schedule.switch = "auto"` decides
 run.py        RunConfig: all sections, to and from TOML-shaped dicts
 schema.py     raw values checked against the annotations (one-line errors naming the key)
 files.py      TOML files, `--set` overrides, writing the resolved configuration back
@@ -22,6 +23,7 @@ from fixedfirst.config.sections import (
     ScheduleConfig,
     TrainConfig,
 )
+from fixedfirst.config.switch import SwitchConfig
 
 __all__ = [
     "SECTIONS",
@@ -30,6 +32,7 @@ __all__ = [
     "ModelConfig",
     "RunConfig",
     "ScheduleConfig",
+    "SwitchConfig",
     "TrainConfig",
     "apply_overrides",
     "build_section",

@@ -19,9 +19,17 @@ from fixedfirst.config.sections import (
     ScheduleConfig,
     TrainConfig,
 )
+from fixedfirst.config.switch import SwitchConfig
 from fixedfirst.errors import UserError
 
-SECTIONS: tuple[type, ...] = (ModelConfig, ScheduleConfig, TrainConfig, DataConfig, EvalConfig)
+SECTIONS: tuple[type, ...] = (
+    ModelConfig,
+    ScheduleConfig,
+    SwitchConfig,
+    TrainConfig,
+    DataConfig,
+    EvalConfig,
+)
 
 
 def section_names() -> list[str]:
@@ -34,6 +42,7 @@ class RunConfig:
 
     model: ModelConfig = field(default_factory=ModelConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    switch: SwitchConfig = field(default_factory=SwitchConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     data: DataConfig = field(default_factory=DataConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -44,6 +53,14 @@ class RunConfig:
             "train.seq_len",
             f"{self.train.seq_len} exceeds model.max_seq_len = {self.model.max_seq_len}",
         )
+        if self.schedule.auto_switch and self.switch.rule == "depth-gap":
+            deep = self.switch.probe_depth(self.schedule.k_max)
+            require(
+                deep > self.schedule.k0,
+                "switch.depth",
+                f"{deep} must be deeper than schedule.k0 = {self.schedule.k0} (depth-gap "
+                "compares serving at K0 with serving deeper)",
+            )
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         out = {name: _section_dict(getattr(self, name)) for name in section_names()}

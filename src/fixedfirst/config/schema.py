@@ -39,6 +39,8 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
             try:
                 return coerce(value, alternative, key)
             except UserError:
+                if _same_kind(value, alternative):  # e.g. inf for float | Literal["auto"]
+                    raise
                 continue
         raise UserError(f"{key}: expected {' or '.join(map(describe, inner))}, got {value!r}")
     if origin is Literal:
@@ -71,6 +73,14 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
             raise UserError(f"{key}: expected a string, got {value!r}")
         return value
     raise TypeError(f"unsupported annotation {annotation!r} for {key}")  # a bug, not user input
+
+
+def _same_kind(value: Any, annotation: Any) -> bool:
+    """Whether `value` is of `annotation`'s plain type, so that its own error says more than
+    "expected one of the alternatives" (a number out of range, not a number at all)."""
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return annotation in (int, bool, str) and type(value) is annotation
 
 
 def describe(annotation: Any) -> str:

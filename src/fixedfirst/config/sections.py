@@ -136,8 +136,9 @@ class ScheduleConfig:
     """`fixed`: the depth of every step."""
     k0: int = 2
     """`fixed-first`: the depth before the switch."""
-    switch: float = 0.67
-    """`fixed-first`: fraction of the token budget trained at k0."""
+    switch: float | Literal["auto"] = 0.67
+    """`fixed-first`: fraction of the token budget trained at k0, or `auto`: the run decides when
+    to switch, by the rule of [switch] (docs/design.md §14)."""
     finish: Literal["uniform", "poisson-lognormal"] = "uniform"
     """`fixed-first`: the distribution after the switch."""
     k_min: int = 1
@@ -165,7 +166,11 @@ class ScheduleConfig:
             f"{s}.k_max",
             f"{self.k_max} is below k_min = {self.k_min}",
         )
-        require(0.0 <= self.switch <= 1.0, f"{s}.switch", f"must be in [0, 1], got {self.switch}")
+        require(
+            self.switch == "auto" or 0.0 <= self.switch <= 1.0,  # type: ignore[operator]
+            f"{s}.switch",
+            f"must be in [0, 1] or 'auto', got {self.switch}",
+        )
         if self.kind == "fixed-first":
             require(
                 self.k0 <= self.k_max,
@@ -190,6 +195,11 @@ class ScheduleConfig:
                 f"k_max = {self.k_max} leaves no room for a Poisson-lognormal mean depth of "
                 f"{self.mean_depth:g}; raise k_max or set schedule.mean",
             )
+
+    @property
+    def auto_switch(self) -> bool:
+        """fixed-first whose run decides the switch step (docs/design.md §14)."""
+        return self.kind == "fixed-first" and self.switch == "auto"
 
     @property
     def mean_depth(self) -> float:

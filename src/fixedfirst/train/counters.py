@@ -84,4 +84,12 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"  {name:<18s} {p['steps']:>7d} steps {p['tokens']:>12,} tokens "
             f"{p['flops']:.3e} FLOPs ({100 * share:.0f}%) {p['wall']:8.1f} s"
         )
+    switch = summary.get("switch")
+    if switch and switch.get("auto") and switch["step"] is not None:
+        why = "its rule fired" if switch["reason"] == "rule" else "the ceiling"
+        probes = f", probes {switch['probe_flops']:.3e} FLOPs" if switch["probes"] else ""
+        lines.append(
+            f"  auto switch ({switch['rule']}) at step {switch['step']} "
+            f"({100 * switch['fraction']:.1f}% of the run): {why}{probes}"
+        )
     return "\n".join(lines)

@@ -10,8 +10,9 @@
 
 A directory that already holds a run is never written without `--resume`, and a resume may not
 change what defines the run: the model, the data, the schedule, or anything that moves the
-schedule's steps (seed, budgets, batch and sequence length). Changing logging, checkpointing or
-evaluation settings on resume is fine.
+schedule's steps (seed, budgets, batch and sequence length; with `schedule.switch = "auto"`, the
+[switch] rule and train.log_every, whose logged losses it reads). Changing logging, checkpointing
+or evaluation settings on resume is otherwise fine.
 """
 
 from __future__ import annotations
@@ -161,6 +162,9 @@ def run_defining_differences(saved: RunConfig, new: RunConfig) -> list[str]:
         # --set data.path=..., and the checkpoint's data fingerprint refuses other data.
         out.pop("data.path", None)
         out.update({f"train.{k}": d["train"].get(k) for k in RUN_DEFINING_TRAIN_KEYS})
+        if config.schedule.auto_switch:  # the rule, and the losses it reads, move the switch
+            out.update({f"switch.{k}": v for k, v in d["switch"].items()})
+            out["train.log_every"] = d["train"]["log_every"]
         return out
 
     a, b = flat(saved), flat(new)

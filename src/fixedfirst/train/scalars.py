@@ -4,6 +4,8 @@
                    progress/tokens, progress/flops (cumulative modeled training FLOPs),
                    progress/wall (training wall-clock, seconds)
     eval records   eval/nll_depth_K for every serving depth K, eval/mean_serving_nll
+    auto switch    switch/gain (each depth-gap probe), switch/decrease and switch/bound (each
+                   check of the rule with enough points; docs/design.md §14)
 
 The same names in both, so a curve is found under the same tag wherever one looks. An evaluation
 happens at a step that usually also has a training record, so the progress/ scalars come from
@@ -29,4 +31,9 @@ def scalars(record: dict[str, Any]) -> dict[str, float]:
             out[f"eval/nll_depth_{depth}"] = float(nll)
         if "mean_serving_nll" in record:
             out["eval/mean_serving_nll"] = float(record["mean_serving_nll"])
+    elif record.get("kind") == "switch_probe":
+        out["switch/gain"] = float(record["gain"])
+    elif record.get("kind") == "switch_check" and record["decrease"] is not None:
+        out["switch/decrease"] = float(record["decrease"])
+        out["switch/bound"] = float(record["bound"])
     return out

@@ -7,9 +7,14 @@ function of seed and step), runs `batch_size / micro_batch` micro-batches at tha
 steps AdamW. Losses stay on the device between log lines: the host waits for the device only when
 a line is written, a checkpoint is taken, or an evaluation runs.
 
+With `schedule.switch = "auto"` the switch step is decided as the run goes (`auto_switch.py`,
+docs/design.md §14): at the boundaries its rule asks for, the trainer brings the losses to the
+host, lets it probe and check, and from a decision on draws every depth from the switched
+schedule.
+
 Everything a resumed run needs (weights, optimizer, data position, counters, the metrics file's
-length) is in each checkpoint, so N steps straight through and k steps plus a resume give the same
-weights and the same metrics.
+length, an auto switch's observations) is in each checkpoint, so N steps straight through and k
+steps plus a resume give the same weights and the same metrics.
 
 Under torchrun (docs/design.md §8) every process builds the same model from the same seed, draws the
 same depth for a step (the schedule is a pure function of seed and step; `_flush` checks that the
@@ -26,7 +31,6 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -42,35 +46,22 @@ from fixedfirst.model import LoopedTransformer
 from fixedfirst.model.memory import check_fits
 from fixedfirst.schedules import Schedule, describe
 from fixedfirst.train import compilation, distributed
+from fixedfirst.train.auto_switch import META_KEY, AutoSwitch, switch_summary
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.train.counters import Counters
 from fixedfirst.train.distributed import World, on_main
+from fixedfirst.train.divergence import diverged
 from fixedfirst.train.evaluation import mean_serving_nll, validation_nll
 from fixedfirst.train.interrupt import Interrupt, TrainingInterrupted, resume_command
 from fixedfirst.train.metrics import MetricsLog, read_metrics
 from fixedfirst.train.optim import build_optimizer, lr_at
 from fixedfirst.train.parallel import ParallelModel
+from fixedfirst.train.pending import PendingStep, host_values
 from fixedfirst.train.progress import Progress
 from fixedfirst.train.resume import check_trainer_state
 from fixedfirst.train.run_dir import RunDir
 from fixedfirst.train.sinks import check_packages, open_sinks
 from fixedfirst.train.step import state_seeds, train_step
-
-
-class TrainingDiverged(UserError):
-    """The loss became NaN or infinite."""
-
-
-@dataclass
-class PendingStep:
-    """A finished step whose loss is still on the device."""
-
-    step: int
-    depth: int
-    phase: str
-    lr: float
-    loss: torch.Tensor
-    grad_norm: torch.Tensor
 
 
 class Trainer:
@@ -107,6 +98,10 @@ class Trainer:
                 f"{self.source.vocab_size}"
             )
         self.val_batches = self.source.validation_batches(config.eval.batches, t.micro_batch)
+        place = (self.world, self.device, self.dtype)
+        self.auto = AutoSwitch.for_run(
+            config, self.budget.total_steps, self.flops_model, self.source, *place
+        )
         check_packages(t.log_to)
         local = t.batch_size // self.world_size
         micro = t.micro_batch_on(self.world_size)
@@ -190,6 +185,8 @@ class Trainer:
                 # Also here (small JSON), so that eval can refuse other data without trainer.pt.
                 "data": self.source.state_dict(),
             }
+            if self.auto is not None:  # what a resume decides the switch from
+                meta[META_KEY] = self.auto.state_dict()
             state = {"optimizer": optimizer_state, "data": self.source.state_dict()}
             return self.checkpoints.save(self.counters.step, weights, state, meta, tags)
 
@@ -232,6 +229,8 @@ class Trainer:
             raise UserError(f"checkpoint {ckpt.path}: state does not fit ({e})") from None
         self.source.load_state_dict(distributed.broadcast_object(self.world, loaded.get("data")))
         self.counters = Counters.from_dict(ckpt.meta)
+        if self.auto is not None:
+            self.schedule = self.auto.restore(ckpt.meta, self.schedule)
         if self.is_main:
             self.metrics.truncate(int(ckpt.meta["metrics_bytes"]))
         self._say(f"resume: continuing from {ckpt.path.name} (step {ckpt.step})")
@@ -257,36 +256,12 @@ class Trainer:
         )
 
     def _flush(self, pending: list[PendingStep], interval: tuple[int, float, float]) -> float:
-        """Bring pending losses to the host (one sync, one collective), stop on a non-finite one,
-        log lines; return the last step's loss.
-
-        The logged loss is the mean over ranks of each rank's mean loss (the global mean: every
-        rank scores the same number of rows), so metrics do not depend on the number of
-        processes. The same collective checks that every rank trained at the same depths.
-        """
-        values_here = torch.stack([torch.stack([p.loss, p.grad_norm.float()]) for p in pending])
-        depths = torch.tensor([float(p.depth) for p in pending], device=values_here.device)
-        local = torch.cat([values_here, depths[:, None]], dim=1).double()
-        gathered = distributed.gather(self.world, local).cpu()  # (ranks, steps, 3)
-        if not torch.equal(gathered[:, :, 2], gathered[:1, :, 2].expand_as(gathered[:, :, 2])):
-            raise RuntimeError(f"ranks trained at different depths: {gathered[:, :, 2].tolist()}")
-        losses = gathered[:, :, 0].mean(dim=0).tolist()
-        grad_norms = gathered[0, :, 1].tolist()  # identical on every rank after the reduction
-        values = list(zip(losses, grad_norms, strict=True))
+        """Bring pending losses to the host (`host_values`), stop on a non-finite one, log lines
+        (which the auto switch watches); return the last step's loss."""
+        values = host_values(self.world, pending)
         for p, (loss, _) in zip(pending, values, strict=True):
             if not math.isfinite(loss):
-                saved = self.checkpoints.all()
-                then = (
-                    f"the last good checkpoint (step {saved[-1].step}) is kept in "
-                    f"{self.checkpoints.directory}; lower train.lr or raise train.warmup, then "
-                    "start a new run with another --out"
-                    if saved
-                    else "no checkpoint was saved yet; lower train.lr or raise train.warmup and "
-                    "start again with the same --out"
-                )
-                raise TrainingDiverged(
-                    f"loss became {loss} at step {p.step + 1} (depth {p.depth}); {then}"
-                )
+                raise diverged(loss, p.step + 1, p.depth, self.checkpoints)
         tokens, flops, seconds = interval
         seconds = max(seconds, 1e-9)
         records = []
@@ -312,6 +287,8 @@ class Trainer:
             )
         if self.is_main:
             self.metrics.write(records)
+        if self.auto is not None:
+            self.auto.observe(records)
         pending.clear()
         return values[-1][0]
 
@@ -334,6 +311,17 @@ class Trainer:
         if self.is_main:
             self.metrics.write([record])
         return nll
+
+    def _auto_switch(self, done: int) -> list[str]:
+        """Probe and check the auto switch at boundary `done`; the checkpoint tags of a switch."""
+        assert self.auto is not None
+        records, decision = self.auto.at_boundary(done, self.parallel, self.counters)
+        if self.is_main:
+            self.metrics.write(records)
+        if decision is None:
+            return []
+        self.schedule = self.schedule.switched_at(decision.step)
+        return ["switch", decision.tag]
 
     def _checkpoint_tags(self, done: int, flops_before: float) -> list[str]:
         t = self.config.train
@@ -400,7 +388,8 @@ class Trainer:
                 evaluate = c.step == total or (
                     self.config.eval.every and c.step % self.config.eval.every == 0
                 )
-                flush = c.step % t.log_every == 0 or bool(tags) or bool(evaluate)
+                due = self.auto is not None and self.auto.due(c.step)
+                flush = c.step % t.log_every == 0 or bool(tags) or bool(evaluate) or due
                 interrupted = c.step < total and interrupt.agreed(self.world, flush)
                 if interrupted and "paused" not in tags:
                     tags.append("paused")
@@ -424,6 +413,8 @@ class Trainer:
                         },
                         work=c.flops,
                     )
+                if due:
+                    tags += self._auto_switch(c.step)
                 if evaluate:
                     nll = self._evaluate()
                     shown = ", ".join(f"K={d}: {v:.3f}" for d, v in nll.items())
@@ -444,6 +435,7 @@ class Trainer:
     def _summary(self) -> dict[str, Any]:
         summary = self.counters.summary(describe(self.config.schedule), self.budget)
         summary.update(threads=self.threads, compiled=self.compiled.compile)
+        summary["switch"] = switch_summary(self.schedule, self.budget.total_steps, self.auto)
         if self.is_main:
             write_json_atomic(self.run.summary_path, summary)
         return summary

@@ -25,6 +25,7 @@ from fixedfirst.hardware import resolve_device, resolve_dtype
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.runs.opening import find_checkpoint, open_run
 from fixedfirst.schedules import Schedule, describe
+from fixedfirst.train.auto_switch import checkpoint_schedule
 from fixedfirst.train.checkpoint import TRAINER_FILE, Checkpoint
 from fixedfirst.train.distributed import World
 from fixedfirst.train.optim import build_optimizer, lr_at
@@ -135,7 +136,7 @@ def open_run_state(run: str | Path, which: str = SWITCH_TAG, device: str = "auto
         model,
         optimizer,
         source,
-        Schedule(config.schedule, config.train.seed),
+        checkpoint_schedule(config, ckpt.meta),
         dev,
         dtype,
     )

@@ -26,11 +26,13 @@ SWITCH_MARKERS = ("o", "s", "^", "D", "v")
 OTHER_COLORS = {"progressive": "tab:purple", "uniform": "tab:gray"}
 
 
-def line_styles(rows: list[dict[str, Any]], reference: str) -> dict[str, dict[str, Any]]:
+def line_styles(rows: list[dict[str, Any]], reference: str | None) -> dict[str, dict[str, Any]]:
     """matplotlib keyword arguments per run name."""
     ff = [r["schedule_config"] for r in rows if r["kind"] == "fixed-first"]
     k0s = sorted({s["k0"] for s in ff})
-    switches = sorted({s["switch"] for s in ff})
+    switches = sorted(
+        {s["switch"] for s in ff}, key=lambda x: (x == "auto", 0.0 if x == "auto" else x)
+    )
     styles = {}
     for r in rows:
         s = r["schedule_config"]
@@ -62,7 +64,7 @@ def _depth_axis(ax, depths: list[int], train_max: int) -> None:
     ax.grid(True, which="major", color="0.85", lw=0.6)
 
 
-def plot_nll_by_depth(rows: list[dict[str, Any]], reference: str, path: str | Path) -> Path:
+def plot_nll_by_depth(rows: list[dict[str, Any]], reference: str | None, path: str | Path) -> Path:
     """Draw every row's `nll_by_depth` into `path` (PNG)."""
     depths = sorted({int(d) for r in rows for d in r["nll_by_depth"]})
     train_max = max(max(r["schedule_config"].get("k_max", 16) for r in rows), depths[0])
@@ -89,7 +91,8 @@ def plot_nll_by_depth(rows: list[dict[str, Any]], reference: str, path: str | Pa
         right.set_title(f"difference to {reference}: below 0 is better", fontsize=10)
     else:
         right.set_axis_off()
-        right.text(0.5, 0.5, f"reference run {reference!r} not finished", ha="center")
+        why = "no reference run" if reference is None else f"{reference!r} not finished"
+        right.text(0.5, 0.5, why, ha="center")
     fig.legend(loc="outside right center", fontsize=8, frameon=False)
     path = Path(path)
     save_figure(fig, path)

@@ -79,7 +79,12 @@ def figure3_data(run: str | Path) -> dict[str, Any]:
         raise UserError(f"{run_dir.path}: fewer than two logged training steps to draw")
     total_steps = plan_budget(config).total_steps
     switch_step = Schedule(config.schedule, config.train.seed).switch_step(total_steps)
-    assert switch_step is not None  # fixed-first always has one
+    if config.schedule.auto_switch:  # decided by the run: its `switch` record says where
+        decided = read_metrics(run_dir.metrics_path, "switch")
+        if not decided:
+            raise UserError(f"{run_dir.path}: its auto switch has not switched yet")
+        switch_step = int(decided[0]["step"])
+    assert switch_step is not None  # a fixed fraction always has one
     return {
         "schedule": describe(config.schedule),
         "k0": config.schedule.k0,
@@ -88,7 +93,11 @@ def figure3_data(run: str | Path) -> dict[str, Any]:
             if config.schedule.finish == "uniform"
             else f"Poisson-lognormal (mean {config.schedule.mean_depth:g})"
         ),
-        "switch_fraction": config.schedule.switch,
+        "switch_fraction": (
+            round(switch_step / total_steps, 3)
+            if config.schedule.auto_switch
+            else config.schedule.switch
+        ),
         "switch_tokens": switch_step * config.train.tokens_per_step,
         "log_every": config.train.log_every,
         "train": [(r["tokens"], float(r["loss"])) for r in train],

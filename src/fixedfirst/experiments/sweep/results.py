@@ -25,23 +25,36 @@ from fixedfirst.runs.experiment import PlannedRun
 from fixedfirst.schedules import describe
 
 RESULTS_FORMAT = "fixedfirst-sweep-results"
-RESULTS_VERSION = 2
+RESULTS_VERSION = 3
 TABLE_DEPTHS = (1, 4, 16, 32, 64)
 """NLL columns of table.md (results.json holds every evaluated depth)."""
 
 
 def schedule_label(planned: PlannedRun, flops_of: str | None) -> str:
     label = describe(planned.config.schedule)
+    if planned.config.schedule.auto_switch:
+        label = label.replace("switch auto", f"switch auto ({planned.config.switch.rule})")
     return f"{label}, compute-matched to {flops_of}" if flops_of else label
 
 
 def result_row(
-    planned: PlannedRun, summary: dict[str, Any], evaluation: dict[str, Any], flops_of: str | None
+    planned: PlannedRun,
+    summary: dict[str, Any],
+    evaluation: dict[str, Any],
+    flops_of: str | None,
+    group: str | None = None,
 ) -> dict[str, Any]:
-    """One run's numbers, before the comparison with the reference."""
+    """One run's numbers, before the comparison with the reference. `switch` is where a
+    fixed-first run switched (summary.json's); `compute` adds an auto switch's probes to the
+    training FLOPs, what the run cost in all."""
     config = planned.config
+    switch = summary.get("switch")
+    probe_flops = (switch or {}).get("probe_flops", 0.0)
+    switch_at = switch["step"] if switch and switch.get("auto") else None
     return {
         "name": planned.name,
+        "group": group or planned.name,
+        "seed": config.train.seed,
         "schedule": schedule_label(planned, flops_of),
         "kind": config.schedule.kind,
         "schedule_config": config.to_dict()["schedule"],
@@ -51,7 +64,10 @@ def result_row(
         "modeled_flops": summary["flops"],
         "expected_flops": summary.get("expected_flops"),
         "flop_budget": summary.get("flop_budget"),
-        "modeled_savings": modeled_savings(config, summary["total_steps"]),
+        "modeled_savings": modeled_savings(config, summary["total_steps"], switch_at),
+        "switch": switch,
+        "probe_flops": probe_flops,
+        "compute": summary["flops"] + probe_flops,
         "wall": summary["wall"],
         "phases": summary["phases"],
         "eval_step": evaluation["step"],
@@ -61,7 +77,9 @@ def result_row(
     }
 
 
-def compare_to_reference(rows: list[dict[str, Any]], reference: str) -> dict[str, Any] | None:
+def compare_to_reference(
+    rows: list[dict[str, Any]], reference: str | None
+) -> dict[str, Any] | None:
     """Add wall-clock savings and the relative mean-NLL difference against the reference row
     (None where the reference has not finished). Returns the reference row."""
     ref = next((r for r in rows if r["name"] == reference), None)
@@ -73,7 +91,7 @@ def compare_to_reference(rows: list[dict[str, Any]], reference: str) -> dict[str
 
 
 def results_document(
-    rows: list[dict[str, Any]], reference: str, sweep_path: Path, eval_depths: list[int]
+    rows: list[dict[str, Any]], reference: str | None, sweep_path: Path, eval_depths: list[int]
 ) -> dict[str, Any]:
     return {
         "format": RESULTS_FORMAT,
@@ -124,7 +142,7 @@ TABLE_COLUMNS = (
 )
 
 
-def table_markdown(rows: list[dict[str, Any]], reference: str, missing: list[str]) -> str:
+def table_markdown(rows: list[dict[str, Any]], reference: str | None, missing: list[str]) -> str:
     """The schedule table, with a legend saying what each column measures."""
     lines = ["| " + " | ".join(TABLE_COLUMNS) + " |", "|" + " --- |" * len(TABLE_COLUMNS)]
     for r in rows:
@@ -144,6 +162,11 @@ def table_markdown(rows: list[dict[str, Any]], reference: str, missing: list[str
         ]
         lines.append("| " + " | ".join(cells) + " |")
     eval_tokens = sorted({r["eval_tokens"] for r in rows})
+    against = (
+        f"savings relative to the reference run `{reference}` on the same machine"
+        if reference
+        else "no reference run (the sweep names none), so no savings or differences"
+    )
     lines += [
         "",
         "Modeled FLOPs: the training FLOPs of the depths each run drew, under the compute model. "
@@ -151,8 +174,9 @@ def table_markdown(rows: list[dict[str, Any]], reference: str, missing: list[str
         "one step below it; the share is realised / budget); other runs train a token budget. "
         "Modeled savings: 1 - the schedule's expected FLOPs / those of uniform 1..16 at the same "
         "token budget (a property of the schedule, not of one run's draws). Wall-clock: "
-        "training steps only (no evaluation or checkpoints), savings relative to the reference "
-        f"run `{reference}` on the same machine. NLL: validation nats per token "
+        f"training steps only (no evaluation or checkpoints); {against}. Compute of an auto "
+        "switch's probes is not in these columns (switch_study.md has it). NLL: validation nats "
+        "per token "
         f"over {', '.join(f'{t:,}' for t in eval_tokens)} tokens at serving depth K; mean over "
         'K = 1..16; "vs reference" is its relative difference to the reference run\'s.',
     ]

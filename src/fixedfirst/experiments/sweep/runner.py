@@ -34,6 +34,7 @@ from fixedfirst.experiments.sweep.results import (
     write_results,
 )
 from fixedfirst.experiments.sweep.spec import SweepSpec
+from fixedfirst.experiments.sweep.switch_report import write_study
 from fixedfirst.runs.evaluation import cached_evaluation
 from fixedfirst.runs.experiment import (
     RUNS_DIR,
@@ -43,6 +44,7 @@ from fixedfirst.runs.experiment import (
     run_all,
     run_directory,
 )
+from fixedfirst.runs.task_evaluation import cached_task_evaluation
 from fixedfirst.train.evaluation import EVAL_DEPTHS
 from fixedfirst.train.run_dir import run_defining_differences
 
@@ -156,8 +158,15 @@ def _sweep(
         mean = evaluation["mean_serving_nll"]
         how = "saved" if cached else f"{evaluation['scored_tokens']:,} tokens"
         _say(quiet, f"eval [{i}/{len(finished)}] {planned.name}: mean NLL 1..16 {mean:.4f} ({how})")
-        flops_of = spec.flops_of.get(planned.name)
-        rows.append(result_row(planned, summaries[planned.name], evaluation, flops_of))
+        flops_of, group = spec.flops_of.get(planned.name), spec.groups.get(planned.name)
+        row = result_row(planned, summaries[planned.name], evaluation, flops_of, group)
+        if spec.metric == "task":
+            task, cached = cached_task_evaluation(path, EVAL_DEPTHS, None, device)
+            row["task_score_name"] = task["score_name"]
+            row["task_scores"] = task["scores"]
+            shown = ", ".join(f"K={d} {task['scores'][str(d)]:.3f}" for d in (1, 4, 16))
+            _say(quiet, f"  task: {shown} ({'saved' if cached else 'scored'})")
+        rows.append(row)
     missing = [p.name for p in spec.runs if p.name not in summaries]
     return SweepOutcome(
         rows=rows,
@@ -185,7 +194,8 @@ def _finished_elsewhere(planned: PlannedRun, out: Path, quiet: bool) -> dict[str
 def write_report(
     spec: SweepSpec, out: Path, rows: list[dict[str, Any]], missing: list[str]
 ) -> list[Path]:
-    """results.json, table.md, nll_by_depth.png and (when its run finished) figure3.png."""
+    """results.json, table.md, nll_by_depth.png, (when its run finished) figure3.png and, for a
+    switch study, switch_study.md/.json/.png."""
     compare_to_reference(rows, spec.reference)
     document = results_document(rows, spec.reference, spec.path, EVAL_DEPTHS)
     write_results(out, document, table_markdown(rows, spec.reference, missing))
@@ -194,4 +204,7 @@ def write_report(
     if spec.figure3 is not None and any(r["name"] == spec.figure3 for r in rows):
         figure3_run = run_directory(out, spec.figure3).path
         files.append(plot_figure3(figure3_run, out / "figure3.png"))
+    if spec.switch_study:
+        name = rows[0].get("task_score_name") if spec.metric == "task" else None
+        files += write_study(rows, spec.metric, name or "mean serving NLL", out)
     return files

@@ -6,8 +6,13 @@
 
     [sweep]
     reference = "uniform"               # the uniform 1..16 run savings and NLL are compared with
+                                        # (optional)
     figure3 = "ff-k2-s0.67-uniform"     # the fixed-first run drawn as Figure 3 (optional)
     eval_batches = 8                    # validation batches of the final evaluation (optional)
+    seeds = [0, 1]                      # every run once per seed, as NAME-seedS (optional)
+    metric = "nll"                      # or "task": the data kind's own metric, e.g. chains
+                                        # accuracy, also measured at every serving depth
+    switch_study = true                 # the auto-switch study's table and figure (optional)
 
     [[runs]]
     name = "uniform"
@@ -20,9 +25,12 @@
 
 A base file name is relative to the sweep file; a relative data.path is, as in every run config,
 relative to the file that holds it (the base file, or this one). Each run is the base with its keys
-applied on top, validated like any run config. `flops_of` makes a compute-matched run: its FLOP
-budget is the other run's expected modeled training FLOPs from the compute model, so nobody
-copies a FLOP count by hand and it stays right when the base changes. Everything is checked when
+applied on top, validated like any run config. With `seeds`, each [[runs]] entry is a group of
+runs, NAME-seedS with train.seed = S, and `reference`, `figure3` and `flops_of` name entries (the
+first seed's run, or the same seed's). `flops_of` makes a compute-matched run: its FLOP budget is
+the other run's modeled training FLOPs from the compute model, so nobody copies a FLOP count by
+hand and it stays right when the base changes (not an auto-switch run's: what that spends is
+known only once it has switched). Everything is checked when
 the file is loaded, before anything trains: a typo found after an hour of training costs the hour.
 """
 
@@ -40,7 +48,7 @@ from fixedfirst.paths import resolve_data_path
 from fixedfirst.runs.experiment import PlannedRun
 
 TOP_LEVEL_KEYS = ("base", "sweep", "runs")
-SWEEP_KEYS = ("reference", "figure3", "eval_batches")
+SWEEP_KEYS = ("reference", "figure3", "eval_batches", "seeds", "metric", "switch_study")
 RUN_KEYS = ("name", "flops_of")
 SECTION_NAMES = tuple(c.SECTION for c in SECTIONS)
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -52,11 +60,16 @@ class SweepSpec:
 
     path: Path
     runs: list[PlannedRun]
-    reference: str
+    reference: str | None
     figure3: str | None
     eval_batches: int | None
     flops_of: dict[str, str]
     """run name -> the run whose modeled FLOPs it is matched to."""
+    groups: dict[str, str]
+    """run name -> its [[runs]] entry (the same entry's runs differ only in train.seed)."""
+    metric: str = "nll"
+    """`nll`: mean serving NLL; `task`: the data kind's own metric (DataKind.evaluate)."""
+    switch_study: bool = False
 
     def run(self, name: str) -> PlannedRun:
         return next(r for r in self.runs if r.name == name)
@@ -153,60 +166,120 @@ def load_sweep(path: str | Path) -> SweepSpec:
     entries = raw.get("runs")
     if not isinstance(entries, list) or not entries:
         raise UserError(f'{path}: no runs; add [[runs]] tables, each with name = "..."')
-    names: list[str] = []
+    seeds = _seeds(settings, path)
+    entry_names: list[str] = []
     runs: list[PlannedRun] = []
+    groups: dict[str, str] = {}
     flops_of: dict[str, str] = {}
     for index, entry in enumerate(entries):
         entry = _table(entry, f"runs[{index}]", str(path))
         name = _run_name(entry, index, path)
-        if name in names:
+        if name in entry_names:
             raise UserError(f"{path}: two runs are named {name!r}; run names must be unique")
-        names.append(name)
+        entry_names.append(name)
         where = f'{path}: run "{name}"'
-        data = _with_run_keys(base, resolve_data_path(entry, path.parent), where)
+        if seeds is not None and "seed" in entry.get("train", {}):
+            raise UserError(f"{where}: sets train.seed, but [sweep] seeds sets every run's seed")
         if "flops_of" in entry:
-            target = entry["flops_of"]
-            flops_of[name] = _check_flops_of(target, entry, names, flops_of, where)
-            data.setdefault("train", {})["flops"] = plan_budget(
-                runs[names.index(target)].config
-            ).flops
-        runs.append(PlannedRun(name, _build_config(data, where)))
+            _check_flops_of(entry["flops_of"], entry, entry_names, flops_of, where)
+        for seed in seeds if seeds is not None else [None]:
+            run = name if seed is None else f"{name}-seed{seed}"
+            data = _with_run_keys(base, resolve_data_path(entry, path.parent), where)
+            if seed is not None:
+                data.setdefault("train", {})["seed"] = seed
+            if "flops_of" in entry:
+                target = _named(entry["flops_of"], seed)
+                target_config = next(r.config for r in runs if r.name == target)
+                if target_config.schedule.auto_switch:
+                    raise UserError(
+                        f"{where}: flops_of = {entry['flops_of']!r} is an auto-switch run, whose "
+                        "cost is known only once it has switched; match a run of fixed schedule"
+                    )
+                flops_of[run] = target
+                data.setdefault("train", {})["flops"] = plan_budget(target_config).flops
+            runs.append(PlannedRun(run, _build_config(data, where)))
+            groups[run] = name
 
-    return SweepSpec(
+    first = {name: _named(name, None if seeds is None else seeds[0]) for name in entry_names}
+    spec = SweepSpec(
         path=path,
         runs=runs,
-        reference=_reference(settings, runs, path),
-        figure3=_figure3(settings, runs, path),
+        reference=_reference(settings, runs, first, path),
+        figure3=_figure3(settings, runs, first, path),
         eval_batches=_eval_batches(settings, path),
         flops_of=flops_of,
+        groups=groups,
+        metric=_metric(settings, runs, path),
+        switch_study=_switch_study(settings, runs, path),
     )
+    return spec
+
+
+def _named(entry: str, seed: int | None) -> str:
+    """The run of [[runs]] entry `entry` with `seed` (the entry itself without seeds)."""
+    return entry if seed is None else f"{entry}-seed{seed}"
+
+
+def _seeds(settings: dict[str, Any], path: Path) -> list[int] | None:
+    seeds = settings.get("seeds")
+    if seeds is None:
+        return None
+    ok = isinstance(seeds, list) and seeds and len(set(map(repr, seeds))) == len(seeds)
+    if not ok or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds):
+        raise UserError(
+            f"{path}: sweep.seeds must be a list of distinct integers >= 0, got {seeds!r}"
+        )
+    return seeds
+
+
+def _metric(settings: dict[str, Any], runs: list[PlannedRun], path: Path) -> str:
+    from fixedfirst.data.registry import data_kind
+
+    metric = settings.get("metric", "nll")
+    if metric not in ("nll", "task"):
+        raise UserError(f"{path}: sweep.metric must be 'nll' or 'task', got {metric!r}")
+    if metric == "task":
+        for planned in runs:
+            if data_kind(planned.config.data.kind).evaluate is None:
+                raise UserError(
+                    f'{path}: sweep.metric = "task", but run "{planned.name}" trains on '
+                    f"data.kind = {planned.config.data.kind!r}, which has no task metric"
+                )
+    return metric
+
+
+def _switch_study(settings: dict[str, Any], runs: list[PlannedRun], path: Path) -> bool:
+    study = settings.get("switch_study", False)
+    if not isinstance(study, bool):
+        raise UserError(f"{path}: sweep.switch_study must be true or false, got {study!r}")
+    if study and not any(r.config.schedule.kind == "fixed-first" for r in runs):
+        raise UserError(f"{path}: sweep.switch_study needs fixed-first runs; the sweep has none")
+    return study
 
 
 def _check_flops_of(
     target: Any, entry: dict[str, Any], names: list[str], flops_of: dict[str, str], where: str
-) -> str:
+) -> None:
     if not isinstance(target, str) or target not in names[:-1]:
         raise UserError(
             f"{where}: flops_of = {target!r} must name a run listed above this one "
             "(its modeled FLOPs become this run's train.flops)"
         )
-    if target in flops_of:
+    if any(t == target or t.startswith(f"{target}-seed") for t in flops_of):
         raise UserError(
             f"{where}: flops_of = {target!r} is itself compute-matched; match the original run"
         )
     if "flops" in entry.get("train", {}):
         raise UserError(f"{where}: set either flops_of or train.flops, not both")
-    return target
 
 
-def _reference(settings: dict[str, Any], runs: list[PlannedRun], path: Path) -> str:
+def _reference(
+    settings: dict[str, Any], runs: list[PlannedRun], first: dict[str, str], path: Path
+) -> str | None:
     name = settings.get("reference")
     if name is None:
-        raise UserError(
-            f'{path}: [sweep] needs reference = "NAME", the uniform 1..16 run that savings and '
-            "NLL differences are measured against"
-        )
-    matches = [r for r in runs if r.name == name]
+        return None
+    matches = [r for r in runs if r.name == first.get(name, name)]
     if not matches:
         raise UserError(f"{path}: sweep.reference = {name!r} is not one of the runs")
     s = matches[0].config.schedule
@@ -218,22 +291,24 @@ def _reference(settings: dict[str, Any], runs: list[PlannedRun], path: Path) -> 
         )
     if matches[0].config.train.flops is not None:
         raise UserError(f"{path}: sweep.reference = {name!r} must use the token budget, not flops")
-    return name
+    return matches[0].name
 
 
-def _figure3(settings: dict[str, Any], runs: list[PlannedRun], path: Path) -> str | None:
+def _figure3(
+    settings: dict[str, Any], runs: list[PlannedRun], first: dict[str, str], path: Path
+) -> str | None:
     """The named Figure 3 run, or by default the first fixed-first run (None if there is none)."""
     name = settings.get("figure3")
     if name is None:
         return next((r.name for r in runs if r.config.schedule.kind == "fixed-first"), None)
-    matches = [r for r in runs if r.name == name]
+    matches = [r for r in runs if r.name == first.get(name, name)]
     if not matches:
         raise UserError(f"{path}: sweep.figure3 = {name!r} is not one of the runs")
     if matches[0].config.schedule.kind != "fixed-first":
         raise UserError(
             f"{path}: sweep.figure3 = {name!r} must be a fixed-first run (it has a switch)"
         )
-    return name
+    return matches[0].name
 
 
 def _eval_batches(settings: dict[str, Any], path: Path) -> int | None:

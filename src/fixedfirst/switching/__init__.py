@@ -1,0 +1,7 @@
+"""The auto switch of a fixed-first schedule (docs/design.md §14): when a run stops training at K0.
+
+trend.py    the least-squares slope of a short noisy series and its standard error
+policy.py   floor, ceiling and rule: observations in, the switch step out (pure; `replay`)
+
+The trainer's side (probing the model, records, checkpoints) is `train/auto_switch.py`.
+"""

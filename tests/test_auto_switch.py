@@ -1,0 +1,162 @@
+"""The trainer with `schedule.switch = "auto"`: the decision is recorded everywhere, the run is the
+fixed-switch run at the step it chose, and kill -9 plus --resume switch at the same step."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fixedfirst.compute import plan_budget
+from fixedfirst.train.checkpoint import CheckpointManager
+from fixedfirst.train.counters import format_summary
+from fixedfirst.train.metrics import read_metrics
+from fixedfirst.train.trainer import Trainer
+from tests.test_crash import wait_for
+from tests.trainer_helpers import (
+    comparable,
+    final_weights,
+    tiny_config,
+    train_records,
+    write_tiny_config,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+AUTO = ("schedule.switch=auto", "switch.every=2", "switch.window=0.3", "train.tokens=8192")
+"""64 steps of the tiny model; the floor is step 32, the ceiling step 58."""
+RULES = {  # thresholds at which both fire between floor and ceiling (plateau at 34, depth-gap 46)
+    "plateau": ("switch.rule=plateau", "switch.threshold=2.0"),
+    "depth-gap": ("switch.rule=depth-gap", "switch.threshold=0.02"),
+}
+
+
+def switch_records(run: Path) -> list[dict]:
+    return [r for r in read_metrics(run / "metrics.jsonl") if r["kind"].startswith("switch")]
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_an_auto_run_is_the_fixed_run_at_the_step_it_chose(tmp_path, rule):
+    config = tiny_config(*AUTO, *RULES[rule])
+    summary = Trainer(config, tmp_path / "auto", quiet=True).train()
+    switch = summary["switch"]
+    total = summary["total_steps"]
+    assert switch["auto"] and switch["rule"] == rule and switch["reason"] == "rule"
+    assert switch["floor_step"] <= switch["step"] < switch["ceiling_step"]
+    step = switch["step"]
+    # Recorded: one `switch` line, the tagged checkpoint, the phases.
+    decided = [r for r in switch_records(tmp_path / "auto") if r["kind"] == "switch"]
+    assert [(r["step"], r["reason"], r["rule"]) for r in decided] == [(step, "rule", rule)]
+    ckpt = CheckpointManager(tmp_path / "auto" / "checkpoints").with_tag("switch")
+    assert ckpt.step == step and f"auto-{rule}" in ckpt.tags
+    assert ckpt.meta["auto_switch"]["policy"]["decision"]["step"] == step
+    assert summary["phases"]["fixed"]["steps"] == step
+    assert f"auto switch ({rule}) at step {step} (" in format_summary(summary)
+    if rule == "depth-gap":
+        probes = [r for r in switch_records(tmp_path / "auto") if r["kind"] == "switch_probe"]
+        assert probes and all(r["step"] <= step for r in probes)
+        assert switch["probe_flops"] == pytest.approx(probes[-1]["probe_flops"])
+        assert switch["probe_flops"] > 0
+    # The fixed switch at the same step trains the same depths and weights, bit for bit:
+    # deciding (and probing) changes nothing but where the schedule switches.
+    fixed = tiny_config(*AUTO[1:], f"schedule.switch={step / total!r}")
+    Trainer(fixed, tmp_path / "fixed", quiet=True).train()
+    assert comparable(train_records(tmp_path / "auto")) == comparable(
+        train_records(tmp_path / "fixed")
+    )
+    a, b = final_weights(tmp_path / "auto"), final_weights(tmp_path / "fixed")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_resume_between_checks_switches_at_the_same_step(tmp_path):
+    config = tiny_config(*AUTO, *RULES["depth-gap"])
+    Trainer(config, tmp_path / "straight", quiet=True).train()
+    Trainer(config, tmp_path / "paused", quiet=True).train(stop_after=51)  # after the floor
+    Trainer(config, tmp_path / "paused", resume=True, quiet=True).train()
+    assert switch_records(tmp_path / "paused") == switch_records(tmp_path / "straight")
+    assert comparable(train_records(tmp_path / "paused")) == comparable(
+        train_records(tmp_path / "straight")
+    )
+
+
+# Runs the CLI with every training step slowed down, so that a kill lands mid-run.
+SLOW_STEPS = """
+import sys, time
+import fixedfirst.train.trainer as trainer
+original = trainer.train_step
+def slow(*args, **kwargs):
+    time.sleep(0.03)
+    return original(*args, **kwargs)
+trainer.train_step = slow
+from fixedfirst.cli.main import main
+main(sys.argv[1:])
+"""
+
+
+def test_kill_9_and_resume_switch_at_the_same_step(tmp_path):
+    """Killed after a checkpoint between the floor and the switch: the resumed run continues
+    from the checkpointed losses and switches where the uninterrupted one did."""
+    overrides = [*AUTO, *RULES["depth-gap"]]
+    config = tiny_config(*overrides)
+    step = Trainer(config, tmp_path / "reference", quiet=True).train()["switch"]["step"]
+    assert step > 36, "the kill must land before the switch"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + str(ROOT)}
+    run = tmp_path / "killed"
+    args = ["train", str(write_tiny_config(tmp_path)), "--out", str(run), "--quiet"]
+    args += [f"--set={o}" for o in overrides]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_STEPS, *args], env=env, stderr=subprocess.PIPE
+    )
+    wait_for(lambda: (run / "checkpoints" / "step-0000036" / "meta.json").exists(), proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (run / "summary.json").exists()
+    assert not [r for r in switch_records(run) if r["kind"] == "switch"]  # killed before it
+    resumed = subprocess.run(
+        [sys.executable, "-m", "fixedfirst", "train", "--out", str(run), "--resume", "--quiet"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert switch_records(run) == switch_records(tmp_path / "reference")
+    a, b = final_weights(run), final_weights(tmp_path / "reference")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_flop_budget_fits_wherever_the_rule_switches():
+    config = tiny_config(*AUTO[:3], "train.flops=2e9", "train.tokens=1000")
+    budget = plan_budget(config)
+    from fixedfirst.compute import flop_model, realised_flops
+    from fixedfirst.schedules import Schedule
+    from fixedfirst.switching.policy import switch_bounds
+
+    t = config.train
+    fm = flop_model(config.model, t.seq_len)
+    schedule = Schedule(config.schedule, t.seed)
+    floor, ceiling = switch_bounds(config.switch, budget.total_steps)
+    costs = [
+        realised_flops(schedule.switched_at(s), fm, budget.total_steps, t.tokens_per_step)
+        for s in range(floor, ceiling + 1)
+    ]
+    assert max(costs) == pytest.approx(budget.flops) and budget.flops <= 2e9
+    longer = plan_budget(config).total_steps + 1
+    floor, _ = switch_bounds(config.switch, longer)
+    assert realised_flops(schedule.switched_at(floor), fm, longer, t.tokens_per_step) > 2e9
+
+
+def test_switch_records_reach_tensorboard_and_wandb_as_scalars():
+    from fixedfirst.train.scalars import scalars
+
+    probe = {"kind": "switch_probe", "step": 40, "gain": -0.02}
+    fitted = {"kind": "switch_check", "step": 50, "decrease": 0.4, "bound": 0.5}
+    unfitted = {"kind": "switch_check", "step": 50, "decrease": None, "bound": None}
+    assert scalars(probe) == {"switch/gain": -0.02}
+    assert scalars(fitted) == {"switch/decrease": 0.4, "switch/bound": 0.5}
+    assert scalars(unfitted) == {} and scalars({"kind": "switch", "step": 50}) == {}
