@@ -1,6 +1,7 @@
 """Benchmark: the demo (`fixedfirst bios`, what `make demo` runs) on this tree against another.
 
     .venv/bin/python benchmarks/demo_speed.py [--baseline main] [--rounds 2] [--preset default]
+                                              [--keep DIR]
 
 The baseline is any git revision (a branch, a tag, a commit): its `src/` is exported to a
 temporary directory with `git archive` and run by the same Python. Each round runs both trees
@@ -12,7 +13,8 @@ compare the code at equal threads; without it each tree picks its own (torch's d
 
 The results are compared too: the people, the budget, each run's steps and realised FLOPs, and
 the recalled bits per person of every schedule at every budget fraction (the mean over serving
-depths), so a speed-up that changed what the demo shows would be seen.
+depths), so a speed-up that changed what the demo shows would be seen. `--keep DIR` keeps this
+tree's last demo directory (figure, report, runs) as DIR, which must not exist yet.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -64,7 +67,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--preset", default="default")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--keep", type=Path, default=None, help="keep this tree's last demo here")
     args = parser.parse_args()
+    if args.keep is not None and args.keep.exists():
+        parser.error(f"--keep {args.keep} exists; give a new directory")
     with tempfile.TemporaryDirectory(prefix="demo-speed-") as tmp:
         trees = {
             f"baseline ({args.baseline})": export_source(args.baseline, Path(tmp) / "baseline"),
@@ -79,6 +85,9 @@ def main() -> None:
                 seconds[name].append(run_demo(trees[name], out, args.preset, args.threads))
                 results[name] = json.loads((out / "results.json").read_text())
                 print(f"round {r + 1}: {name}: {seconds[name][-1]:.0f} s", flush=True)
+                if args.keep is not None and name == "this tree":
+                    shutil.rmtree(args.keep, ignore_errors=True)
+                    shutil.copytree(out, args.keep)
     base, ours = list(trees)
     threads = f"OMP_NUM_THREADS={args.threads}" if args.threads else "each tree's own choice"
     print(f"\npreset {args.preset}, {args.rounds} round(s), threads: {threads}\n")
