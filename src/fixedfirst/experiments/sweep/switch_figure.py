@@ -65,9 +65,11 @@ def plot_switch_study(arms: list[Arm], metric: str, metric_name: str, path: str 
                 **style,
             )
     left.set_xlabel("modeled compute (training FLOPs + probes)")
-    left.set_ylabel(f"{metric_name} (mean over seeds)")
+    # A task's metric name can be a sentence: its words before a parenthesis label the axis.
+    short = metric_name.split(" (")[0]
+    left.set_ylabel(f"{short} (mean over seeds)")
     better = "lower" if metric == "nll" else "higher"
-    left.set_title(f"{metric_name} against compute ({better} is better)", fontsize=10)
+    left.set_title(f"{short} against compute ({better} is better)", fontsize=10)
     left.grid(True, color="0.88", lw=0.6)
     left.legend(fontsize=8, frameon=False, loc="best")
     middle.axhline(0.0, color="black", lw=0.8)
