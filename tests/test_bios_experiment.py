@@ -144,3 +144,28 @@ def test_eval_task_bios_matches_the_experiment(smoke_dir, capsys):
     got = {r["depth"]: r["bits_per_person"] for r in saved["by_depth"]}
     assert got == {d: expected[d] for d in (1, 4, 64)}
     assert "| 64 |" in capsys.readouterr().out
+
+
+def _hand_results(ff_bits: dict[int, float]) -> dict:
+    """A results.json reduced to what `findings` reads: the full budget only."""
+    fixed = {1: 38.0, 4: 38.9, 64: 38.9}
+    recall = [
+        {"schedule": name, "budget_fraction": 1.0, "depth": d, "bits_per_person": b, "flops": 1}
+        for name, by_depth in (("fixed-4", fixed), ("fixed-first-4-0.8", ff_bits))
+        for d, b in by_depth.items()
+    ]
+    return {"recall": recall, "ceiling_bits": 38.95, "budget_fractions": [1.0], "runs": {}}
+
+
+@pytest.mark.parametrize(
+    "ff_bits, sentence",
+    [
+        ({1: 37.0, 2: 38.93, 64: 38.91}, "recalls 38.9 bits at every serving depth 2..64 (100%"),
+        ({1: 37.0, 2: 30.0, 64: 38.9}, "recalls between 30.0 (depth 2) and 38.9 bits at"),
+    ],
+)
+def test_fixed_first_range_is_one_number_when_both_ends_round_alike(ff_bits, sentence):
+    from fixedfirst.experiments.bios.report import findings
+
+    text = " ".join(findings(_hand_results(ff_bits)))
+    assert sentence in text, text

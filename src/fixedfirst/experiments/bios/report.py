@@ -67,8 +67,8 @@ def findings(results: dict[str, Any]) -> list[str]:
             f"depth 4 ({at4[best4]:.1f} of {ceiling:.2f} bits), and the mean over serving depths "
             f"ranks the schedules {ranking} bits."
             + (
-                ""
-                if best_mean == best4
+                ""  # the same leader, or a lead that vanishes at the precision printed
+                if best_mean == best4 or f"{means[best_mean]:.1f}" == f"{means[best4]:.1f}"
                 else f" The two orders differ: {_label(best_mean)} leads on average over depths."
             )
         )
@@ -102,9 +102,15 @@ def findings(results: dict[str, Any]) -> list[str]:
         high2 = max((above_one or ff).values())
         low_share, high_share = f"{ff[low2] / ceiling:.0%}", f"{high2 / ceiling:.0%}"
         share = low_share if low_share == high_share else f"{low_share} to {high_share}"
+        low_bits, high_bits = f"{ff[low2]:.1f}", f"{high2:.1f}"
+        recalled = (
+            f"{low_bits} bits at every serving depth 2..{max(ff)}"
+            if low_bits == high_bits
+            else f"between {low_bits} (depth {low2}) and {high_bits} bits at serving depths "
+            f"2..{max(ff)}"
+        )
         out.append(
-            f"Fixed-first at the full budget recalls between {ff[low2]:.1f} (depth {low2}) and "
-            f"{high2:.1f} bits at serving depths 2..{max(ff)} ({share} of the ceiling), "
+            f"Fixed-first at the full budget recalls {recalled} ({share} of the ceiling), "
             f"and {ff.get(1, float('nan')):.1f} bits at depth 1."
         )
         if uni:
