@@ -169,3 +169,28 @@ def test_fixed_first_range_is_one_number_when_both_ends_round_alike(ff_bits, sen
 
     text = " ".join(findings(_hand_results(ff_bits)))
     assert sentence in text, text
+
+
+@pytest.mark.parametrize(
+    "fixed, ff, differ",
+    [
+        ({1: 38.90, 4: 38.92, 64: 38.92}, {1: 38.93, 4: 38.91, 64: 38.93}, False),
+        ({1: 30.0, 4: 38.9, 64: 38.9}, {1: 38.0, 4: 38.8, 64: 38.9}, True),
+    ],
+)
+def test_orders_differ_only_when_the_printed_means_differ(fixed, ff, differ):
+    from fixedfirst.experiments.bios.report import findings
+
+    results = _hand_results(ff)
+    results["recall"] = [r for r in results["recall"] if r["schedule"] != "fixed-4"] + [
+        {
+            "schedule": "fixed-4",
+            "budget_fraction": 1.0,
+            "depth": d,
+            "bits_per_person": b,
+            "flops": 1,
+        }
+        for d, b in fixed.items()
+    ]
+    text = " ".join(findings(results))
+    assert ("The two orders differ" in text) is differ, text
