@@ -17,7 +17,6 @@ Runs live in DIR/runs/VARIANT-seedN/, scores beside them, so a second invocation
 from __future__ import annotations
 
 import importlib
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,6 @@ from typing import Any
 
 from fixedfirst import locks
 from fixedfirst.config import RunConfig, apply_overrides
-from fixedfirst.data.registry import data_kind
 from fixedfirst.errors import UserError
 from fixedfirst.files import write_json_atomic
 from fixedfirst.runs.experiment import (
@@ -35,8 +33,7 @@ from fixedfirst.runs.experiment import (
     prepare_out_dir,
     run_all,
 )
-from fixedfirst.runs.opening import load_run
-from fixedfirst.train.checkpoint import MODEL_FILE
+from fixedfirst.runs.task_evaluation import cached_task_evaluation
 
 TASKS = {
     "bios": "fixedfirst.experiments.bios.experiment",
@@ -112,25 +109,10 @@ def load_ablation(
 
 
 def score(outcome: RunOutcome, depths: list[int]) -> tuple[str, dict[str, float]]:
-    """(what is scored, the task metric of the run's final checkpoint at each depth), cached
-    beside the run."""
-    loaded = load_run(outcome.path)
-    key = {"weights_sha256": loaded.checkpoint.meta["files"][MODEL_FILE], "depths": depths}
-    cache = outcome.path / f"ablation-score-step-{loaded.checkpoint.step:07d}.json"
-    try:
-        saved = json.loads(cache.read_text())
-        if saved.get("key") == key:
-            return saved["score_name"], saved["scores"]
-    except (OSError, ValueError):
-        pass
-    kind = data_kind(loaded.config.data.kind)
-    if kind.evaluate is None:
-        raise UserError(f"the data kind {kind.name!r} has no task metric to ablate on")
-    report = kind.evaluate(loaded.model, loaded.config, depths, None)
-    scores = {str(d): report.scores[d] for d in depths}
-    record = {"format": "fixedfirst-ablation-score", "key": key}
-    write_json_atomic(cache, {**record, "score_name": report.score_name, "scores": scores})
-    return report.score_name, scores
+    """(what is scored, the task metric of the run's final checkpoint at each depth): the
+    library's task evaluation, cached beside the run like any other."""
+    result, _ = cached_task_evaluation(outcome.path, depths)
+    return result["score_name"], result["scores"]
 
 
 def run_ablation(ablation: Ablation, out: Path, quiet: bool = False) -> dict[str, Any]:
