@@ -19,6 +19,7 @@ from fixedfirst.experiments.bios.recall import (
     exact_match,
     recalled_bits,
     recalled_facts,
+    shared_prefix_length,
 )
 from fixedfirst.experiments.bios.source import BiosSource, bios_seq_len
 from fixedfirst.experiments.bios.templates import render
@@ -87,6 +88,9 @@ def test_prompts_hold_prompt_then_answer(trained):
     answer = prompts.answers[i][prompts.answers[i] != -100].tolist()
     assert tokenizer.decode(answer) == sentence.answer
     assert length == start + len(answer)  # the terminator is predicted, never fed
+    name_tokens = len(tokenizer.encode(world.names[0]))
+    assert all(len(tokenizer.encode(n)) == name_tokens for n in world.names[:2])
+    assert shared_prefix_length(prompts) == 1 + name_tokens  # <bos> and the name
     with pytest.raises(UserError, match="between 1 and 16 people"):
         build_prompts(world, tokenizer, people=17)
 
@@ -126,6 +130,8 @@ def test_batching_and_padding_do_not_change_the_answer(trained):
     whole = exact_match(model, prompts, [2], batch_size=len(prompts.lengths))[2]
     mixed = exact_match(model, prompts, [2], batch_size=37)[2]  # batches mix prompt lengths
     assert torch.equal(whole, mixed)
+    unshared = exact_match(model, prompts, [2], batch_size=37, share_prefix=False)[2]
+    assert torch.equal(whole, unshared)
     model.train()
     exact_match(model, prompts, [1], batch_size=500)
     assert model.training  # the caller's mode is restored

@@ -219,6 +219,30 @@ def test_cached_decoding_equals_full_recomputation(overrides):
     assert cache.num_entries == cfg.n_prelude + 4 * cfg.n_core + cfg.n_coda
 
 
+@pytest.mark.parametrize("overrides", VARIANTS)
+def test_continuations_of_a_shared_prefix_score_as_whole_prompts(overrides):
+    model = build(**overrides)
+    prefixes = torch.randint(0, 61, (3, 5))
+    groups = torch.tensor([2, 0, 0, 1, 2, 2, 0])  # repeats, out of order
+    continuations = torch.randint(0, 61, (7, 6))
+    whole = torch.cat([prefixes[groups], continuations], 1)
+    depths = [1, 3, 8]
+    expected = dict(model.logits_by_depth(whole, depths))
+    shared = model.prefill_shared(prefixes, [*depths, 12])  # deeper than asked is fine
+    positions = torch.tensor([[0, 3, 5]]).expand(7, -1)
+    after = shared.rows(groups)
+    got = dict(model.logits_by_depth(continuations, depths, positions, after))
+    assert sorted(got) == depths
+    for depth in depths:
+        at = expected[depth][:, 5:].gather(1, positions[..., None].expand(-1, -1, 61))
+        torch.testing.assert_close(got[depth], at, atol=1e-5, rtol=1e-5)
+    other = model.prefill_shared(prefixes.flip(0), depths)  # a different prefix changes logits
+    moved = dict(model.logits_by_depth(continuations, depths, positions, other.rows(groups)))
+    assert not torch.allclose(moved[8], got[8])
+    with pytest.raises(ValueError, match="index the 3 prefixes"):
+        shared.rows(torch.tensor([0, 3]))
+
+
 @pytest.mark.parametrize("depth", [1, 3, 6])
 def test_greedy_generation_equals_argmax_recomputation(depth):
     model = build()

@@ -33,6 +33,12 @@ from fixedfirst.errors import UserError
 from fixedfirst.model.kv_cache import KVCache
 from fixedfirst.model.layers import Block, RMSNorm, RotaryEmbedding
 from fixedfirst.model.loss import next_token_loss
+from fixedfirst.model.shared_prefix import (
+    AtDepth,
+    LayerSource,
+    PrefixRows,
+    SharedPrefix,
+)
 
 
 def check_depth(depth: object) -> int:
@@ -91,7 +97,7 @@ class LoopedTransformer(nn.Module):
 
     # -- the four pieces -------------------------------------------------------------------------
 
-    def _prelude(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def _prelude(self, tokens: torch.Tensor, cache: LayerSource | None = None) -> torch.Tensor:
         x = self.embed(tokens)
         for i, block in enumerate(self.prelude):
             x = block(x, self.rotary, cache.layer("prelude", i) if cache is not None else None)
@@ -140,7 +146,7 @@ class LoopedTransformer(nn.Module):
         state: torch.Tensor,
         injection: torch.Tensor,
         index: int,
-        cache: KVCache | None = None,
+        cache: LayerSource | None = None,
     ) -> torch.Tensor:
         """One application of the core block to the state plus the injection (`_injection` of
         the prelude output): W_s s + W_e e for `concat`, s + e for `add`."""
@@ -157,7 +163,7 @@ class LoopedTransformer(nn.Module):
     def _readout(
         self,
         state: torch.Tensor,
-        cache: KVCache | None = None,
+        cache: LayerSource | None = None,
         positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits from a state; at `positions` (B, P) only, when given: the coda still runs on
@@ -223,6 +229,7 @@ class LoopedTransformer(nn.Module):
         tokens: torch.Tensor,
         depths: Iterable[int],
         positions: torch.Tensor | None = None,
+        after: PrefixRows | None = None,
     ) -> Iterator[tuple[int, torch.Tensor]]:
         """Yield (depth, logits) for every requested depth, ascending, from ONE pass of the core.
 
@@ -233,18 +240,43 @@ class LoopedTransformer(nn.Module):
         positions: (B, P) indices into the sequence; the logits are then (B, P, vocab), those
         of `forward(tokens, depth)` at these positions, and each readout applies the head (with
         a large vocabulary, most of a readout) to P positions per row instead of T.
+
+        after: `tokens` continue a shared prefix (`prefill_shared(...).rows(groups)`, prefilled
+        to at least the deepest of `depths` with readouts at all of them): row b is then scored
+        as the prefix of its group followed by tokens[b], and positions index `tokens`.
         """
         wanted = sorted({check_depth(d) for d in depths})
         if not wanted:
             raise UserError("logits_by_depth needs at least one depth")
-        e = self._prelude(tokens)
-        state = self._initial_state(e, 0, deterministic=True)
+        start = 0 if after is None else after.length
+        e = self._prelude(tokens, after)
+        state = self._initial_state(e, start, deterministic=True)
         injection = self._injection(e)
         targets = set(wanted)
         for i in range(wanted[-1]):
-            state = self._iteration(state, injection, i)
+            state = self._iteration(state, injection, i, after)
             if i + 1 in targets:
-                yield i + 1, self._readout(state, positions=positions)
+                coda = None if after is None else AtDepth(after, i + 1)
+                yield i + 1, self._readout(state, coda, positions)
+
+    @torch.no_grad()
+    def prefill_shared(self, prefix: torch.Tensor, depths: Iterable[int]) -> SharedPrefix:
+        """Run prefixes (G, L) once, for continuations scored by `logits_by_depth(...,
+        after=shared.rows(groups))` at any of `depths` (model/shared_prefix.py)."""
+        wanted = sorted({check_depth(d) for d in depths})
+        if not wanted or prefix.dim() != 2 or prefix.shape[1] == 0:
+            raise UserError("prefill_shared needs (groups, length >= 1) prefixes and a depth")
+        cache = KVCache()
+        e = self._prelude(prefix, cache)
+        state = self._initial_state(e, 0, deterministic=True)
+        injection = self._injection(e)
+        for i in range(wanted[-1]):
+            state = self._iteration(state, injection, i, cache)
+            if i + 1 in wanted:  # the coda's keys at this depth; its logits are not needed
+                self._readout(
+                    state, AtDepth(cache, i + 1), positions=prefix.new_zeros(len(prefix), 0)
+                )
+        return SharedPrefix(cache, prefix.shape[1], len(prefix))
 
     def nll_by_depth(
         self, tokens: torch.Tensor, targets: torch.Tensor, depths: Iterable[int]

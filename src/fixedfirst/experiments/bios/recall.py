@@ -18,7 +18,7 @@ Prompts are sorted by length before batching so that batches carry almost no pad
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from fixedfirst.experiments.bios.tokenizer import BiosTokenizer
 from fixedfirst.experiments.bios.world import ATTRIBUTES, World
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.model.loss import IGNORE_INDEX
+from fixedfirst.model.shared_prefix import SharedPrefix
 
 MIN_CORRECT_TEMPLATES = 4
 
@@ -78,42 +79,97 @@ def build_prompts(
     return RecallPrompts(inputs, answer_table, lengths - answer_lengths, lengths, n)
 
 
+def shared_prefix_length(prompts: RecallPrompts) -> int:
+    """The longest L such that every person's prompts begin with the same L tokens (`<bos>` and
+    the name) and every answer is predicted at or after position L."""
+    per_person = len(ATTRIBUTES) * TEMPLATES_PER_ATTRIBUTE
+    rows = prompts.inputs.view(prompts.people, per_person, -1)
+    same = (rows == rows[:, :1]).all(dim=1).all(dim=0)  # (T,) column equal within every person
+    common = int(same.long().cumprod(0).sum())
+    return min(common, int(prompts.answer_start.min()))
+
+
 @torch.no_grad()
 def exact_match(
     model: LoopedTransformer,
     prompts: RecallPrompts,
     depths: Iterable[int],
     batch_size: int = 512,
+    share_prefix: bool = True,
 ) -> dict[int, torch.Tensor]:
     """depth -> (people, 6, 5) bool: is every answer token the argmax, given the tokens before it?
 
-    Runs in eval mode (the fixed evaluation initial state) and restores the model's mode after."""
+    share_prefix: run each person's common prefix (`<bos>` and the name) once and score the 30
+    continuations after it (model/shared_prefix.py), about half the work of whole prompts; the
+    same answers up to float rounding. Runs in eval mode (the fixed evaluation initial state)
+    and restores the model's mode after."""
     depths = sorted(set(depths))
     if batch_size < 1:
         raise UserError(f"batch size must be >= 1, got {batch_size}")
-    device = next(model.parameters()).device
-    n_prompts, answer_width = prompts.answers.shape
-    correct = {d: torch.zeros(n_prompts, dtype=torch.bool) for d in depths}
-    offsets = torch.arange(answer_width)
+    per_person = len(ATTRIBUTES) * TEMPLATES_PER_ATTRIBUTE
+    skip = shared_prefix_length(prompts) if share_prefix else 0
+    # People per prefill: their prompts fill a few batches, so sorting them by length still
+    # leaves little padding, and the prefix's keys (every layer application) stay small.
+    block = max(1, PREFILL_BATCHES * batch_size // per_person) if skip else prompts.people
+    correct = {d: torch.zeros(len(prompts.lengths), dtype=torch.bool) for d in depths}
     was_training = model.training
     model.eval()
     try:
-        for chunk in torch.argsort(prompts.lengths, stable=True).split(batch_size):
-            width = int(prompts.lengths[chunk].max())
-            tokens = prompts.inputs[chunk, :width].to(device)
-            answers = prompts.answers[chunk].to(device)
-            scored = answers != IGNORE_INDEX
-            positions = (prompts.answer_start[chunk, None] + offsets).clamp(max=width - 1)
-            positions = positions.to(device)
-            # Logits at the answer positions only: the head (2767 columns for the default
-            # world) at ~3 of each prompt's ~15 positions, at every one of the serving depths.
-            for depth, logits in model.logits_by_depth(tokens, depths, positions):
-                predicted = logits.argmax(dim=-1)
-                correct[depth][chunk] = ((predicted == answers) | ~scored).all(dim=1).cpu()
+        for first in range(0, prompts.people, block):
+            people = range(first, min(first + block, prompts.people))
+            rows = torch.arange(people.start * per_person, people.stop * per_person)
+            shared = None
+            if skip:
+                prefixes = prompts.inputs[rows[::per_person], :skip]
+                shared = model.prefill_shared(prefixes.to(_device(model)), depths)
+            for chunk, table in _score_rows(model, prompts, rows, depths, batch_size, skip, shared):
+                for depth, ok in table.items():
+                    correct[depth][chunk] = ok
     finally:
         model.train(was_training)
     shape = (prompts.people, len(ATTRIBUTES), TEMPLATES_PER_ATTRIBUTE)
     return {d: c.view(shape) for d, c in correct.items()}
+
+
+PREFILL_BATCHES = 4
+"""Batches of continuations per shared-prefix prefill (see `exact_match`)."""
+
+
+def _device(model: LoopedTransformer) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _score_rows(
+    model: LoopedTransformer,
+    prompts: RecallPrompts,
+    rows: torch.Tensor,
+    depths: list[int],
+    batch_size: int,
+    skip: int,
+    shared: SharedPrefix | None,
+) -> Iterator[tuple[torch.Tensor, dict[int, torch.Tensor]]]:
+    """(prompt indices, depth -> answered exactly) for batches of `rows`, sorted by length so
+    that a batch carries almost no padding; with `shared`, each prompt from column `skip` on."""
+    device = _device(model)
+    offsets = torch.arange(prompts.answers.shape[1])
+    order = rows[torch.argsort(prompts.lengths[rows], stable=True)]
+    for chunk in order.split(batch_size):
+        width = int(prompts.lengths[chunk].max())
+        tokens = prompts.inputs[chunk, skip:width].to(device)
+        answers = prompts.answers[chunk].to(device)
+        scored = answers != IGNORE_INDEX
+        positions = (prompts.answer_start[chunk, None] - skip + offsets).clamp(max=width - skip - 1)
+        after = None
+        if shared is not None:
+            groups = (chunk - rows[0]) // (len(ATTRIBUTES) * TEMPLATES_PER_ATTRIBUTE)
+            after = shared.rows(groups.to(device))
+        # Logits at the answer positions only: the head (2767 columns for the default world)
+        # at ~3 of each prompt's positions, at every one of the serving depths.
+        table = {}
+        for depth, logits in model.logits_by_depth(tokens, depths, positions.to(device), after):
+            predicted = logits.argmax(dim=-1)
+            table[depth] = ((predicted == answers) | ~scored).all(dim=1).cpu()
+        yield chunk, table
 
 
 def recalled_facts(correct: torch.Tensor, min_correct: int = MIN_CORRECT_TEMPLATES) -> torch.Tensor:
