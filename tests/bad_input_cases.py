@@ -753,6 +753,13 @@ COMMAND_CASES: list[Case] = [
         'run "uniform-1-16": train.flops = 1e+10 is below the cost of a single step',
     ),
     Case(
+        "bios-jobs-zero",
+        "bios",
+        "`bios --jobs 0` (no worker process to run anything)",
+        ["bios", "--preset", "smoke", "--out", "fig1", "--jobs", "0"],
+        "--jobs must be >= 1, got 0",
+    ),
+    Case(
         "generate-nonexistent",
         "generate",
         "`generate` from a run directory that does not exist",

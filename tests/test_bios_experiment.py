@@ -14,11 +14,35 @@ from fixedfirst.schedules import Schedule
 
 @pytest.fixture(scope="module")
 def smoke_dir(tmp_path_factory):
+    """One process, one thread (as the side-by-side workers below: the same arithmetic)."""
     out = tmp_path_factory.mktemp("bios") / "smoke"
-    with pytest.raises(SystemExit) as e:
-        main(["bios", "--preset", "smoke", "--out", str(out), "--quiet"])
+    with pytest.MonkeyPatch.context() as env, pytest.raises(SystemExit) as e:
+        env.setenv("OMP_NUM_THREADS", "1")
+        main(["bios", "--preset", "smoke", "--out", str(out), "--quiet", "--jobs", "1"])
     assert e.value.code == 0
     return out
+
+
+def test_side_by_side_workers_give_the_same_results(smoke_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the cores to share: two workers of one
+    out = tmp_path / "side"
+    with pytest.raises(SystemExit) as e:
+        main(["bios", "--preset", "smoke", "--out", str(out), "--jobs", "2"])
+    assert e.value.code == 0
+    printed = capsys.readouterr().out
+    assert "3 runs and their recall side by side in 2 processes of 1 thread(s)" in printed
+    assert printed.count("  recall ") == 9 and "reusing" not in printed
+    alone = json.loads((smoke_dir / "results.json").read_text())
+    together = json.loads((out / "results.json").read_text())
+    assert alone["workers"] == {"processes": 1, "threads_each": 1}
+    assert together["workers"] == {"processes": 2, "threads_each": 1}
+    assert "side_by_side" in together["wall_clock_s"]
+    assert together["recall"] == alone["recall"]
+    for name, run in alone["runs"].items():
+        assert (together["runs"][name]["steps"], together["runs"][name]["flops"]) == (
+            run["steps"],
+            run["flops"],
+        )
 
 
 def test_results_schema_and_matched_flops(smoke_dir):

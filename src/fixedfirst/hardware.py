@@ -33,10 +33,41 @@ def resolve_device(name: str) -> torch.device:
 
 
 def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
-    """`auto` -> bf16 autocast on CUDA, fp32 on CPU."""
+    """`auto` -> bf16 autocast on CUDA, fp32 on CPU; `fast` -> bf16 autocast wherever this
+    device multiplies bf16 matrices at least BF16_FASTER times as fast as fp32 (CUDA, and CPUs
+    with native bf16 arithmetic such as AVX512-BF16 or AMX), fp32 elsewhere."""
     if precision == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if precision == "fast":
+        fast = device.type == "cuda" or bf16_speedup(device.type) >= BF16_FASTER
+        return torch.bfloat16 if fast else torch.float32
     return torch.bfloat16 if precision == "bf16" else torch.float32
+
+
+BF16_FASTER = 1.5
+"""How much faster a bf16 matmul must be than fp32 for `precision = "fast"` to pick bf16. A CPU
+without native bf16 emulates it and is slower; with it, the project's 2-core CPU (AVX512-BF16)
+multiplies 1024^2 matrices 4.4x as fast, and a d = 128 training step takes 0.75x the time."""
+
+
+@cache
+def bf16_speedup(device_type: str, n: int = 1024) -> float:
+    """fp32 time / bf16 time of an n x n matmul here (best of 3, warmed up; ~0.1 s on a CPU)."""
+    device = torch.device(device_type)
+    best = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        a = torch.full((n, n), 0.5, device=device, dtype=dtype)
+        b = torch.full((n, n), 0.25, device=device, dtype=dtype)
+        torch.mm(a, b)
+        times = []
+        for _ in range(3):
+            _synchronize(device)
+            t0 = time.perf_counter()
+            torch.mm(a, b)
+            _synchronize(device)
+            times.append(time.perf_counter() - t0)
+        best[dtype] = min(times)
+    return best[torch.float32] / best[torch.bfloat16]
 
 
 IDLE_SAMPLE_S = 0.2

@@ -17,6 +17,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="experiment directory")
     add_set_argument(parser)
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes training the runs and measuring recall side by side (default: "
+        "one per free core on a CPU, up to the 3 runs; 1 on a GPU)",
+    )
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
     parser.set_defaults(run=run)
 
@@ -27,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     preset = load_preset(args.preset, args.overrides)
     out = Path(args.out)
-    results = run_experiment(preset, out, quiet=args.quiet)
+    results = run_experiment(preset, out, quiet=args.quiet, jobs=args.jobs)
     if not args.quiet:
         for sentence in findings(results):
             print(f"- {sentence}")

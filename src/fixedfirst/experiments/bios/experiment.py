@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,13 @@ from fixedfirst.runs.experiment import (
     PlannedRun,
     RunOutcome,
     check_runs_startable,
+    finished_summary,
     prepare_out_dir,
     run_all,
+    run_directory,
+    run_one,
 )
+from fixedfirst.runs.side_by_side import Job, plan_workers, run_jobs, run_progress
 from fixedfirst.schedules import describe
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.train.run_dir import RunDir
@@ -144,6 +149,25 @@ def recall_of_checkpoint(
     return report
 
 
+def print_recall(
+    name: str, fraction: float, step: int, report: dict[str, Any], seconds: float
+) -> None:
+    bits = ", ".join(f"K={r['depth']} {r['bits_per_person']:.1f}" for r in report["by_depth"][::3])
+    print(
+        f"  recall {name} at {fraction:.0%} of the budget (step {step}): {bits} bits "
+        f"({seconds:.0f} s)",
+        flush=True,
+    )
+
+
+def recall_job(
+    run: Path, config: RunConfig, fraction: float, experiment: ExperimentConfig
+) -> tuple[int, dict[str, Any]]:
+    """(step, recall report) of a run's checkpoint at `fraction` of the budget: a worker's job."""
+    ckpt = snapshot_checkpoint(run, fraction)
+    return ckpt.step, recall_of_checkpoint(run, config, ckpt, experiment)
+
+
 def collect_results(
     preset: Preset, outcomes: list[RunOutcome], quiet: bool = False
 ) -> dict[str, Any]:
@@ -159,15 +183,8 @@ def collect_results(
             started = time.perf_counter()
             report = recall_of_checkpoint(outcome.path, config, ckpt, preset.experiment)
             if not quiet:
-                seconds = time.perf_counter() - started
-                print(
-                    f"  recall {outcome.name} at {fraction:.0%} of the budget (step {ckpt.step}): "
-                    + ", ".join(
-                        f"K={r['depth']} {r['bits_per_person']:.1f}"
-                        for r in report["by_depth"][::3]
-                    )
-                    + f" bits ({seconds:.0f} s)",
-                    flush=True,
+                print_recall(
+                    outcome.name, fraction, ckpt.step, report, time.perf_counter() - started
                 )
             for r in report["by_depth"]:
                 records.append(
@@ -188,6 +205,7 @@ def collect_results(
             "tokens": s["tokens"],
             "flops": s["flops"],
             "wall_s": s["wall"],
+            "precision": s.get("precision"),
             "phases": s["phases"],
         }
     base = preset.run_config(SCHEDULES["fixed-4"])
@@ -206,28 +224,94 @@ def collect_results(
     }
 
 
-def run_experiment(preset: Preset, out: Path, quiet: bool = False) -> dict[str, Any]:
-    """Train (or reuse) the three runs, measure recall, write results.json, the figure, report."""
+def run_experiment(
+    preset: Preset, out: Path, quiet: bool = False, jobs: int | None = None
+) -> dict[str, Any]:
+    """Train (or reuse) the three runs, measure recall, write results.json, the figure, report.
+
+    jobs: worker processes (None: one per free core on a CPU, up to the runs left to train;
+    see `fixedfirst.runs.side_by_side`). With more than one, those runs train side by side and
+    each checkpoint's recall starts as soon as the checkpoint exists."""
     runs = planned_runs(preset)
     check_runs_startable(runs, out)
+    to_train = [r for r in runs if finished_summary(run_directory(out, r.name)) is None]
+    workers, threads = plan_workers(jobs, len(to_train), runs[0].config.train.device)
     prepare_out_dir(out)
     with locks.holding(out, "bios"):  # one experiment at a time writes DIR
-        return _run(preset, runs, out, quiet)
+        return _run(preset, runs, out, quiet, workers, threads)
 
 
-def _run(preset: Preset, runs: list[PlannedRun], out: Path, quiet: bool) -> dict[str, Any]:
+def _run(
+    preset: Preset, runs: list[PlannedRun], out: Path, quiet: bool, workers: int, threads: int
+) -> dict[str, Any]:
     from fixedfirst.experiments.bios.figure import plot_figure1
     from fixedfirst.experiments.bios.report import write_report
 
+    wall_clock: dict[str, float] = {}
+    if workers > 1:
+        started = time.perf_counter()
+        _side_by_side(preset, runs, out, quiet, workers, threads)
+        wall_clock["side_by_side"] = time.perf_counter() - started
     started = time.perf_counter()
-    outcomes = run_all(runs, out, quiet)
+    outcomes = run_all(runs, out, quiet or workers > 1)  # reuses what the workers trained
     trained = time.perf_counter()
-    results = collect_results(preset, outcomes, quiet)
-    results["wall_clock_s"] = {
-        "training_and_reuse": trained - started,
-        "recall_evaluation": time.perf_counter() - trained,
-    }
+    results = collect_results(preset, outcomes, quiet or workers > 1)
+    wall_clock["training_and_reuse"] = trained - started
+    wall_clock["recall_evaluation"] = time.perf_counter() - trained
+    results["wall_clock_s"] = wall_clock
+    results["workers"] = {"processes": workers, "threads_each": threads}
     write_json_atomic(out / "results.json", results)
     plot_figure1(results, out / "figure1.png")
     write_report(results, out / "report.md")
     return results
+
+
+def _side_by_side(
+    preset: Preset, runs: list[PlannedRun], out: Path, quiet: bool, workers: int, threads: int
+) -> None:
+    """Train the runs and measure every checkpoint's recall in `workers` processes, each
+    recall as soon as its checkpoint is on disk; results land where `_run` then reads them."""
+    jobs = []
+    for planned in runs:
+        path = run_directory(out, planned.name).path
+        jobs.append(
+            Job(
+                planned.name,
+                run_one,
+                (planned, out, True),
+                progress=run_progress(path, preset.experiment.flops),
+            )
+        )
+    for planned in runs:
+        path = run_directory(out, planned.name).path
+        for fraction in preset.experiment.fractions:
+            args = (path, planned.config, fraction, preset.experiment)
+            ready = partial(_checkpoint_ready, path, fraction)
+            jobs.append(Job(f"{planned.name} {fraction:g}", recall_job, args, ready=ready))
+
+    def on_done(job: Job, result: Any, seconds: float) -> None:
+        if quiet:
+            return
+        if isinstance(result, RunOutcome):
+            what = "reused" if result.reused else f"trained in {seconds:.0f} s"
+            print(f"  {job.label}: {result.summary['steps']} steps, {what}", flush=True)
+        else:
+            path, _, fraction, _ = job.args
+            step, report = result
+            print_recall(path.name, fraction, step, report, seconds)
+
+    if not quiet:
+        print(
+            f"{len(runs)} runs and their recall side by side in {workers} processes of "
+            f"{threads} thread(s) (--jobs)",
+            flush=True,
+        )
+    run_jobs(jobs, workers, threads, on_done, quiet)
+
+
+def _checkpoint_ready(run: Path, fraction: float) -> bool:
+    """A snapshot's checkpoint exists (written atomically); the end's once the run finished."""
+    if fraction == 1.0:
+        return finished_summary(RunDir(run)) is not None
+    manager = CheckpointManager(RunDir(run).checkpoints_path)
+    return manager.with_tag(f"snapshot-{fraction:g}") is not None

@@ -1,0 +1,201 @@
+"""An experiment's work in several worker processes at once: runs and evaluations side by side.
+
+A small model uses many threads poorly: on the project's 2-core CPU a d = 128 training step with
+two threads takes 0.57x the time of one thread, not 0.5x, and three small runs one after another
+leave that difference on the table three times. Workers of one thread each keep every core busy
+with its own run, and an evaluation that waits for a checkpoint (bios recall at 15% of the budget)
+starts as soon as the checkpoint is on disk, in whichever worker is free, instead of after every
+run has finished (docs/design.md §10).
+
+The work is a list of `Job`s: a function (pickled by reference, so module-level), its arguments,
+and optionally a predicate the parent checks before handing the job out (a checkpoint exists). A
+job that is not ready waits; a job that fails stops the experiment with its error, after the
+other workers finish what they are doing. Whatever a job writes lands where the single-process
+path would write it (run directories, caches beside them), so running the experiment again, with
+or without workers, reuses all of it.
+
+Ctrl-C reaches the workers too (one process group): a training run saves a checkpoint at its next
+step as it would alone, and the experiment stops with the command that resumes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fixedfirst.errors import UserError
+from fixedfirst.train.interrupt import TrainingInterrupted
+
+STATUS_EVERY = 30.0
+"""Seconds between status lines while jobs run."""
+
+
+@dataclass
+class Job:
+    """One piece of an experiment's work for a worker process."""
+
+    label: str
+    call: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    ready: Callable[[], bool] | None = None
+    """Checked in the parent before the job is handed out; None: ready at once."""
+    progress: Callable[[], float | None] | None = None
+    """Fraction done, read in the parent for the status line (a run's metrics file)."""
+
+
+def plan_workers(requested: int | None, jobs: int, device: str) -> tuple[int, int]:
+    """(workers, threads per worker) for `jobs` jobs that each could use the whole machine.
+
+    requested: --jobs (None: automatic). Automatic is one worker on a GPU (the runs would share
+    one device) and otherwise one worker per free core up to the number of jobs, the cores
+    shared out evenly (OMP_NUM_THREADS, when set, is the number of cores to use)."""
+    from fixedfirst.hardware import choose_threads
+
+    cores, _ = choose_threads(None)
+    if requested is not None:
+        if requested < 1:
+            raise UserError(f"--jobs must be >= 1, got {requested}")
+        workers = min(requested, max(1, jobs))
+    elif device in ("cuda", "auto") and _cuda_available():
+        workers = 1
+    else:
+        workers = max(1, min(cores, jobs))
+    return workers, max(1, cores // workers)
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _start_worker(threads: int) -> None:
+    # Ctrl-C reaches every process of the terminal's group: an idle worker must not die of it
+    # with a traceback. A training run installs its own handler (save, then stop) while it runs.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # what a run's `train.threads` then picks
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Ask every worker to stop as Ctrl-C would: a training run saves a checkpoint at its next
+    step and stops; anything else finishes (a recall is seconds)."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(OSError):
+            os.kill(process.pid, signal.SIGINT)
+
+
+def run_jobs(
+    jobs: list[Job],
+    workers: int,
+    threads: int,
+    on_done: Callable[[Job, Any, float], None] | None = None,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Run every job in `workers` processes of `threads` threads; label -> result.
+
+    on_done(job, result, seconds) is called in the parent as each job finishes."""
+    labels = [j.label for j in jobs]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"job labels must be unique, got {labels}")
+    waiting = list(jobs)
+    running: dict[Future, tuple[Job, float]] = {}
+    results: dict[str, Any] = {}
+    started = last_status = time.monotonic()
+    context = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(workers, context, initializer=_start_worker, initargs=(threads,))
+    try:
+        while waiting or running:
+            for job in [j for j in waiting if j.ready is None or j.ready()]:
+                if len(running) == workers:
+                    break
+                waiting.remove(job)
+                running[pool.submit(job.call, *job.args)] = (job, time.monotonic())
+            if not running:
+                if not any(j.ready is None or j.ready() for j in waiting):
+                    names = ", ".join(j.label for j in waiting)
+                    raise RuntimeError(f"jobs that can never start: {names}")
+                continue
+            done, _ = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
+            for future in done:
+                job, t0 = running.pop(future)
+                results[job.label] = future.result()
+                if on_done is not None:
+                    on_done(job, results[job.label], time.monotonic() - t0)
+            now = time.monotonic()
+            if not quiet and now - last_status >= STATUS_EVERY:
+                last_status = now
+                print(_status([j for j, _ in running.values()], waiting, now - started), flush=True)
+    except KeyboardInterrupt:
+        # From the terminal the workers got the same Ctrl-C; from `kill -INT` only this process.
+        if not _terminal_interrupt():
+            _stop_workers(pool)
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise TrainingInterrupted(
+            "the runs stopped at a checkpoint; run the same command again: it resumes them "
+            "and reuses what is done"
+        ) from None
+    except BrokenProcessPool:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise UserError(
+            "a worker process died (out of memory, or killed); run the same command again: "
+            "it resumes the runs and reuses what is done, or use --jobs 1"
+        ) from None
+    except BaseException:
+        # A job failed: the other runs checkpoint and stop, so that the error is seen now.
+        _stop_workers(pool)
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return results
+
+
+def _terminal_interrupt() -> bool:
+    """Whether this process runs in the foreground of a terminal, whose Ctrl-C goes to the
+    whole process group (the workers included)."""
+    try:
+        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _status(running: list[Job], waiting: list[Job], elapsed: float) -> str:
+    parts = []
+    for job in running:
+        fraction = job.progress() if job.progress is not None else None
+        parts.append(job.label if fraction is None else f"{job.label} {fraction:.0%}")
+    minutes, seconds = divmod(int(elapsed), 60)
+    return (
+        f"  {minutes}:{seconds:02d} running: {', '.join(parts)}; {len(waiting)} waiting"
+        if parts
+        else f"  {minutes}:{seconds:02d} {len(waiting)} waiting"
+    )
+
+
+def run_progress(run: Path, budget: float) -> Callable[[], float | None]:
+    """The fraction of `budget` FLOPs a run has trained, from its metrics file's last line."""
+
+    def fraction() -> float | None:
+        try:
+            with open(Path(run) / "metrics.jsonl", "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 4096))
+                last = f.read().splitlines()[-1]
+            return min(1.0, json.loads(last)["flops"] / budget)
+        except (OSError, IndexError, ValueError, KeyError, TypeError):
+            return None
+
+    return fraction

@@ -1,0 +1,95 @@
+"""Jobs in worker processes: results by label, jobs that wait for others, errors, and workers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fixedfirst.errors import UserError
+from fixedfirst.runs.side_by_side import Job, plan_workers, run_jobs, run_progress
+
+
+def write_after(path: str, text: str, needs: str | None = None) -> str:
+    """A worker's job: append to a file (which must already hold `needs`), return the pid."""
+    if needs is not None:
+        assert needs in Path(path).read_text()
+    with open(path, "a") as f:
+        f.write(text + "\n")
+    return f"{os.getpid()} {os.environ['OMP_NUM_THREADS']}"
+
+
+def refuse(message: str) -> None:
+    raise UserError(message)
+
+
+def test_jobs_run_in_workers_and_wait_until_ready(tmp_path):
+    log = tmp_path / "log"
+    log.touch()
+    jobs = [
+        Job(
+            "second",
+            write_after,
+            (str(log), "second", "first"),
+            ready=lambda: "first" in log.read_text(),
+        ),
+        Job("first", write_after, (str(log), "first")),
+        Job("third", write_after, (str(log), "third")),
+    ]
+    seen = []
+    results = run_jobs(
+        jobs, 2, 1, on_done=lambda job, result, s: seen.append(job.label), quiet=True
+    )
+    assert set(results) == {"first", "second", "third"}
+    assert log.read_text().splitlines().index("first") < log.read_text().splitlines().index(
+        "second"
+    )
+    assert seen.index("first") < seen.index("second")
+    pids = {r.split()[0] for r in results.values()}
+    assert str(os.getpid()) not in pids  # the work happened in worker processes
+    assert {r.split()[1] for r in results.values()} == {"1"}  # each with the threads it was given
+
+
+def test_a_failing_job_stops_the_experiment_with_its_error(tmp_path):
+    jobs = [
+        Job("bad", refuse, ("no data at /nowhere",)),
+        Job("ok", write_after, (str(tmp_path / "x"), "ok")),
+    ]
+    with pytest.raises(UserError, match="no data at /nowhere"):
+        run_jobs(jobs, 2, 1, quiet=True)
+
+
+def test_jobs_that_can_never_start_and_duplicate_labels_are_refused(tmp_path):
+    never = Job("never", write_after, (str(tmp_path / "x"), "x"), ready=lambda: False)
+    with pytest.raises(RuntimeError, match="never start: never"):
+        run_jobs([never], 1, 1, quiet=True)
+    same = Job("a", write_after, (str(tmp_path / "x"), "x"))
+    with pytest.raises(ValueError, match="unique"):
+        run_jobs([same, same], 1, 1, quiet=True)
+
+
+def test_plan_workers_shares_the_cores(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    assert plan_workers(None, 3, "cpu") == (3, 1)  # one worker per run, up to the cores
+    assert plan_workers(None, 8, "cpu") == (4, 1)
+    assert plan_workers(None, 2, "cpu") == (2, 2)
+    assert plan_workers(None, 0, "cpu") == (1, 4)  # nothing to train: one process, all cores
+    assert plan_workers(1, 3, "cpu") == (1, 4)
+    assert plan_workers(2, 3, "cpu") == (2, 2)
+    assert plan_workers(8, 3, "cpu") == (3, 1)  # never more workers than jobs
+    with pytest.raises(UserError, match="--jobs must be >= 1"):
+        plan_workers(0, 3, "cpu")
+
+
+def test_run_progress_reads_the_last_metrics_line(tmp_path):
+    fraction = run_progress(tmp_path, budget=1e12)
+    assert fraction() is None  # no metrics yet
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"step": 1, "flops": 1e11}\n{"step": 2, "flops": 2.5e11}\n'
+    )
+    assert fraction() == pytest.approx(0.25)
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"step": 1, "flops": 1e11}\n{"step": 2, "fl'
+    )  # torn line
+    assert fraction() is None
