@@ -47,7 +47,8 @@ def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
 BF16_FASTER = 1.5
 """How much faster a bf16 matmul must be than fp32 for `precision = "fast"` to pick bf16. A CPU
 without native bf16 emulates it and is slower; with it, the project's 2-core CPU (AVX512-BF16)
-multiplies 1024^2 matrices 4.4x as fast, and a d = 128 training step takes 0.75x the time."""
+multiplies 1024^2 matrices 4.4x as fast, and the bios demo's d = 128 runs train in 0.83x the time
+(benchmarks/demo_speed.py): the matmuls are faster, the rest of the step is not."""
 
 
 @cache

@@ -12,7 +12,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--preset",
         default="default",
-        help="default (about 13 minutes on 2 CPU cores), smoke (under 2 minutes), "
+        help="default (about 4 minutes on 2 CPU cores), smoke (under a minute), "
         "or a path to a preset .toml",
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="experiment directory")
