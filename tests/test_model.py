@@ -241,6 +241,10 @@ def test_continuations_of_a_shared_prefix_score_as_whole_prompts(overrides):
     assert not torch.allclose(moved[8], got[8])
     with pytest.raises(ValueError, match="index the 3 prefixes"):
         shared.rows(torch.tensor([0, 3]))
+    one = dict(model.logits_by_depth(continuations[:, :1], [3], None, after))  # one token each
+    torch.testing.assert_close(one[3][:, 0], expected[3][:, 5], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="prefill it to every depth"):
+        list(model.logits_by_depth(continuations, [16], None, after))
 
 
 @pytest.mark.parametrize("depth", [1, 3, 6])

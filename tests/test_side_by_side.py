@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -62,11 +63,44 @@ def test_a_failing_job_stops_the_experiment_with_its_error(tmp_path):
 
 def test_jobs_that_can_never_start_and_duplicate_labels_are_refused(tmp_path):
     never = Job("never", write_after, (str(tmp_path / "x"), "x"), ready=lambda: False)
-    with pytest.raises(RuntimeError, match="never start: never"):
+    with pytest.raises(UserError, match="can never start: never"):
         run_jobs([never], 1, 1, quiet=True)
     same = Job("a", write_after, (str(tmp_path / "x"), "x"))
     with pytest.raises(ValueError, match="unique"):
         run_jobs([same, same], 1, 1, quiet=True)
+
+
+def interrupted_before_training() -> tuple[bool, bool]:
+    """A worker's job: Ctrl-C arrives before a run starts training (while it sets up), then
+    again; the run's interrupt handler must start as asked to stop, as for one first Ctrl-C."""
+    from fixedfirst.train.interrupt import Interrupt
+
+    os.kill(os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), signal.SIGUSR1)
+    with Interrupt(announce=False) as interrupt:
+        return interrupt.requested, signal.getsignal(signal.SIGINT) == interrupt._handle
+
+
+def test_a_stop_before_training_reaches_the_run_and_spares_the_worker():
+    (asked, handled), *_ = run_jobs(
+        [Job("j", interrupted_before_training)], 1, 1, quiet=True
+    ).values()
+    assert asked and handled
+
+
+def test_a_stop_request_is_a_first_ctrl_c_however_often_it_comes():
+    from fixedfirst.train import interrupt as module
+
+    with module.Interrupt(announce=False) as active:
+        assert not active.requested
+        module.request_stop()
+        module.request_stop()
+        assert active.requested  # asked to stop at the next step, not killed at once
+    try:
+        with module.Interrupt(announce=False) as later:
+            assert later.requested  # a request made before training began is kept
+    finally:
+        module._stop_requested = False
 
 
 def test_plan_workers_shares_the_cores(monkeypatch):

@@ -33,13 +33,18 @@ def resolve_device(name: str) -> torch.device:
 
 
 def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
-    """`auto` -> bf16 autocast on CUDA, fp32 on CPU; `fast` -> bf16 autocast wherever this
-    device multiplies bf16 matrices at least BF16_FASTER times as fast as fp32 (CUDA, and CPUs
-    with native bf16 arithmetic such as AVX512-BF16 or AMX), fp32 elsewhere."""
+    """`auto` -> bf16 autocast on CUDA, fp32 on CPU; `fast` -> bf16 autocast on a GPU that
+    supports bf16 and on a CPU that multiplies bf16 matrices at least BF16_FASTER times as fast
+    as fp32 (native bf16 arithmetic such as AVX512-BF16 or AMX; measured once per process), fp32
+    elsewhere. Decided again whenever a process starts: a run resumed on another machine may
+    continue in the other precision (the trainer's log line says which)."""
     if precision == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     if precision == "fast":
-        fast = device.type == "cuda" or bf16_speedup(device.type) >= BF16_FASTER
+        if device.type == "cuda":
+            fast = torch.cuda.is_bf16_supported()
+        else:
+            fast = bf16_speedup(device.type) >= BF16_FASTER
         return torch.bfloat16 if fast else torch.float32
     return torch.bfloat16 if precision == "bf16" else torch.float32
 
@@ -53,7 +58,8 @@ multiplies 1024^2 matrices 4.4x as fast, and the bios demo's d = 128 runs train 
 
 @cache
 def bf16_speedup(device_type: str, n: int = 1024) -> float:
-    """fp32 time / bf16 time of an n x n matmul here (best of 3, warmed up; ~0.1 s on a CPU)."""
+    """fp32 time / bf16 time of an n x n matmul here (best of 3, warmed up; about 0.1 s on a CPU
+    with native bf16, longer on one that emulates it)."""
     device = torch.device(device_type)
     best = {}
     for dtype in (torch.float32, torch.bfloat16):

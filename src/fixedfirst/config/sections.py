@@ -252,9 +252,9 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where to train; `auto` takes CUDA when present."""
     precision: Literal["auto", "fp32", "bf16", "fast"] = "auto"
-    """`auto`: bf16 autocast on CUDA, fp32 on CPU. `fast`: bf16 autocast wherever this device
-    multiplies bf16 faster than fp32 (CUDA; CPUs with AVX512-BF16 or AMX, measured when the
-    run starts), fp32 elsewhere; the run's log says which."""
+    """`auto`: bf16 autocast on CUDA, fp32 on CPU. `fast`: bf16 autocast on a GPU with bf16 and
+    on a CPU that multiplies bf16 at least 1.5x as fast as fp32 (AVX512-BF16 or AMX; measured
+    when the process starts), fp32 elsewhere; the run's log and summary say which."""
     compile: bool | Literal["auto"] = "auto"
     """torch.compile each block; the depth loop stays in Python, so a new depth never recompiles.
     `auto`: compile when the run is long enough for the faster steps to repay the compilation

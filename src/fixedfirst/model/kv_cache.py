@@ -141,6 +141,10 @@ class KVCache:
             self._layers[key] = LayerCache(self)
         return self._layers[key]
 
+    def stored(self, *key: object) -> LayerCache | None:
+        """The layer application's cache if anything was stored there, else None."""
+        return self._layers.get(key)
+
     def positions(self, length: int) -> torch.Tensor | None:
         """(B, length) own positions of the next `length` columns, None without padding."""
         return None if self.padding is None else self.padding.positions(self.length, length)

@@ -55,7 +55,12 @@ class PrefixRows:
         self.length = prefix.length
 
     def layer(self, *key: object) -> _PrefixLayer:
-        return _PrefixLayer(self.prefix.cache.layer(*key), self.groups)
+        stored = self.prefix.cache.stored(*key)
+        if stored is None or stored.keys is None or stored.values is None:
+            raise ValueError(
+                f"the shared prefix holds no keys for {key}: prefill it to every depth asked"
+            )
+        return _PrefixLayer(stored, self.groups)
 
 
 class _PrefixLayer:
@@ -64,8 +69,7 @@ class _PrefixLayer:
     padding = None
 
     def __init__(self, stored: LayerCache, groups: torch.Tensor) -> None:
-        if stored.keys is None or stored.values is None:
-            raise ValueError("the shared prefix holds no keys for this layer application")
+        assert stored.keys is not None and stored.values is not None
         self.keys, self.values = stored.keys[groups], stored.values[groups]
         self.length = self.keys.shape[-2]
 

@@ -1,21 +1,24 @@
 """An experiment's work in several worker processes at once: runs and evaluations side by side.
 
-A small model uses many threads poorly: on the project's 2-core CPU a d = 128 training step with
-two threads takes 0.57x the time of one thread, not 0.5x, and three small runs one after another
-leave that difference on the table three times. Workers of one thread each keep every core busy
-with its own run, and an evaluation that waits for a checkpoint (bios recall at 15% of the budget)
-starts as soon as the checkpoint is on disk, in whichever worker is free, instead of after every
-run has finished (docs/design.md §10).
+A small model uses many threads poorly: on the project's 2-core CPU the bios demo's three d = 128
+runs and their recall take 274 s in one process of two threads and 219 s in two processes of one
+(benchmarks/demo_speed.py). Workers of one thread each keep every core busy with its own run, and
+an evaluation that waits for a checkpoint (bios recall at 15% of the budget) starts as soon as
+the checkpoint is on disk, in whichever worker is free, instead of after every run has finished
+(docs/design.md §10).
 
 The work is a list of `Job`s: a function (pickled by reference, so module-level), its arguments,
-and optionally a predicate the parent checks before handing the job out (a checkpoint exists). A
-job that is not ready waits; a job that fails stops the experiment with its error, after the
-other workers finish what they are doing. Whatever a job writes lands where the single-process
-path would write it (run directories, caches beside them), so running the experiment again, with
-or without workers, reuses all of it.
+and optionally a predicate the parent checks before handing the job out (a checkpoint exists).
+A job that is not ready waits. Whatever a job writes lands where the single-process path would
+write it (run directories, caches beside them), so running the experiment again, with or without
+workers, reuses all of it.
 
-Ctrl-C reaches the workers too (one process group): a training run saves a checkpoint at its next
-step as it would alone, and the experiment stops with the command that resumes it.
+Stopping. On Ctrl-C (which the terminal sends to the workers too), on `kill -INT` of this
+process, or when a job fails, the parent sends every worker SIGUSR1, which a worker takes as a
+first Ctrl-C, however often it comes (`train.interrupt.request_stop`): a training run saves a
+checkpoint at its next step and stops, also when the request came while it was still setting
+up; an evaluation finishes (seconds). Then the experiment stops with the error, or with the
+command that resumes it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ import json
 import multiprocessing
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -81,9 +83,13 @@ def _cuda_available() -> bool:
 
 
 def _start_worker(threads: int) -> None:
-    # Ctrl-C reaches every process of the terminal's group: an idle worker must not die of it
-    # with a traceback. A training run installs its own handler (save, then stop) while it runs.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from fixedfirst.train.interrupt import request_stop
+
+    # Ctrl-C reaches every process of the terminal's group: a worker must not die of it with a
+    # traceback, nor lose it while a run sets up; a training run's own handler takes over while
+    # it trains (a second Ctrl-C there stops at once, as in one process).
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGUSR1, request_stop)
     os.environ["OMP_NUM_THREADS"] = str(threads)  # what a run's `train.threads` then picks
     import torch
 
@@ -91,11 +97,10 @@ def _start_worker(threads: int) -> None:
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Ask every worker to stop as Ctrl-C would: a training run saves a checkpoint at its next
-    step and stops; anything else finishes (a recall is seconds)."""
+    """Ask every worker to stop as a first Ctrl-C would (SIGUSR1: never taken for a second)."""
     for process in list((getattr(pool, "_processes", None) or {}).values()):
         with contextlib.suppress(OSError):
-            os.kill(process.pid, signal.SIGINT)
+            os.kill(process.pid, signal.SIGUSR1)
 
 
 def run_jobs(
@@ -127,7 +132,7 @@ def run_jobs(
             if not running:
                 if not any(j.ready is None or j.ready() for j in waiting):
                     names = ", ".join(j.label for j in waiting)
-                    raise RuntimeError(f"jobs that can never start: {names}")
+                    raise UserError(f"nothing is running and these can never start: {names}")
                 continue
             done, _ = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
             for future in done:
@@ -140,13 +145,11 @@ def run_jobs(
                 last_status = now
                 print(_status([j for j, _ in running.values()], waiting, now - started), flush=True)
     except KeyboardInterrupt:
-        # From the terminal the workers got the same Ctrl-C; from `kill -INT` only this process.
-        if not _terminal_interrupt():
-            _stop_workers(pool)
+        _stop_workers(pool)
         pool.shutdown(wait=True, cancel_futures=True)
         raise TrainingInterrupted(
-            "the runs stopped at a checkpoint; run the same command again: it resumes them "
-            "and reuses what is done"
+            "stopped (runs in training saved a checkpoint); run the same command again: it "
+            "resumes them and reuses what is done"
         ) from None
     except BrokenProcessPool:
         pool.shutdown(wait=False, cancel_futures=True)
@@ -161,15 +164,6 @@ def run_jobs(
         raise
     pool.shutdown(wait=True)
     return results
-
-
-def _terminal_interrupt() -> bool:
-    """Whether this process runs in the foreground of a terminal, whose Ctrl-C goes to the
-    whole process group (the workers included)."""
-    try:
-        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def _status(running: list[Job], waiting: list[Job], elapsed: float) -> str:

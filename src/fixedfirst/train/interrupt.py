@@ -23,6 +23,20 @@ class TrainingInterrupted(KeyboardInterrupt):
     """Training stopped on Ctrl-C after saving a checkpoint; the message says how to resume."""
 
 
+_stop_requested = False
+_active: Interrupt | None = None
+
+
+def request_stop(signum: int | None = None, frame: FrameType | None = None) -> None:
+    """A stop asked for from outside the training loop (a worker's parent process, or a Ctrl-C
+    that came before training began): like a first Ctrl-C, never a second, however often it
+    comes. Usable as a signal handler."""
+    global _stop_requested
+    _stop_requested = True
+    if _active is not None:
+        _active.requested = True
+
+
 class Interrupt:
     """A context manager that turns the first Ctrl-C into a request (`requested`)."""
 
@@ -52,6 +66,9 @@ class Interrupt:
         return at_log_line and broadcast_object(world, self.requested)
 
     def __enter__(self) -> Interrupt:
+        global _active
+        self.requested = self.requested or _stop_requested
+        _active = self
         # Signal handlers belong to the main thread; elsewhere Ctrl-C keeps its default.
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self._handle)
@@ -64,6 +81,8 @@ class Interrupt:
         value: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        global _active
+        _active = None
         if self._installed:
             signal.signal(signal.SIGINT, self._previous)
             self._installed = False

@@ -259,7 +259,9 @@ def _run(
     wall_clock["training_and_reuse"] = trained - started
     wall_clock["recall_evaluation"] = time.perf_counter() - trained
     results["wall_clock_s"] = wall_clock
-    results["workers"] = {"processes": workers, "threads_each": threads}
+    # What each process used: the planned share side by side, the trainer's own choice alone.
+    alone = max(o.summary.get("threads", 0) for o in outcomes) or None
+    results["workers"] = {"processes": workers, "threads_each": threads if workers > 1 else alone}
     write_json_atomic(out / "results.json", results)
     plot_figure1(results, out / "figure1.png")
     write_report(results, out / "report.md")
@@ -310,8 +312,9 @@ def _side_by_side(
 
 
 def _checkpoint_ready(run: Path, fraction: float) -> bool:
-    """A snapshot's checkpoint exists (written atomically); the end's once the run finished."""
-    if fraction == 1.0:
-        return finished_summary(RunDir(run)) is not None
+    """A snapshot's checkpoint exists (written atomically), or the run has finished: then the
+    recall runs, or says in one line which checkpoint is missing (`snapshot_checkpoint`)."""
+    if finished_summary(RunDir(run)) is not None:
+        return True
     manager = CheckpointManager(RunDir(run).checkpoints_path)
-    return manager.with_tag(f"snapshot-{fraction:g}") is not None
+    return fraction < 1.0 and manager.with_tag(f"snapshot-{fraction:g}") is not None

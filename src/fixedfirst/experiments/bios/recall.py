@@ -83,7 +83,7 @@ def shared_prefix_length(prompts: RecallPrompts) -> int:
     """The longest L such that every person's prompts begin with the same L tokens (`<bos>` and
     the name) and every answer is predicted at or after position L."""
     per_person = len(ATTRIBUTES) * TEMPLATES_PER_ATTRIBUTE
-    rows = prompts.inputs.view(prompts.people, per_person, -1)
+    rows = prompts.inputs.reshape(prompts.people, per_person, -1)
     same = (rows == rows[:, :1]).all(dim=1).all(dim=0)  # (T,) column equal within every person
     common = int(same.long().cumprod(0).sum())
     return min(common, int(prompts.answer_start.min()))
