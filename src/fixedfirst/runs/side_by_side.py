@@ -39,6 +39,9 @@ from typing import Any
 from fixedfirst.errors import UserError
 from fixedfirst.train.interrupt import TrainingInterrupted
 
+STOP_SIGNAL = getattr(signal, "SIGUSR1", signal.SIGINT)
+"""The parent's stop request to its workers (POSIX; where there is no SIGUSR1, SIGINT)."""
+
 STATUS_EVERY = 30.0
 """Seconds between status lines while jobs run."""
 
@@ -89,7 +92,7 @@ def _start_worker(threads: int) -> None:
     # traceback, nor lose it while a run sets up; a training run's own handler takes over while
     # it trains (a second Ctrl-C there stops at once, as in one process).
     signal.signal(signal.SIGINT, request_stop)
-    signal.signal(signal.SIGUSR1, request_stop)
+    signal.signal(STOP_SIGNAL, request_stop)
     os.environ["OMP_NUM_THREADS"] = str(threads)  # what a run's `train.threads` then picks
     import torch
 
@@ -100,7 +103,7 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
     """Ask every worker to stop as a first Ctrl-C would (SIGUSR1: never taken for a second)."""
     for process in list((getattr(pool, "_processes", None) or {}).values()):
         with contextlib.suppress(OSError):
-            os.kill(process.pid, signal.SIGUSR1)
+            os.kill(process.pid, STOP_SIGNAL)
 
 
 def run_jobs(
