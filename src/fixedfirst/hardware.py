@@ -52,8 +52,9 @@ def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
 BF16_FASTER = 1.5
 """How much faster a bf16 matmul must be than fp32 for `precision = "fast"` to pick bf16. A CPU
 without native bf16 emulates it and is slower; with it, the project's 2-core CPU (AVX512-BF16)
-multiplies 1024^2 matrices 4.4x as fast, and the bios demo's d = 128 runs train in 0.83x the time
-(benchmarks/demo_speed.py): the matmuls are faster, the rest of the step is not."""
+multiplies 1024^2 matrices 4.1-4.7x as fast (`bf16_speedup`, two and one threads), and the bios
+demo's d = 128 runs train in 0.83x the time (benchmarks/demo_speed.py): the matmuls are faster,
+the rest of the step is not."""
 
 
 @cache
@@ -61,20 +62,8 @@ def bf16_speedup(device_type: str, n: int = 1024) -> float:
     """fp32 time / bf16 time of an n x n matmul here (best of 3, warmed up; about 0.1 s on a CPU
     with native bf16, longer on one that emulates it)."""
     device = torch.device(device_type)
-    best = {}
-    for dtype in (torch.float32, torch.bfloat16):
-        a = torch.full((n, n), 0.5, device=device, dtype=dtype)
-        b = torch.full((n, n), 0.25, device=device, dtype=dtype)
-        torch.mm(a, b)
-        times = []
-        for _ in range(3):
-            _synchronize(device)
-            t0 = time.perf_counter()
-            torch.mm(a, b)
-            _synchronize(device)
-            times.append(time.perf_counter() - t0)
-        best[dtype] = min(times)
-    return best[torch.float32] / best[torch.bfloat16]
+    fp32 = best_matmul_seconds(device, torch.float32, n, 3)
+    return fp32 / best_matmul_seconds(device, torch.bfloat16, n, 3)
 
 
 IDLE_SAMPLE_S = 0.2
@@ -147,17 +136,23 @@ def measured_peak_flops(device_type: str = "cpu", dtype: torch.dtype = torch.flo
 @cache
 def _peak_flops(device_type: str, dtype: torch.dtype, threads: int) -> float:
     device = torch.device(device_type)
-    best_rate = 0.0
-    for n in PEAK_SIZES["cuda" if device.type == "cuda" else "cpu"]:
-        # Constant operands: the timing must not consume (and so shift) the global RNG stream.
-        a = torch.full((n, n), 0.5, device=device, dtype=dtype)
-        b = torch.full((n, n), 0.25, device=device, dtype=dtype)
-        torch.mm(a, b)  # warm-up: thread pool, allocator, kernel selection
-        repeats = 3 if n >= 2048 else 5
-        for _ in range(repeats):
-            _synchronize(device)
-            t0 = time.perf_counter()
-            torch.mm(a, b)
-            _synchronize(device)
-            best_rate = max(best_rate, 2 * n**3 / (time.perf_counter() - t0))
-    return best_rate
+    sizes = PEAK_SIZES["cuda" if device.type == "cuda" else "cpu"]
+    return max(
+        2 * n**3 / best_matmul_seconds(device, dtype, n, 3 if n >= 2048 else 5) for n in sizes
+    )
+
+
+def best_matmul_seconds(device: torch.device, dtype: torch.dtype, n: int, repeats: int) -> float:
+    """The fastest of `repeats` n x n matmuls after one warm-up (thread pool, allocator, kernel
+    selection). Constant operands: timing must not consume (and so shift) the global RNG."""
+    a = torch.full((n, n), 0.5, device=device, dtype=dtype)
+    b = torch.full((n, n), 0.25, device=device, dtype=dtype)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        _synchronize(device)
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        _synchronize(device)
+        best = min(best, time.perf_counter() - t0)
+    return best

@@ -127,16 +127,15 @@ def run_jobs(
     pool = ProcessPoolExecutor(workers, context, initializer=_start_worker, initargs=(threads,))
     try:
         while waiting or running:
-            for job in [j for j in waiting if j.ready is None or j.ready()]:
+            for job in list(waiting):  # readiness read from disk only while a worker is free
                 if len(running) == workers:
                     break
-                waiting.remove(job)
-                running[pool.submit(job.call, *job.args)] = (job, time.monotonic())
-            if not running:
-                if not any(j.ready is None or j.ready() for j in waiting):
-                    names = ", ".join(j.label for j in waiting)
-                    raise UserError(f"nothing is running and these can never start: {names}")
-                continue
+                if job.ready is None or job.ready():
+                    waiting.remove(job)
+                    running[pool.submit(job.call, *job.args)] = (job, time.monotonic())
+            if not running:  # every waiting job was checked, and nothing can make one ready
+                names = ", ".join(j.label for j in waiting)
+                raise UserError(f"nothing is running and these can never start: {names}")
             done, _ = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
             for future in done:
                 job, t0 = running.pop(future)

@@ -130,10 +130,10 @@ class Trainer:
         peak = self.peak_flops = measured_peak_flops(self.device.type, self.dtype) * self.world_size
         self.compiled = compilation.decide(t.compile, self.device, self.budget.flops, peak)
         how = "compiled" if self.compiled.compile else "eager"
-        precision = "bf16 autocast" if self.dtype == torch.bfloat16 else "fp32"
+        self.precision = "bf16" if self.dtype == torch.bfloat16 else "fp32"
         self._say(
             f"{self.threads} thread(s) ({threads_why}); {how} ({self.compiled.reason}); "
-            f"{precision} (train.precision = {t.precision})"
+            f"{self.precision} (train.precision = {t.precision})"
         )
 
         torch.manual_seed(t.seed)  # the same initial weights on every rank
@@ -438,8 +438,9 @@ class Trainer:
 
     def _summary(self) -> dict[str, Any]:
         summary = self.counters.summary(describe(self.config.schedule), self.budget)
-        precision = "bf16" if self.dtype == torch.bfloat16 else "fp32"
-        summary.update(threads=self.threads, compiled=self.compiled.compile, precision=precision)
+        summary.update(
+            threads=self.threads, compiled=self.compiled.compile, precision=self.precision
+        )
         summary["switch"] = switch_summary(self.schedule, self.budget.total_steps, self.auto)
         if self.is_main:
             write_json_atomic(self.run.summary_path, summary)

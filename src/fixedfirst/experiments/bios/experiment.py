@@ -273,19 +273,14 @@ def _side_by_side(
 ) -> None:
     """Train the runs and measure every checkpoint's recall in `workers` processes, each
     recall as soon as its checkpoint is on disk; results land where `_run` then reads them."""
-    jobs = []
+    paths = {planned.name: run_directory(out, planned.name).path for planned in runs}
+    budget = preset.experiment.flops
+    jobs = [  # trainings first: a free worker takes the longest work before any recall
+        Job(p.name, run_one, (p, out, True), progress=run_progress(paths[p.name], budget))
+        for p in runs
+    ]
     for planned in runs:
-        path = run_directory(out, planned.name).path
-        jobs.append(
-            Job(
-                planned.name,
-                run_one,
-                (planned, out, True),
-                progress=run_progress(path, preset.experiment.flops),
-            )
-        )
-    for planned in runs:
-        path = run_directory(out, planned.name).path
+        path = paths[planned.name]
         for fraction in preset.experiment.fractions:
             args = (path, planned.config, fraction, preset.experiment)
             ready = partial(_checkpoint_ready, path, fraction)

@@ -33,6 +33,8 @@ from fixedfirst.model.loss import IGNORE_INDEX
 from fixedfirst.model.shared_prefix import SharedPrefix
 
 MIN_CORRECT_TEMPLATES = 4
+PROMPTS_PER_PERSON = len(ATTRIBUTES) * TEMPLATES_PER_ATTRIBUTE
+"""A person's prompts are consecutive rows of `RecallPrompts`: attribute-major, then template."""
 
 
 @dataclass
@@ -82,8 +84,7 @@ def build_prompts(
 def shared_prefix_length(prompts: RecallPrompts) -> int:
     """The longest L such that every person's prompts begin with the same L tokens (`<bos>` and
     the name) and every answer is predicted at or after position L."""
-    per_person = len(ATTRIBUTES) * TEMPLATES_PER_ATTRIBUTE
-    rows = prompts.inputs.reshape(prompts.people, per_person, -1)
+    rows = prompts.inputs.reshape(prompts.people, PROMPTS_PER_PERSON, -1)
     same = (rows == rows[:, :1]).all(dim=1).all(dim=0)  # (T,) column equal within every person
     common = int(same.long().cumprod(0).sum())
     return min(common, int(prompts.answer_start.min()))
@@ -106,21 +107,20 @@ def exact_match(
     depths = sorted(set(depths))
     if batch_size < 1:
         raise UserError(f"batch size must be >= 1, got {batch_size}")
-    per_person = len(ATTRIBUTES) * TEMPLATES_PER_ATTRIBUTE
     skip = shared_prefix_length(prompts) if share_prefix else 0
     # People per prefill: their prompts fill a few batches, so sorting them by length still
     # leaves little padding, and the prefix's keys (every layer application) stay small.
-    block = max(1, PREFILL_BATCHES * batch_size // per_person) if skip else prompts.people
+    block = max(1, PREFILL_BATCHES * batch_size // PROMPTS_PER_PERSON) if skip else prompts.people
     correct = {d: torch.zeros(len(prompts.lengths), dtype=torch.bool) for d in depths}
     was_training = model.training
     model.eval()
     try:
         for first in range(0, prompts.people, block):
             people = range(first, min(first + block, prompts.people))
-            rows = torch.arange(people.start * per_person, people.stop * per_person)
+            rows = torch.arange(people.start * PROMPTS_PER_PERSON, people.stop * PROMPTS_PER_PERSON)
             shared = None
             if skip:
-                prefixes = prompts.inputs[rows[::per_person], :skip]
+                prefixes = prompts.inputs[rows[::PROMPTS_PER_PERSON], :skip]
                 shared = model.prefill_shared(prefixes.to(_device(model)), depths)
             for chunk, table in _score_rows(model, prompts, rows, depths, batch_size, skip, shared):
                 for depth, ok in table.items():
@@ -161,7 +161,7 @@ def _score_rows(
         positions = (prompts.answer_start[chunk, None] - skip + offsets).clamp(max=width - skip - 1)
         after = None
         if shared is not None:
-            groups = (chunk - rows[0]) // (len(ATTRIBUTES) * TEMPLATES_PER_ATTRIBUTE)
+            groups = (chunk - rows[0]) // PROMPTS_PER_PERSON
             after = shared.rows(groups.to(device))
         # Logits at the answer positions only: the head (2767 columns for the default world)
         # at ~3 of each prompt's positions, at every one of the serving depths.
