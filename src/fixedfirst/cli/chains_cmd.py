@@ -12,24 +12,33 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--preset",
         default="default",
-        help="default (5 schedules x 2 seeds), smoke (under 2 minutes), or a preset .toml",
+        help="default (5 schedules x 5 seeds), smoke (under 2 minutes), or a preset .toml",
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="experiment directory")
     add_set_argument(parser)
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes training and scoring the runs side by side (default: one per "
+        "free core on a CPU, up to the runs left to train; 1 on a GPU)",
+    )
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.experiments.chains.experiment import load_preset, run_experiment
+    from fixedfirst.experiments.chains.figure import FIGURES
     from fixedfirst.experiments.chains.report import findings
 
     preset = load_preset(args.preset, args.overrides)
     out = Path(args.out)
-    results = run_experiment(preset, out, quiet=args.quiet)
+    results = run_experiment(preset, out, quiet=args.quiet, jobs=args.jobs)
     if not args.quiet:
         for sentence in findings(results):
             print(f"- {sentence}")
-        names = ("results.json", "accuracy_by_depth.png", "accuracy_by_difficulty.png")
-        print("wrote " + ", ".join(str(out / n) for n in (*names, "kl_exit.png", "report.md")))
+        names = ("results.json", *FIGURES, "report.md")
+        print("wrote " + ", ".join(str(out / n) for n in names))
     return 0

@@ -34,9 +34,8 @@ from fixedfirst.runs.experiment import (
     prepare_out_dir,
     run_all,
     run_directory,
-    run_one,
 )
-from fixedfirst.runs.side_by_side import Job, plan_workers, run_jobs, run_progress
+from fixedfirst.runs.side_by_side import Job, plan_workers, run_jobs, training_jobs
 from fixedfirst.schedules import describe
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.train.run_dir import RunDir
@@ -273,14 +272,10 @@ def _side_by_side(
 ) -> None:
     """Train the runs and measure every checkpoint's recall in `workers` processes, each
     recall as soon as its checkpoint is on disk; results land where `_run` then reads them."""
-    paths = {planned.name: run_directory(out, planned.name).path for planned in runs}
-    budget = preset.experiment.flops
-    jobs = [  # trainings first: a free worker takes the longest work before any recall
-        Job(p.name, run_one, (p, out, True), progress=run_progress(paths[p.name], budget))
-        for p in runs
-    ]
+    # Trainings first: a free worker takes the longest work before any recall.
+    jobs = training_jobs(runs, out, preset.experiment.flops)
     for planned in runs:
-        path = paths[planned.name]
+        path = run_directory(out, planned.name).path
         for fraction in preset.experiment.fractions:
             args = (path, planned.config, fraction, preset.experiment)
             ready = partial(_checkpoint_ready, path, fraction)
