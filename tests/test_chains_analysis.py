@@ -12,6 +12,7 @@ from fixedfirst.experiments.chains.analysis import (
     chosen_depth,
     solved_up_to,
 )
+from fixedfirst.experiments.chains.rerun import compare, rerun_markdown
 
 DEPTHS = [1, 4, 16, 64]
 MAX_OPS = 4  # bands 0..2 (easy), 3..4 (hard), 5..8 (near), 9..12 (far)
@@ -121,3 +122,26 @@ def test_best_does_not_hold_when_seeds_disagree():
         bands["5..8"]["by_depth"]["64"] -= 0.45
     best = analyse(runs, DEPTHS, MAX_OPS)["extrapolates_best"]
     assert best["schedule"] in ("fixed-4", "uniform-1-16") and not best["holds"]
+
+
+def _results(runs: dict) -> dict:
+    return {"runs": runs, "analysis": analyse(runs, DEPTHS, MAX_OPS)}
+
+
+def test_a_rerun_reports_what_moved_and_which_verdicts_turned():
+    old = five_seeds()
+    new = five_seeds()
+    for seed in range(5):  # fixed K=4 falls 0.4 below its old near-band accuracy at K=64
+        bands = new[f"fixed-4-seed{seed}"]["scores"]["sets"]["standard"]["bands"]
+        bands["5..8"]["by_depth"]["64"] -= 0.4
+    comparison = compare(_results(old), _results(new))
+    assert comparison["identical_runs"] == 5  # the uniform runs
+    assert comparison["max_abs_change"] == pytest.approx(0.4)
+    verdicts = {v["claim"]: v for v in comparison["verdicts"]}
+    turned = verdicts["fixed-4 vs uniform-1-16: standard near@64"]
+    assert (turned["old"], turned["new"], turned["kept"]) == ("positive", "negative", False)
+    assert verdicts["uniform-1-16: depth gain on the hard band"]["kept"]
+    text = rerun_markdown(comparison, "old", "new")
+    assert "| fixed-4 vs uniform-1-16: standard near@64 | positive | negative |" in text
+    flipped = sum(1 for v in comparison["verdicts"] if not v["kept"])
+    assert f"{len(comparison['verdicts']) - flipped} of {len(comparison['verdicts'])} kept" in text

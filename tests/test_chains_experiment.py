@@ -127,6 +127,26 @@ def test_second_invocation_reuses_everything(smoke_dir, capsys):
     assert before == {p: p.stat().st_mtime_ns for p in smoke_dir.glob("runs/*/*.json")}
 
 
+def test_compare_with_an_identical_run_keeps_every_verdict(smoke_dir, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["chains", "--preset", "smoke", "--out", str(smoke_dir), "--compare", str(smoke_dir)])
+    assert e.value.code == 0
+    text = (smoke_dir / "rerun.md").read_text()
+    verdicts = len(json.loads((smoke_dir / "results.json").read_text())["runs"])
+    assert f"Runs with identical scores: {verdicts}." in text
+    assert "turned around" in text and " 0 turned around" in text
+    assert "verdicts kept" in capsys.readouterr().out
+
+
+def test_compare_needs_an_experiment_there(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["chains", "--preset", "smoke", "--out", str(tmp_path / "x"), "--compare", "/nope"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--compare /nope: cannot read" in err and err.count("\n") == 1
+    assert not (tmp_path / "x").exists()
+
+
 def test_eval_task_chains_on_a_run(smoke_dir, capsys):
     run = smoke_dir / "runs" / "uniform-1-16-seed0"
     with pytest.raises(SystemExit) as e:

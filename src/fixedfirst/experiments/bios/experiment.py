@@ -42,7 +42,7 @@ from fixedfirst.schedules import describe
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.train.run_dir import RunDir
 
-PRESETS = ("default", "smoke")
+PRESETS = ("default", "smoke", "loop")
 FIGURE1 = ("fixed-4", "uniform-1-16", "fixed-first-4-0.8")
 """The paper's three schedules of Figure 1."""
 SCHEDULES: dict[str, list[str]] = {
