@@ -130,6 +130,9 @@ def test_constant_matrix_gives_a_zero_width_interval():
     assert interval.high == pytest.approx(0.25, abs=1e-15)
     assert interval.se == pytest.approx(0.0, abs=1e-15)
     assert not interval.contains_zero
+    # Unequal weights too: a resample divides by the weight it drew, not the original total.
+    weighted = two_way_bootstrap(np.full((3, 4), 0.25), seed=3, column_weights=[1, 5, 2, 9])
+    assert (weighted.low, weighted.high) == pytest.approx((0.25, 0.25), abs=1e-15)
 
 
 @pytest.mark.parametrize("axis", [0, 1])
