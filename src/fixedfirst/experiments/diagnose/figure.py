@@ -64,15 +64,17 @@ def figure4(results: dict[str, Any]) -> Figure:
                           va="bottom", fontsize=8, color="grey")  # fmt: skip
     left.set_xlabel("serving depth k")
     left.set_ylabel(f"Benefit(k) = NLL after K={shallow} − after K={deep}  (nats)")
-    left.set_title(f"benefit by serving depth ({level} {INTERVAL_NAME} bands)", fontsize=10, pad=14)
+    left.set_title(f"benefit by serving depth ({level} {INTERVAL_NAME}s)", fontsize=10, pad=14)
     left.legend(frameon=False)
 
     rows = results["results"]
     us = [row["u"] for row in rows]
-    means = [row["depth_average"]["mean"] for row in rows]
-    low = [m - row["depth_average"]["low"] for m, row in zip(means, rows, strict=True)]
-    high = [row["depth_average"]["high"] - m for m, row in zip(means, rows, strict=True)]
-    right.errorbar(us, means, yerr=[low, high], fmt="o-", capsize=3, ms=4, color=colors[2])
+    averages = [row["depth_average"] for row in rows]
+    # Drawn from its ends, not as mean ± error: a percentile interval need not be symmetric.
+    low, high = [a["low"] for a in averages], [a["high"] for a in averages]
+    right.vlines(us, low, high, color=colors[2])
+    right.plot(us, low, "_", us, high, "_", color=colors[2], ms=8)
+    right.plot(us, [a["mean"] for a in averages], "o-", ms=4, color=colors[2])
     right.axhline(0.0, color="black", lw=0.8)
     right.set_xscale("symlog", linthresh=1)
     right.set_xticks(us)
@@ -85,16 +87,16 @@ def figure4(results: dict[str, Any]) -> Figure:
     note = (
         "the last u excludes 0" if start is None else f"every interval from u = {start} contains 0"
     )
-    right.set_title(f"depth-averaged benefit ({level} {INTERVAL_NAME}s; {note})", fontsize=10)
+    right.set_title(f"depth-averaged benefit ({level} {INTERVAL_NAME}s)\n{note}", fontsize=10)
 
     for ax in (left, right):
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
         ax.grid(alpha=0.25)
     fig.suptitle(
         f"Update diagnostic: {results['schedule']}, from step {results['checkpoint']['step']}, "
-        f"{results['batches']} batches x {results['heldout']['sequences']} held-out sequences "
-        "per u, intervals over both; update RMS matched to the "
-        f"{results['rms_reference'].replace('-', ' ')}",
+        f"update RMS matched to the {results['rms_reference'].replace('-', ' ')}\n"
+        f"{results['batches']} training batches x {results['heldout']['sequences']} held-out "
+        "sequences per u; intervals resample both",
         fontsize=10,
     )
     return fig
