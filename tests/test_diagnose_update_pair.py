@@ -143,7 +143,7 @@ def test_different_depths_give_a_nonzero_benefit():
 def test_heldout_nll_per_sequence_matches_the_model_on_each_row_alone():
     """Per sequence, the NLL equals the model's own `nll_by_depth` on that row alone; the
     token-weighted mean equals it on the whole set; ignored targets count as no token."""
-    model, _, source, heldout = trained_state()
+    model, _, _, heldout = trained_state()
     targets = heldout.targets.clone()
     targets[1, 5:] = -100  # a shorter sequence
     heldout = type(heldout)(heldout.inputs, targets)
