@@ -6,7 +6,8 @@ differ in size as well as direction (a deeper forward gives other gradient magni
 normalises per coordinate only partly), so each update Δθ = θ_after − θ_before (over all
 parameters at once) is rescaled to a common RMS before it is applied: what remains is the
 question "which *direction* is better?". Benefit(k) = NLL_k(θ + Δθ_a') − NLL_k(θ + Δθ_b') at
-every serving depth k; positive favours the deeper update.
+every serving depth k and for every held-out sequence (its mean over its scored tokens);
+positive favours the deeper update.
 
 The common RMS (the *reference*) is, by default, the geometric mean of the two raw RMSs: it
 treats the depths symmetrically and keeps the applied step at the size a real update has here.
