@@ -96,15 +96,12 @@ def t_quantile(p: float, df: float) -> float:
 
 
 @dataclass(frozen=True)
-class Interval:
-    """A sample mean with its two-sided t confidence interval."""
+class Estimate:
+    """An estimate with the two ends of its confidence interval."""
 
     mean: float
     low: float
     high: float
-    sd: float
-    n: int
-    level: float
 
     @property
     def contains_zero(self) -> bool:
@@ -116,10 +113,20 @@ class Interval:
             "mean": self.mean,
             "low": self.low,
             "high": self.high,
-            "sd": self.sd,
-            "n": self.n,
             "contains_zero": self.contains_zero,
         }
+
+
+@dataclass(frozen=True)
+class Interval(Estimate):
+    """A sample mean with its two-sided t confidence interval."""
+
+    sd: float
+    n: int
+    level: float
+
+    def to_dict(self) -> dict[str, float | int | bool]:
+        return {**super().to_dict(), "sd": self.sd, "n": self.n}
 
 
 def t_interval(samples: Sequence[float] | np.ndarray, level: float = 0.95) -> Interval:
@@ -139,12 +146,9 @@ BOOTSTRAP_OVER: tuple[str, ...] = ("both", "rows", "columns")
 
 
 @dataclass(frozen=True)
-class BootstrapInterval:
+class BootstrapInterval(Estimate):
     """A rows x columns matrix's (weighted) grand mean and its percentile bootstrap interval."""
 
-    mean: float
-    low: float
-    high: float
     se: float
     """Standard deviation of the bootstrap estimates: the estimate's standard error."""
     rows: int
@@ -154,19 +158,8 @@ class BootstrapInterval:
     over: str
     """What was resampled: both kinds of unit, or only the rows, or only the columns."""
 
-    @property
-    def contains_zero(self) -> bool:
-        """True when the data cannot tell the sign of the mean at this confidence level."""
-        return self.low <= 0.0 <= self.high
-
     def to_dict(self) -> dict[str, float | int | bool]:
-        return {
-            "mean": self.mean,
-            "low": self.low,
-            "high": self.high,
-            "se": self.se,
-            "contains_zero": self.contains_zero,
-        }
+        return {**super().to_dict(), "se": self.se}
 
 
 def _resample_counts(rng: np.random.Generator, units: int, resamples: int) -> np.ndarray:
