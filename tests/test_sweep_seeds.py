@@ -17,39 +17,13 @@ from fixedfirst.experiments.sweep.results import table_markdown
 from fixedfirst.experiments.sweep.seed_table import seed_groups, seed_table_markdown
 from fixedfirst.runs.evaluation import cached_evaluation
 from fixedfirst.train.evaluation import EVAL_DEPTHS
-from tests.test_sweep import assert_one_line_error, run_cli
+from tests.test_sweep import BASE, assert_one_line_error, run_cli
 
-SWEEP = """
-[base.model]
-vocab_size = 48
-d_model = 32
-n_heads = 4
-n_prelude = 1
-n_core = 1
-n_coda = 1
-max_seq_len = 16
-
-[base.schedule]
-kind = "fixed-first"
-k0 = 2
-switch = 0.5
-k_max = 16
-
-[base.train]
-tokens = 256
-batch_size = 4
-seq_len = 16
-lr = 3e-3
-log_every = 1
-
-[base.data]
-kind = "synthetic"
-
-[base.eval]
-depths = [1, 4]
-every = 4
-batches = 1
-
+SWEEP = (
+    BASE.replace('kind = "tokens"\npath = "{data}"', 'kind = "synthetic"').replace(
+        "tokens = 640", "tokens = 256"
+    )
+    + """
 [sweep]
 reference = "uniform"
 seeds = [0, 1]
@@ -63,6 +37,7 @@ schedule.kind = "uniform"
 name = "ff"
 schedule.k0 = 2
 """
+)
 
 CLAIM = """
 [[claims]]
