@@ -653,6 +653,13 @@ SWEEP_CASES: list[Case] = [
         setup=changed_run_in_sweep_dir,
     ),
     sweep_case(
+        "sweep-jobs-zero",
+        "`sweep --jobs 0` (no worker process to run anything)",
+        SWEEP_TOML,
+        "--jobs must be >= 1, got 0",
+        argv=[*SWEEP, "--jobs", "0"],
+    ),
+    sweep_case(
         "sweep-claim-unknown-entry",
         "a `[[claims]]` table naming no [[runs]] entry",
         SWEEP_TOML.replace("[sweep]\n", "[sweep]\nseeds = [0, 1]\n")
