@@ -7,7 +7,8 @@ state's draws) and with the machine's rounding, so a claim about arms is a claim
 - `over_seeds(values)`: an arm's mean with its two-sided t-interval over its seeds;
 - `paired(a, b)`: the mean of a[s] - b[s] over the seeds both arms ran, with its t-interval. Arms
   that share a seed share its data order and evaluation draw, so pairing removes what the seed
-  does to both alike and is sharper than comparing two means;
+  does to both alike and is sharper than comparing two means; `paired_relative(a, b)` the same
+  for a[s] / b[s] - 1, the paper's "within 0.5% of uniform";
 - `sign(interval)` and `verdict(interval, claim, bound)`: the words a reader may use. A difference
   whose interval contains zero is "cannot tell", never a ranking.
 
@@ -21,8 +22,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
-
-import numpy as np
 
 from fixedfirst.intervals import Interval, t_interval
 
@@ -78,14 +77,34 @@ def over_seeds(values: Mapping[int, float], level: float = LEVEL) -> OverSeeds:
     return OverSeeds(ordered, interval.mean, interval.low, interval.high)
 
 
+def common_seeds(a: Mapping[int, float], b: Mapping[int, float]) -> list[int]:
+    """The seeds both arms ran, in order."""
+    return sorted(set(a) & set(b))
+
+
 def paired(a: Mapping[int, float], b: Mapping[int, float], level: float = LEVEL) -> Interval:
     """a[s] - b[s] over the seeds both have: its mean and t-interval (needs two common seeds)."""
-    common = sorted(set(a) & set(b))
+    return t_interval([a[s] - b[s] for s in _two_or_more(a, b)], level)
+
+
+def paired_relative(
+    a: Mapping[int, float], b: Mapping[int, float], level: float = LEVEL
+) -> Interval:
+    """a[s] / b[s] - 1 over the seeds both have: its mean and t-interval (two common seeds).
+    Each seed's ratio is taken first, so a seed that moves both arms alike cancels."""
+    seeds = _two_or_more(a, b)
+    if any(b[s] == 0 for s in seeds):
+        raise ValueError("a relative difference needs b[s] != 0 for every seed")
+    return t_interval([a[s] / b[s] - 1.0 for s in seeds], level)
+
+
+def _two_or_more(a: Mapping[int, float], b: Mapping[int, float]) -> list[int]:
+    common = common_seeds(a, b)
     if len(common) < 2:
         raise ValueError(
             f"a paired difference needs at least 2 seeds both arms ran, got {len(common)}"
         )
-    return t_interval(np.array([a[s] - b[s] for s in common], dtype=np.float64), level)
+    return common
 
 
 def sign(interval: Interval) -> Literal["positive", "negative", "cannot tell"]:

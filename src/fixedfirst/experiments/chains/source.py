@@ -16,7 +16,7 @@ import torch
 
 from fixedfirst.config import RunConfig
 from fixedfirst.data.registry import kind_options
-from fixedfirst.data.source import Batch, BatchSource, rank_rows
+from fixedfirst.data.source import Batch, BatchSource, held_out_rows, in_batches, rank_rows
 from fixedfirst.data.tokenizer import WordTokenizer
 from fixedfirst.errors import UserError
 from fixedfirst.experiments.chains.program import (
@@ -124,12 +124,14 @@ class ChainsSource(BatchSource):
         self.position += global_batch
         return batch
 
-    def validation_batches(self, n_batches: int, batch_size: int) -> list[Batch]:
+    def validation_batches(
+        self, n_batches: int, batch_size: int, seed: int | None = None
+    ) -> list[Batch]:
+        count = n_batches * batch_size
+        rows = range(count) if seed is None else held_out_rows(count, seed)
         return [
-            self._rows(
-                VALIDATION_STREAM, self.data_seed, range(b * batch_size, (b + 1) * batch_size)
-            )
-            for b in range(n_batches)
+            self._rows(VALIDATION_STREAM, self.data_seed, batch)
+            for batch in in_batches(rows, batch_size)
         ]
 
     def state_dict(self) -> dict[str, Any]:
