@@ -52,6 +52,14 @@ INSPECT_CASES: list[Case] = [
         needs=RUN,
     ),
     Case(
+        "inspect-max-depth-beyond-depths",
+        "inspect",
+        "`inspect --depths 1..8 --max-depth 16` (rules may stop where the page has no row)",
+        [*INSPECT, "--prompt", "river", "--depths", "1..8", "--max-depth", "16"],
+        "--max-depth 16 is beyond the deepest of --depths (8)",
+        needs=RUN,
+    ),
+    Case(
         "inspect-out-not-ours",
         "inspect",
         "`inspect --out page.html` where page.html is someone else's page",

@@ -43,6 +43,13 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="RULE=T",
         help="an exit rule's threshold, e.g. kl=1e-4 (repeatable; defaults as in generate --exit)",
     )
+    parser.add_argument(
+        "--max-depth",
+        type=int,
+        metavar="K",
+        help="the exit rules never iterate more than K times (default: the deepest training "
+        "depth, as generate --exit, at most the deepest of --depths)",
+    )
     parser.add_argument("--checkpoint", type=int, metavar="STEP", help="default: the newest")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument(
@@ -110,11 +117,17 @@ def run(args: argparse.Namespace) -> int:
     from fixedfirst.errors import UserError
     from fixedfirst.inspection.record import check_depth_count
     from fixedfirst.inspection.sources import parse_indices
+    from fixedfirst.model import check_depth
     from fixedfirst.serve.generation import check_utf8
 
     depths = parse_depths(args.depths)
     check_depth_count(depths)
-    rules = exit_rules(args.threshold, max(depths))
+    if args.max_depth is not None and check_depth(args.max_depth) > max(depths):
+        raise UserError(
+            f"--max-depth {args.max_depth} is beyond the deepest of --depths ({max(depths)}): "
+            "the page could not show where a rule stops past it"
+        )
+    exit_rules(args.threshold, 1)  # a bad threshold is refused before the model is loaded
     if args.prompt is not None:
         check_utf8(args.prompt)
     text = read_text_file(Path(args.file)) if args.file is not None else args.prompt
@@ -125,10 +138,10 @@ def run(args: argparse.Namespace) -> int:
         if value is not None:
             indices = parse_indices(value, option)
     page, picture = check_outputs(args)
-    return inspect_run(args, depths, rules, text, indices, page, picture)
+    return inspect_run(args, depths, text, indices, page, picture)
 
 
-def inspect_run(args, depths, rules, text, indices, page: Path, picture: Path) -> int:
+def inspect_run(args, depths, text, indices, page: Path, picture: Path) -> int:
     import torch
 
     from fixedfirst.files import save_figure
@@ -141,6 +154,8 @@ def inspect_run(args, depths, rules, text, indices, page: Path, picture: Path) -
 
     served = load_served(args.run_dir, args.checkpoint, resolve_device(args.device), False)
     config = served.run.config if served.run is not None else None
+    max_depth = args.max_depth or min(served.default_depth, max(depths))
+    rules = exit_rules(args.threshold, max_depth)
     if text is not None:
         sequences = [text_sequence(served.tokenizer, config, text, text_option(args))]
         source = sequences[0].title

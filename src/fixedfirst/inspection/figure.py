@@ -59,12 +59,13 @@ def draw_inspection(record: dict[str, Any]):
 
     depths = record["depths"]
     n_depths = len(depths)
-    text_like = all(len(t) <= 2 for t in record["tokens"].values())
+    lengths = [len(t) for t in record["tokens"].values()]
+    text_like = sum(n <= 2 for n in lengths) >= 0.9 * len(lengths)  # characters or bytes
     longest = max(s["length"] for s in record["sequences"])
     per_strip = min(longest, 100 if text_like else 48)
     strips = _strips(record, per_strip)
-    heat = max(1.0, 0.12 * n_depths)  # inches of heat map per strip
-    below = 0.35 if text_like else 0.75  # the column labels
+    heat = max(1.0, 0.09 * n_depths)  # inches of heat map per strip
+    below = 0.45  # the column labels
     titled = 0.25 if len(record["sequences"]) > 1 else 0.0
     height = 1.0 + len(strips) * (heat + below + titled)
     fig = plt.figure(figsize=(15, height))
@@ -111,9 +112,10 @@ def draw_inspection(record: dict[str, Any]):
                 ax.axvline(p - first - 0.5, color="#d00", lw=1.5)
         sequence = record["sequences"][s]
         ax.set_xticks(np.arange(n), _column_labels(record, sequence, first, end))
-        ax.tick_params(axis="x", labelsize=7, length=0, rotation=0 if text_like else 90)
+        ax.tick_params(axis="x", labelsize=7, length=0)
         for label in ax.get_xticklabels():
             label.set_family("monospace")
+            label.set_rotation(90 if len(label.get_text()) > 2 and text_like else 0)
         step = 1 if n_depths <= 20 else int(np.ceil(n_depths / 10))
         shown_rows = sorted({*range(0, n_depths, step), n_depths - 1})
         ax.set_yticks(shown_rows, [str(depths[i]) for i in shown_rows], fontsize=7)

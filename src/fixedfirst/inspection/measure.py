@@ -7,7 +7,7 @@ so the numbers are those of `fixedfirst eval` on the same tokens: the mean over 
 positions equals eval's NLL when the sequences are eval's. Exit rules are the serving ones
 (serve/exit_rules.py), applied by `teacher_forced_exit`: every position decoded under the rule as
 generation would if it had produced these tokens, earlier positions showing later ones their last
-computed iteration (docs/design.md §12). A rule's max depth is the deepest depth inspected.
+computed iteration (docs/design.md §12).
 
 A sequence longer than the model's window is scored in consecutive windows of max_seq_len
 positions, each from an empty context, as eval scores its validation windows.
@@ -143,7 +143,7 @@ def inspect_sequences(
     dtype: torch.dtype = torch.float32,
 ) -> Inspection:
     """Score every position of `sequences` at every one of `depths` (one pass per window) and
-    under every rule (each rule's max_depth should be max(depths))."""
+    under every rule (whose max_depth should not pass max(depths), for the page to show it)."""
     depths = sorted(set(depths))
     device = next(model.parameters()).device
     windows = windows_of(sequences, model.config.max_seq_len)
