@@ -178,11 +178,7 @@ def inspect_run(args, depths, text, indices, page: Path, picture: Path) -> int:
     }
     record = page_record(inspection, served.tokenizer, served.model.config.vocab_size, about)
     write_page(page, record)
-    import matplotlib.pyplot as plt
-
-    figure = draw_inspection(record)
-    save_figure(figure, picture)
-    plt.close(figure)
+    save_figure(draw_inspection(record), picture)
     print_summary(record)
     print(f"wrote {page} and {picture}")
     return 0

@@ -53,9 +53,7 @@ def _step_line(segment: tuple, values: list, colour: str, style: Any, label: str
 def draw_inspection(record: dict[str, Any]):
     """A matplotlib figure of the record."""
     import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     depths = record["depths"]
     n_depths = len(depths)
@@ -68,7 +66,7 @@ def draw_inspection(record: dict[str, Any]):
     below = 0.45  # the column labels
     titled = 0.25 if len(record["sequences"]) > 1 else 0.0
     height = 1.0 + len(strips) * (heat + below + titled)
-    fig = plt.figure(figsize=(15, height))
+    fig = Figure(figsize=(15, height))
     grid = fig.add_gridspec(
         len(strips),
         1,
