@@ -26,10 +26,9 @@ from typing import Any
 import torch
 
 from fixedfirst import locks
-from fixedfirst.data.source import BatchSource
 from fixedfirst.files import write_json_atomic
 from fixedfirst.paths import shown
-from fixedfirst.runs.opening import LoadedRun, find_checkpoint, load_run
+from fixedfirst.runs.opening import find_checkpoint, load_run
 from fixedfirst.schedules import describe
 from fixedfirst.train.checkpoint import MODEL_FILE
 
@@ -42,18 +41,6 @@ def eval_path(run: str | Path, step: int) -> Path:
     return Path(run) / f"eval-step-{step:07d}.json"
 
 
-def run_source(loaded: LoadedRun) -> BatchSource:
-    """The data source of a run, refusing other data than its checkpoint trained on (another
-    tokenizer, moved data that changed)."""
-    from fixedfirst.data.registry import build_source
-
-    source = build_source(loaded.config)
-    data_state = loaded.checkpoint.meta.get("data")
-    if data_state is not None:
-        source.load_state_dict(data_state)
-    return source
-
-
 def evaluate_run(
     run: str | Path,
     depths: list[int],
@@ -63,6 +50,7 @@ def evaluate_run(
 ) -> dict[str, Any]:
     """Measure validation NLL of the checkpoint at `step` (default: the newest) at `depths`,
     over `batches` validation batches (default: the run's eval.batches)."""
+    from fixedfirst.data.registry import build_source
     from fixedfirst.hardware import resolve_dtype
     from fixedfirst.train.evaluation import mean_serving_nll, validation_nll
     from fixedfirst.train.progress import Ticker
@@ -71,7 +59,11 @@ def evaluate_run(
     config = loaded.config
     n_batches = batches or config.eval.batches
     batch_size = config.train.micro_batch
-    val = run_source(loaded).validation_batches(n_batches, batch_size)
+    source = build_source(config)
+    data_state = loaded.checkpoint.meta.get("data")
+    if data_state is not None:  # refuses other data than the run trained on (another tokenizer)
+        source.load_state_dict(data_state)
+    val = source.validation_batches(n_batches, batch_size)
     device = next(loaded.model.parameters()).device
     dtype = resolve_dtype(config.train.precision, device)
     ticker = Ticker(f"eval {shown(run)} at depths up to {max(depths)}: batch")
