@@ -787,7 +787,7 @@ COMMAND_CASES: list[Case] = [
         "bios",
         "a FLOP budget that pays for one step of fixed K=4 but not of uniform 1..16",
         ["bios", "--preset", "smoke", "--out", "fig1", "--set", "experiment.flops=1e10"],
-        'run "uniform-1-16": train.flops = 1e+10 is below the cost of a single step',
+        'run "uniform-1-16-seed0": train.flops = 1e+10 is below the cost of a single step',
     ),
     Case(
         "bios-jobs-zero",
@@ -1019,8 +1019,9 @@ def config_cases() -> list[Case]:
 
 def all_cases() -> list[Case]:
     from tests.bad_input_edges import EDGE_CASES
+    from tests.bad_input_inspect import INSPECT_CASES
 
-    return CASES + SWEEP_CASES + COMMAND_CASES + config_cases() + EDGE_CASES
+    return CASES + SWEEP_CASES + COMMAND_CASES + config_cases() + EDGE_CASES + INSPECT_CASES
 
 
 # -- prebuilt things and running a case ----------------------------------------------------------

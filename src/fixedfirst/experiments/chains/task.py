@@ -7,6 +7,7 @@ from fixedfirst.config import RunConfig
 from fixedfirst.data.registry import DataKind, TaskReport, kind_options
 from fixedfirst.experiments.chains.accuracy import correctness_by_depth
 from fixedfirst.experiments.chains.bands import bands_of
+from fixedfirst.experiments.chains.example import evaluation_example, label_words
 from fixedfirst.experiments.chains.program import ChainsOptions
 from fixedfirst.experiments.chains.source import ChainsSource, evaluation_seed, evaluation_set
 from fixedfirst.model import LoopedTransformer
@@ -59,4 +60,6 @@ KIND = DataKind(
     build=ChainsSource.from_config,
     options=ChainsOptions,
     evaluate=evaluate_task,
+    example=evaluation_example,
+    label=label_words,
 )
