@@ -45,12 +45,17 @@ from fixedfirst.runs.experiment import (
     finished_summary,
     run_all,
     run_directory,
-    run_one,
 )
-from fixedfirst.runs.side_by_side import Job, plan_workers, run_jobs, run_progress
+from fixedfirst.runs.side_by_side import (
+    Job,
+    plan_workers,
+    run_finished,
+    run_jobs,
+    training_jobs,
+)
 from fixedfirst.runs.task_evaluation import cached_task_evaluation
 from fixedfirst.train.evaluation import EVAL_DEPTHS
-from fixedfirst.train.run_dir import RunDir, run_defining_differences
+from fixedfirst.train.run_dir import run_defining_differences
 
 
 @dataclass
@@ -254,16 +259,8 @@ def _side_by_side(
     evaluations as soon as it has finished; returns the runs trained here. Everything lands
     where the single-process path reads it."""
     chosen = {p.name for p in selected}
-    jobs = [  # trainings first: a free worker takes the longest work before any evaluation
-        Job(
-            p.name,
-            run_one,
-            (p, out, True),
-            progress=run_progress(run_directory(out, p.name).path, plan_budget(p.config).flops),
-        )
-        for p in selected
-        if _status(p, out) != "finished"
-    ]
+    # Trainings first: a free worker takes the longest work before any evaluation.
+    jobs = training_jobs([p for p in selected if _status(p, out) != "finished"], out)
     for planned in spec.runs:
         if planned.name not in chosen and _finished_elsewhere(planned, out, True) is None:
             continue  # neither trained now nor finished before: nothing to evaluate
@@ -273,7 +270,7 @@ def _side_by_side(
                 f"{planned.name} eval",
                 final_evaluation,
                 (run.path, _evaluation_plan(spec, planned, device)),
-                ready=partial(_finished, run),
+                ready=partial(run_finished, run.path),
             )
         )
     trained: list[str] = []
@@ -292,10 +289,6 @@ def _side_by_side(
     )
     run_jobs(jobs, workers, threads, on_done, quiet)
     return trained
-
-
-def _finished(run: RunDir) -> bool:
-    return finished_summary(run) is not None
 
 
 def _finished_elsewhere(planned: PlannedRun, out: Path, quiet: bool) -> dict[str, Any] | None:
