@@ -1,0 +1,138 @@
+"""The committed study configs run end to end when shrunk to seconds: the language-model table
+(configs/sweeps/lm-code-cpu.toml, with its compute-matched runs, seeds and claims) and the two
+regime probes (configs/probes/) with the probe table script; and the committed probe tables in
+docs/probes/ are what the script makes of the results committed beside them."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.test_sweep import corpus, run_cli  # noqa: F401 (corpus is a fixture)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def probe_table_module():
+    spec = importlib.util.spec_from_file_location("probe_table", ROOT / "scripts/probe_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def shrunk(path: Path, divide_tokens: int, lines: dict[str, str], data: Path | None) -> str:
+    """The config's text with every token budget divided by `divide_tokens`, the named lines
+    replaced, and every data path pointing at `data`; everything else (runs, seeds, claims,
+    compute matching) as committed."""
+    text = path.read_text()
+    for old, new in lines.items():
+        assert re.search(rf"^{re.escape(old)}\b", text, re.M), f"{path.name} lost {old!r}"
+        text = re.sub(rf"^{re.escape(old)}\b.*$", new, text, flags=re.M)
+
+    def divided(match: re.Match) -> str:
+        tokens = int(match.group(2).replace("_", ""))
+        assert tokens % divide_tokens == 0, f"{path.name}: {tokens} tokens"
+        return f"{match.group(1)}{tokens // divide_tokens}"
+
+    text = re.sub(r"^((?:train\.)?tokens = )([0-9_]+)", divided, text, flags=re.M)
+    if data is not None:
+        text = re.sub(r'^((?:data\.)?path = )".*"', rf'\1"{data}"', text, flags=re.M)
+    return text
+
+
+def test_the_language_model_table_runs_end_to_end(tmp_path, corpus, capsys):  # noqa: F811
+    sweep = tmp_path / "lm-code-cpu.toml"
+    sweep.write_text(
+        shrunk(
+            ROOT / "configs/sweeps/lm-code-cpu.toml",
+            6400,  # 1600 steps of 16 x 128 -> 16 steps of 2 x 16 (the length study: 4 and 1)
+            {
+                "d_model": "d_model = 16",
+                "max_seq_len": "max_seq_len = 16",
+                "batch_size": "batch_size = 2",
+                "seq_len": "seq_len = 16",
+                "every": "every = 8",
+                "eval_batches": "eval_batches = 1",
+                "seeds": "seeds = [0, 1]",
+            },
+            corpus,
+        )
+    )
+    code, stdout, err = run_cli(capsys, "sweep", sweep, "--out", tmp_path / "out", "--jobs", 1)
+    assert code == 0, err
+    assert "trained 34 run(s), reused 0; 34 in the table" in stdout
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    runs = {r["name"]: r for r in results["runs"]}
+    # The compute-matched uniform run's budget is the fixed-first run's modeled FLOPs.
+    for seed in (0, 1):
+        matched = runs[f"uniform-matched-ff-k2-s0.67-seed{seed}"]
+        assert matched["flop_budget"] == runs[f"ff-k2-s0.67-uniform-seed{seed}"]["modeled_flops"]
+        assert matched["modeled_flops"] <= matched["flop_budget"]
+        assert matched["steps"] < runs[f"uniform-seed{seed}"]["steps"]
+    assert runs["uniform-x0.0625-seed0"]["steps"] == 1 and runs["uniform-seed0"]["steps"] == 16
+    claims = (tmp_path / "out" / "claims.md").read_text()
+    assert len(results["claims"]) == 15
+    assert all(c["n"] == 2 for c in results["claims"])
+    assert "The K0=2 gap (switch 0.67) to uniform training at 1/16 of the tokens" in claims
+
+
+def test_the_bios_probe_and_its_table(tmp_path, capsys):
+    sweep = tmp_path / "bios-loop.toml"
+    sweep.write_text(
+        shrunk(
+            ROOT / "configs/probes/bios-loop.toml",
+            3200,  # 400 steps of 64 biographies -> 2 steps of 4
+            {"d_model": "d_model = 16", "batch_size": "batch_size = 4", "people": "people = 12"},
+            None,
+        ).replace("data.bios.people = 1000", "data.bios.people = 20")
+    )
+    code, stdout, err = run_cli(capsys, "sweep", sweep, "--out", tmp_path / "out", "--jobs", 1)
+    assert code == 0, err
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    table = probe_table_module().table("bios", results, ceiling=38.95)
+    names = [r["name"] for r in results["runs"]]
+    assert len(names) == 6 and all(f"| {n} |" in table for n in names)
+    # Each row's depth-4 share of the ceiling is the run's recall at depth 4 over 38.95.
+    for run in results["runs"]:
+        share = 100 * run["task_scores"]["4"] / 38.95
+        assert f"| {share:.0f}% |" in next(r for r in table.splitlines() if f"| {run['name']} |" in r)
+
+
+def test_the_language_model_probe_and_its_table(tmp_path, corpus, capsys):  # noqa: F811
+    sweep = tmp_path / "lm-depth.toml"
+    sweep.write_text(
+        shrunk(
+            ROOT / "configs/probes/lm-depth.toml",
+            12800,  # 400 steps of 16 x 128 -> 2 steps of 2 x 16 (x4: 8 steps)
+            {
+                "d_model": "d_model = 16",
+                "max_seq_len": "max_seq_len = 32",
+                "batch_size": "batch_size = 2",
+                "seq_len": "seq_len = 16",
+                "train.seq_len = 256": "train.seq_len = 32",
+                "train.seq_len = 128": "train.seq_len = 16",
+                "eval_batches": "eval_batches = 1",
+            },
+            corpus,
+        ).replace("model.d_model = 64", "model.d_model = 8")
+    )
+    code, stdout, err = run_cli(capsys, "sweep", sweep, "--out", tmp_path / "out", "--jobs", 1)
+    assert code == 0, err
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    table = probe_table_module().table("lm", results)
+    for run in results["runs"]:
+        nll = run["nll_by_depth"]
+        row = next(r for r in table.splitlines() if f"| {run['name']} |" in r)
+        assert f"| {100 * (1 - nll['16'] / nll['4']):.2f}% below |" in row
+
+
+@pytest.mark.parametrize("kind,name", [("lm", "lm-depth"), ("bios", "bios-loop")])
+def test_committed_probe_tables_are_made_from_the_results_beside_them(kind, name):
+    table = (ROOT / "docs/probes" / f"{name}.md").read_text()
+    results = json.loads((ROOT / "docs/probes" / f"{name}.json").read_text())
+    made = probe_table_module().table(kind, results, ceiling=38.95 if kind == "bios" else None)
+    assert made in table, f"docs/probes/{name}.md differs from what probe_table.py makes"
