@@ -90,7 +90,7 @@ def test_the_bios_probe_and_its_table(tmp_path, capsys):
             None,
         ).replace("data.bios.people = 1000", "data.bios.people = 20")
     )
-    code, stdout, err = run_cli(capsys, "sweep", sweep, "--out", tmp_path / "out", "--jobs", 1)
+    code, _, err = run_cli(capsys, "sweep", sweep, "--out", tmp_path / "out", "--jobs", 1)
     assert code == 0, err
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     table = probe_table_module().table("bios", results, ceiling=38.95)
@@ -99,7 +99,8 @@ def test_the_bios_probe_and_its_table(tmp_path, capsys):
     # Each row's depth-4 share of the ceiling is the run's recall at depth 4 over 38.95.
     for run in results["runs"]:
         share = 100 * run["task_scores"]["4"] / 38.95
-        assert f"| {share:.0f}% |" in next(r for r in table.splitlines() if f"| {run['name']} |" in r)
+        row = next(r for r in table.splitlines() if f"| {run['name']} |" in r)
+        assert f"| {share:.0f}% |" in row
 
 
 def test_the_language_model_probe_and_its_table(tmp_path, corpus, capsys):  # noqa: F811
@@ -120,7 +121,7 @@ def test_the_language_model_probe_and_its_table(tmp_path, corpus, capsys):  # no
             corpus,
         ).replace("model.d_model = 64", "model.d_model = 8")
     )
-    code, stdout, err = run_cli(capsys, "sweep", sweep, "--out", tmp_path / "out", "--jobs", 1)
+    code, _, err = run_cli(capsys, "sweep", sweep, "--out", tmp_path / "out", "--jobs", 1)
     assert code == 0, err
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     table = probe_table_module().table("lm", results)
