@@ -26,32 +26,48 @@ from tests.conftest import tiny_model_config
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        {},
-        {"mlp": "gelu", "injection": "add"},
-        {"n_prelude": 2, "n_coda": 0, "tie_embeddings": True},
-    ],
-)
-@pytest.mark.parametrize(("depth", "grad_depth"), [(1, None), (4, None), (7, 2), (3, 8)])
-def test_flop_formula_matches_flop_counter(overrides, depth, grad_depth):
+MODEL_VARIANTS = [
+    {},
+    {"mlp": "gelu", "injection": "add"},
+    {"n_prelude": 2, "n_coda": 0, "tie_embeddings": True},
+    {"n_prelude": 0, "state_init": "zeros", "norm": "sandwich"},
+    {"n_core": 3, "mlp": "gelu", "coda_norm": False},
+    {"injection": "add", "n_coda": 2, "d_ff": 40},
+]
+
+
+def counted_flops(fn) -> int:
+    """FLOPs torch counts while `fn` runs. The math backend decomposes attention into matmuls
+    the counter sees (on CPU the fused kernel is not counted at all)."""
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("overrides", MODEL_VARIANTS)
+@pytest.mark.parametrize(("depth", "grad_depth"), [(1, None), (4, None), (7, 2), (3, 8), (5, 5)])
+def test_flop_formula_equals_the_flop_counter_exactly(overrides, depth, grad_depth):
+    """Training (forward and backward, truncated or not) and a plain forward, to the FLOP."""
     config = tiny_model_config(vocab_size=300, d_model=64, max_seq_len=128, **overrides)
     model = LoopedTransformer(config)
     B, T = 2, 96
     tokens = torch.randint(0, 300, (B, T))
-    # The math backend decomposes attention into matmuls the counter sees (on CPU the fused
-    # kernel is not counted at all).
-    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
-        model(tokens, depth, grad_depth).float().pow(2).mean().backward()
-    counted = counter.get_total_flops() / (B * T)
-    modeled = flop_model(config, T).train(depth, grad_depth)
-    assert counted == pytest.approx(modeled, rel=0.02)
-    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter, torch.no_grad():
-        model(tokens, depth)
-    assert counter.get_total_flops() / (B * T) == pytest.approx(
-        flop_model(config, T).forward(depth), rel=0.02
-    )
+    fm = flop_model(config, T)
+    train = counted_flops(lambda: model(tokens, depth, grad_depth).float().pow(2).mean().backward())
+    assert train == B * T * fm.train(depth, grad_depth)
+    with torch.no_grad():
+        forward = counted_flops(lambda: model(tokens, depth))
+    assert forward == B * T * fm.forward(depth)
+
+
+@pytest.mark.parametrize("overrides", MODEL_VARIANTS[:2])
+def test_one_pass_evaluation_flops_equal_the_flop_counter_exactly(overrides):
+    config = tiny_model_config(vocab_size=300, d_model=64, max_seq_len=128, **overrides)
+    model = LoopedTransformer(config).eval()
+    tokens = torch.randint(0, 300, (2, 50))
+    depths = [1, 2, 5, 9]
+    counted = counted_flops(lambda: list(model.logits_by_depth(tokens, depths)))
+    assert counted == 2 * 50 * flop_model(config, 50).eval_all_depths(depths)
 
 
 @pytest.mark.parametrize(

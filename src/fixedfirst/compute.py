@@ -24,7 +24,12 @@ checked against FlopCounterMode.
 
 Training FLOPs per token: 3 * F(K) (forward, then a backward that costs twice the forward: the
 gradients with respect to inputs and to weights). With truncated backprop through the last s
-iterations, the first K - s iterations run forward only: 3 * F(K) - 2 * (K - s) * C.
+iterations, the first K - s iterations run forward only: 3 * F(K) - 2 * (K - s) * C. And the first
+iteration that carries gradients starts from a state that needs none (the initial state, or one
+computed under no_grad), so autograd skips the gradient with respect to it: for `concat` that is
+the state half's input gradient, 2 * d^2 (`first_state_grad`); for `add` there is no matmul to
+skip. So training costs 3 * F(K) - 2 * (K - s) * C - 2 * d^2 (concat), which FlopCounterMode
+counts exactly (tests/test_compute.py).
 Activation checkpointing (train.checkpoint_activations) runs each iteration's forward a second
 time in the backward; that recomputation is not counted (model FLOPs are the computation the
 model defines, the convention of MFU), so it shows as a lower MFU, not as more FLOPs.
@@ -58,13 +63,16 @@ class FlopModel:
     prelude: float
     iteration: float
     readout: float
+    first_state_grad: float = 0.0
+    """The backward FLOPs of the gradient with respect to the incoming state of one iteration's
+    matmuls: the first iteration with gradients does not compute it (its state needs none)."""
 
     def forward(self, depth: int) -> float:
         return self.prelude + depth * self.iteration + self.readout
 
     def train(self, depth: int, grad_depth: int | None = None) -> float:
         free = 0 if grad_depth is None else max(0, depth - grad_depth)
-        return 3 * self.forward(depth) - 2 * free * self.iteration
+        return 3 * self.forward(depth) - 2 * free * self.iteration - self.first_state_grad
 
     def eval_all_depths(self, depths: list[int]) -> float:
         """One pass of the recurrence to max(depths) with a readout at every requested depth."""
@@ -92,6 +100,7 @@ def flop_model(config: ModelConfig, seq_len: int) -> FlopModel:
         prelude=config.n_prelude * layer + adapter_half,
         iteration=adapter_half + config.n_core * layer,
         readout=config.n_coda * layer + 2 * d * config.vocab_size,
+        first_state_grad=adapter_half,
     )
 
 
@@ -132,7 +141,7 @@ def plan_steps(
     tokens_per_step: int,
     grad_depth: int | None = None,
 ) -> int:
-    """The number of optimizer steps N whose realised modeled cost fits `flop_budget` while
+    """A number of optimizer steps N whose realised modeled cost fits `flop_budget` while
     N + 1 steps would not: compute-matched runs end within one step of the budget, below it.
 
     This is how compute-matched runs are planned: a cheaper schedule gets more tokens. The
@@ -140,7 +149,8 @@ def plan_steps(
     the expectation: 100 uniform draws can cost 5% more than their mean, which would leave
     "compute-matched" runs several percent apart. The realised cost is not quite monotone in N
     (a longer fixed-first run moves its switch later, turning a drawn finishing step into a K0
-    step), so after the bisection a final scan makes sure that no slightly longer run fits.
+    step), so a run two or more steps longer may occasionally fit as well; N still ends below
+    the budget by less than its dearest step.
     """
 
     def cost(steps: int) -> float:
@@ -154,8 +164,9 @@ def plan_steps(
 def _plan(
     cost: Callable[[int], float], expected_max: float, flop_budget: float, tokens_per_step: int
 ) -> int:
-    """The largest N with cost(N) <= flop_budget (see plan_steps); `expected_max` is the expected
-    cost of MAX_STEPS steps, which refuses an unbounded budget before drawing a million depths."""
+    """An N with cost(N) <= flop_budget < cost(N + 1), by doubling then bisection (see
+    plan_steps); `expected_max` is the expected cost of MAX_STEPS steps, which refuses an
+    unbounded budget before drawing a million depths."""
     if cost(1) > flop_budget:
         raise UserError(
             f"train.flops = {flop_budget:.3g} is below the cost of a single step "
@@ -176,8 +187,6 @@ def _plan(
             lo = mid
         else:
             hi = mid
-    while cost(lo + 1) <= flop_budget:
-        lo += 1
     return lo
 
 
