@@ -101,11 +101,15 @@ def assert_close_runs(a: Path, b: Path) -> None:
     ra, rb = train_records(a), train_records(b)
     assert [r["step"] for r in ra] == [r["step"] for r in rb]
     assert [r["depth"] for r in ra] == [r["depth"] for r in rb]
-    torch.testing.assert_close(
-        torch.tensor([r["loss"] for r in ra], dtype=torch.float64),
-        torch.tensor([r["loss"] for r in rb], dtype=torch.float64),
-        **TOLERANCE,
-    )
+    # The loss and the gradient norm before clipping (the gradient of the mean over the global
+    # batch: a scale error in how ranks or micro-batches are combined changes it however the
+    # clipped, Adam-normalised updates hide it).
+    for key in ("loss", "grad_norm"):
+        torch.testing.assert_close(
+            torch.tensor([r[key] for r in ra], dtype=torch.float64),
+            torch.tensor([r[key] for r in rb], dtype=torch.float64),
+            **TOLERANCE,
+        )
     wa, wb = final_weights(a), final_weights(b)
     assert wa.keys() == wb.keys()
     for k in wa:

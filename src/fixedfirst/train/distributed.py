@@ -157,3 +157,12 @@ def gather(world: World, tensor: torch.Tensor) -> torch.Tensor:
     parts = [torch.empty_like(tensor) for _ in range(world.world_size)]
     dist.all_gather(parts, tensor.contiguous())
     return torch.stack(parts)
+
+
+def all_sum(world: World, tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` summed over every rank (a new tensor; `tensor` itself on a single process)."""
+    if not world.launched:
+        return tensor
+    total = tensor.clone()
+    dist.all_reduce(total)
+    return total

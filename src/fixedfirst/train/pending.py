@@ -29,9 +29,9 @@ class PendingStep:
 def host_values(world: World, pending: list[PendingStep]) -> list[tuple[float, float]]:
     """(loss, gradient norm) of every pending step: one device sync, one collective.
 
-    The loss is the mean over ranks of each rank's mean loss (the global mean: every rank scores
-    the same number of rows), so metrics do not depend on the number of processes. The same
-    collective checks that every rank trained at the same depths.
+    Each rank's loss is its share of the global batch's mean loss per scored token
+    (`train_step`), so their sum is the loss of the step, whatever the number of processes. The
+    same collective checks that every rank trained at the same depths.
     """
     values_here = torch.stack([torch.stack([p.loss, p.grad_norm.float()]) for p in pending])
     depths = torch.tensor([float(p.depth) for p in pending], device=values_here.device)
@@ -39,6 +39,6 @@ def host_values(world: World, pending: list[PendingStep]) -> list[tuple[float, f
     gathered = distributed.gather(world, local).cpu()  # (ranks, steps, 3)
     if not torch.equal(gathered[:, :, 2], gathered[:1, :, 2].expand_as(gathered[:, :, 2])):
         raise RuntimeError(f"ranks trained at different depths: {gathered[:, :, 2].tolist()}")
-    losses = gathered[:, :, 0].mean(dim=0).tolist()
+    losses = gathered[:, :, 0].sum(dim=0).tolist()
     grad_norms = gathered[0, :, 1].tolist()  # identical on every rank after the reduction
     return list(zip(losses, grad_norms, strict=True))

@@ -2,10 +2,15 @@
 
 A step at depth K runs this process's rows of the global batch as `micro_batch`-row micro-batches,
 each through the model at depth K (truncated backprop when `grad_depth` is set) with its own
-random initial recurrent state, accumulates the mean loss's gradients, clips the gradient norm and
+random initial recurrent state, accumulates the gradients of the loss, clips the gradient norm and
 takes an AdamW step at the given learning rate. The trainer passes its DDP/FSDP2 wrapper; the
 update diagnostic the plain model, and so takes exactly the steps the run took (a test holds the
 two against each other bit for bit).
+
+The loss is the mean over the scored tokens of the whole global batch (every micro-batch, every
+rank), as validation NLL is: each micro-batch contributes its summed token losses divided by the
+global count, so a row with fewer scored tokens (a task's ignored prompt, padding) weighs less, and
+the gradient does not depend on how the batch is split into micro-batches or ranks.
 
 The initial state of every row is drawn from a seed that is a pure function of (run seed, step,
 row of the global batch): the noise a sequence sees does not depend on the number of processes,
@@ -23,7 +28,8 @@ import torch
 
 from fixedfirst.config import TrainConfig
 from fixedfirst.data.source import Batch
-from fixedfirst.model.loss import next_token_loss
+from fixedfirst.model.loss import IGNORE_INDEX, next_token_loss
+from fixedfirst.train.distributed import all_sum
 from fixedfirst.train.evaluation import autocast
 from fixedfirst.train.parallel import ParallelModel
 
@@ -60,8 +66,10 @@ def train_step(
     dtype: torch.dtype = torch.float32,
     parallel: ParallelModel | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One step at `depth` on this process's `batch` (on the model's device); returns (mean
-    loss, gradient norm before clipping), both still on the device: no host sync.
+    """One step at `depth` on this process's `batch` (on the model's device); returns (loss,
+    gradient norm before clipping), both still on the device: no host sync. The loss is this
+    process's share of the global batch's mean loss per scored token: the shares of all ranks
+    sum to it (one process: the mean itself).
 
     row_seeds: one initial-state seed per row of `batch` (`state_seeds` of its global rows).
     parallel: the trainer's DDP/FSDP2 wrapper of `model`: its forward, its switch that reduces
@@ -77,6 +85,13 @@ def train_step(
     device = batch.inputs.device
     micro = train.micro_batch
     micro_steps = max(1, rows // micro)
+    scored = (batch.targets[: micro_steps * micro] != IGNORE_INDEX).sum()
+    ranks = 1
+    if parallel is not None:
+        scored, ranks = all_sum(parallel.world, scored), parallel.world.world_size
+    # Summed token losses over the global count; DDP and FSDP2 average gradients over the ranks,
+    # so each rank's part is scaled up by their number. A batch scoring nothing gives zero.
+    per_token = 1.0 / scored.clamp(min=1).to(torch.float32)
     total_loss = torch.zeros((), device=device)
     for i in range(micro_steps):
         part = slice(i * micro, (i + 1) * micro)
@@ -91,9 +106,9 @@ def train_step(
                     row_seeds[part],
                     checkpoint=train.checkpoint_activations,
                 )
-            loss = next_token_loss(logits, batch.targets[part])
-            (loss / micro_steps).backward()
-        total_loss += loss.detach() / micro_steps
+            loss = next_token_loss(logits, batch.targets[part], reduction="sum") * per_token
+            (loss * ranks).backward()
+        total_loss += loss.detach()
     max_norm = train.grad_clip if train.grad_clip > 0 else float("inf")
     if parallel is not None:
         grad_norm = parallel.clip_grad_norm(max_norm)
