@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 TORCH_PIN := torch==2.13.0
 
-.PHONY: setup demo test test-all lint format bench fortunes
+.PHONY: setup demo test test-all lint format bench fortunes pystdlib
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,3 +40,8 @@ format: setup
 # Debian's fortune-cookie text (2.5 MB of English) as a byte-level dataset in data/fortunes-byte/.
 fortunes: setup
 	bash scripts/fetch_fortunes.sh
+
+# The Python standard library's source (12 MB of code, this interpreter's) as a byte-level dataset
+# in data/pystdlib-byte/: the corpus of the language-model schedule table.
+pystdlib: setup
+	bash scripts/fetch_pystdlib.sh

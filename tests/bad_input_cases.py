@@ -569,6 +569,15 @@ name = "ff"
 schedule.k0 = 2
 """
 SWEEP = ["sweep", "sweep.toml", "--out", "out"]
+CLAIM_TOML = """
+[[claims]]
+text = "K0=2 within 0.5% of uniform"
+a = "ff"
+b = "uniform"
+measure = "relative"
+claim = "below"
+bound = 0.005
+"""
 
 
 def sweep_case(
@@ -642,6 +651,34 @@ SWEEP_CASES: list[Case] = [
         "out/runs/uniform holds a run with a different configuration (schedule.k_max, ",
         needs=("tokens.toml", "data", "tokens-run"),
         setup=changed_run_in_sweep_dir,
+    ),
+    sweep_case(
+        "sweep-jobs-zero",
+        "`sweep --jobs 0` (no worker process to run anything)",
+        SWEEP_TOML,
+        "--jobs must be >= 1, got 0",
+        argv=[*SWEEP, "--jobs", "0"],
+    ),
+    sweep_case(
+        "sweep-claim-unknown-entry",
+        "a `[[claims]]` table naming no [[runs]] entry",
+        SWEEP_TOML.replace("[sweep]\n", "[sweep]\nseeds = [0, 1]\n")
+        + CLAIM_TOML.replace('"ff"', '"ff-k3"'),
+        "claims[0]: a = 'ff-k3' is not a [[runs]] entry; entries: uniform, ff",
+    ),
+    sweep_case(
+        "sweep-claim-unknown-key",
+        "a `[[claims]]` table with an unknown key: `lower_is_better = true`",
+        SWEEP_TOML.replace("[sweep]\n", "[sweep]\nseeds = [0, 1]\n")
+        + CLAIM_TOML
+        + "lower_is_better = true\n",
+        "claims[0]: unknown key 'lower_is_better'; valid: text, a, b,",
+    ),
+    sweep_case(
+        "sweep-claim-without-seeds",
+        "`[[claims]]` in a sweep without `[sweep] seeds`",
+        SWEEP_TOML + CLAIM_TOML,
+        "[[claims]] are decided by intervals over seeds; set [sweep] seeds",
     ),
     Case(
         "figure3-not-fixed-first",
@@ -750,7 +787,7 @@ COMMAND_CASES: list[Case] = [
         "bios",
         "a FLOP budget that pays for one step of fixed K=4 but not of uniform 1..16",
         ["bios", "--preset", "smoke", "--out", "fig1", "--set", "experiment.flops=1e10"],
-        'run "uniform-1-16": train.flops = 1e+10 is below the cost of a single step',
+        'run "uniform-1-16-seed0": train.flops = 1e+10 is below the cost of a single step',
     ),
     Case(
         "bios-jobs-zero",
@@ -982,8 +1019,9 @@ def config_cases() -> list[Case]:
 
 def all_cases() -> list[Case]:
     from tests.bad_input_edges import EDGE_CASES
+    from tests.bad_input_inspect import INSPECT_CASES
 
-    return CASES + SWEEP_CASES + COMMAND_CASES + config_cases() + EDGE_CASES
+    return CASES + SWEEP_CASES + COMMAND_CASES + config_cases() + EDGE_CASES + INSPECT_CASES
 
 
 # -- prebuilt things and running a case ----------------------------------------------------------

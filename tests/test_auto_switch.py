@@ -3,6 +3,7 @@ fixed-switch run at the step it chose, and kill -9 plus --resume switch at the s
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -13,6 +14,8 @@ import pytest
 import torch
 
 from fixedfirst.compute import plan_budget
+from fixedfirst.schedules import Schedule
+from fixedfirst.train.auto_switch import switch_summary
 from fixedfirst.train.checkpoint import CheckpointManager
 from fixedfirst.train.counters import format_summary
 from fixedfirst.train.metrics import read_metrics
@@ -160,3 +163,25 @@ def test_switch_records_reach_tensorboard_and_wandb_as_scalars():
     assert scalars(probe) == {"switch/gain": -0.02}
     assert scalars(fitted) == {"switch/decrease": 0.4, "switch/bound": 0.5}
     assert scalars(unfitted) == {} and scalars({"kind": "switch", "step": 50}) == {}
+
+
+@pytest.mark.parametrize("lr_schedule", ["cosine", "wsd"])
+def test_the_summary_gives_the_learning_rate_at_the_switch_and_over_the_finish(lr_schedule):
+    """40 steps, 4 of warmup, switch at 0.5 (step 20), peak 3e-3, final 10% of it. By hand:
+    cosine at step s >= 4 is 3e-4 + 2.7e-3 * (1 + cos(pi * (s - 4) / 35)) / 2; warmup-stable-decay
+    with decay 0.2 is 3e-3 until step 32, then falls by 2.7e-3 / 8 a step (step 39: 3e-4)."""
+    config = tiny_config(f"train.lr_schedule={lr_schedule}", "train.lr=3e-3", "train.warmup=0.1")
+    config.train.final_lr_fraction = 0.1
+    schedule = Schedule(config.schedule, config.train.seed)
+
+    def by_hand(s: int) -> float:
+        if lr_schedule == "cosine":
+            return 3e-4 + 2.7e-3 * (1 + math.cos(math.pi * (s - 4) / 35)) / 2
+        return 3e-3 if s < 32 else 3e-3 - 2.7e-3 * (s - 31) / 8
+
+    switch = switch_summary(schedule, 40, None, config.train)
+    assert switch["step"] == 20 and switch["peak_lr"] == 3e-3
+    assert switch["lr"] == pytest.approx(by_hand(20), rel=1e-12)
+    expected_mean = sum(by_hand(s) for s in range(20, 40)) / 20
+    assert switch["mean_finish_lr"] == pytest.approx(expected_mean, rel=1e-12)
+    assert by_hand(39) == pytest.approx(3e-4)

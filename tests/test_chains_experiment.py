@@ -11,6 +11,7 @@ import pytest
 from fixedfirst.cli.main import main
 from fixedfirst.compute import flop_model
 from fixedfirst.experiments.chains.experiment import load_preset
+from fixedfirst.experiments.chains.figure import FIGURES
 from fixedfirst.experiments.presets import PAPER_SCHEDULES
 from fixedfirst.schedules import Schedule
 
@@ -38,47 +39,82 @@ def test_every_schedule_ran_to_the_same_flops(smoke_dir):
         assert 0 <= budget - run["flops"] < one_step, name
 
 
-def test_scores_are_means_over_sequences_and_bands_over_difficulties(smoke_dir):
+def test_band_scores_are_means_over_their_difficulties_on_every_set(smoke_dir):
     results = json.loads((smoke_dir / "results.json").read_text())
-    task, depths = results["task"], results["experiment"]["depths"]
+    task, e = results["task"], results["experiment"]
     for run in results["runs"].values():
         scores = run["scores"]
-        cache = json.loads(
-            (smoke_dir / "runs" / f"{run['schedule']}-seed{run['seed']}")
-            .joinpath(f"chains-eval-step-{scores['step']:07d}.json")
-            .read_text()
-        )["scores"]
-        for label, band in scores["bands"].items():
-            for depth in depths:
-                accuracy = scores["accuracy"][str(depth)]
-                assert len(accuracy) == task["eval_ops"] + 1
-                per_sequence = cache["bands"][label]["per_sequence"][str(depth)]
-                expected = np.mean(accuracy[band["low"] : band["high"] + 1])
-                assert band["by_depth"][str(depth)]["mean"] == pytest.approx(expected)
-                assert np.mean(per_sequence) == pytest.approx(expected, abs=1e-5)
+        assert list(scores["sets"]) == e["sets"]
+        for name, scored in scores["sets"].items():
+            expected_ops = task["statements"] - 1 if name == "longest" else task["eval_ops"]
+            assert scored["eval_ops"] == expected_ops
+            assert scored["sequences"] == (
+                e["sequences"] if name == "standard" else e["set_sequences"]
+            )
+            for band in scored["bands"].values():
+                for depth in e["depths"]:
+                    accuracy = scored["accuracy"][str(depth)]
+                    assert len(accuracy) == expected_ops + 1
+                    expected = np.mean(accuracy[band["low"] : band["high"] + 1])
+                    assert band["by_depth"][str(depth)] == pytest.approx(expected)
         exit_rule = scores["kl_exit"]
         assert all(1 <= d <= exit_rule["max_depth"] for d in exit_rule["mean_depth"])
+
+
+def test_each_seed_has_its_own_evaluation_draw_shared_by_its_schedules(smoke_dir):
+    results = json.loads((smoke_dir / "results.json").read_text())
+    by_seed = {}
+    for run in results["runs"].values():
+        by_seed.setdefault(run["seed"], set()).add(run["scores"]["evaluation_seed"])
+    assert all(len(draws) == 1 for draws in by_seed.values())
+    assert len({next(iter(d)) for d in by_seed.values()}) == len(by_seed)
+
+
+def test_analysis_is_computed_from_the_seeds_scores(smoke_dir):
+    results = json.loads((smoke_dir / "results.json").read_text())
+    a = results["analysis"]
+    runs = results["runs"]
+    hard = a["sets"]["standard"]["bands"]["hard"]["label"]
+
+    def accuracy(schedule, seed, depth):
+        bands = runs[f"{schedule}-seed{seed}"]["scores"]["sets"]["standard"]["bands"]
+        return bands[hard]["by_depth"][str(depth)]
+
+    for schedule in a["schedules"]:
+        gains = [accuracy(schedule, s, 16) - accuracy(schedule, s, 1) for s in a["seeds"]]
+        assert a["depth_gain"][schedule]["mean"] == pytest.approx(np.mean(gains))
+        cell = a["band_accuracy"][schedule]["standard"]["hard"]["16"]
+        assert cell["mean"] == pytest.approx(
+            np.mean([accuracy(schedule, s, 16) for s in a["seeds"]])
+        )
+    versus = a["versus_reference"]["fixed-4"]["standard"]["hard@16"]
+    differences = [accuracy("fixed-4", s, 16) - accuracy("uniform-1-16", s, 16) for s in a["seeds"]]
+    assert versus["mean"] == pytest.approx(np.mean(differences))
+    assert versus["n"] == len(a["seeds"]) == 2
 
 
 def test_report_and_figures_come_from_the_numbers(smoke_dir):
     results = json.loads((smoke_dir / "results.json").read_text())
     report = (smoke_dir / "report.md").read_text()
     a = results["analysis"]
-    for name in ("accuracy_by_depth.png", "accuracy_by_difficulty.png", "kl_exit.png"):
+    for name in FIGURES:
         png = (smoke_dir / name).read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
     lines = report.splitlines()
     header = lines.index(next(x for x in lines if x.startswith("| schedule | K |")))
     rows = [x for x in lines[header + 2 :] if x.startswith("|")][: len(a["schedules"]) * 6]
+    roles = list(a["sets"]["standard"]["bands"])
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         schedule = next(r["schedule"] for r in results["runs"].values() if r["label"] == cells[0])
-        for band, cell in zip(a["bands"], cells[2:], strict=True):
-            spread = a["band_accuracy"][schedule][band["label"]][cells[1]]
-            assert cell.startswith(f"{100 * spread['mean']:.1f} (")
-    gain = a["depth_gain"]["uniform-1-16"]["seeds"]["0"]
-    assert f"{100 * gain['mean']:+.1f} [{100 * gain['low']:+.1f}" in report
-    assert "one seed cannot separate schedules" in report
+        for role, cell in zip(roles, cells[2:], strict=True):
+            c = a["band_accuracy"][schedule]["standard"][role][cells[1]]
+            assert cell == f"{100 * c['mean']:.1f} [{100 * c['low']:.1f}, {100 * c['high']:.1f}]"
+    gain = a["depth_gain"]["uniform-1-16"]
+    assert (
+        f"{100 * gain['mean']:+.1f} [{100 * gain['low']:+.1f}, {100 * gain['high']:+.1f}]" in report
+    )
+    assert f"(bar 40 points: {gain['verdict']})" in report
 
 
 def test_second_invocation_reuses_everything(smoke_dir, capsys):
@@ -87,8 +123,28 @@ def test_second_invocation_reuses_everything(smoke_dir, capsys):
         main(["chains", "--preset", "smoke", "--out", str(smoke_dir)])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    assert out.count("reusing the finished run") == len(PAPER_SCHEDULES)
+    assert out.count("reusing the finished run") == 2 * len(PAPER_SCHEDULES)
     assert before == {p: p.stat().st_mtime_ns for p in smoke_dir.glob("runs/*/*.json")}
+
+
+def test_compare_with_an_identical_run_keeps_every_verdict(smoke_dir, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["chains", "--preset", "smoke", "--out", str(smoke_dir), "--compare", str(smoke_dir)])
+    assert e.value.code == 0
+    text = (smoke_dir / "rerun.md").read_text()
+    verdicts = len(json.loads((smoke_dir / "results.json").read_text())["runs"])
+    assert f"Runs with identical scores: {verdicts}." in text
+    assert "turned around" in text and " 0 turned around" in text
+    assert "verdicts kept" in capsys.readouterr().out
+
+
+def test_compare_needs_an_experiment_there(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["chains", "--preset", "smoke", "--out", str(tmp_path / "x"), "--compare", "/nope"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--compare /nope: cannot read" in err and err.count("\n") == 1
+    assert not (tmp_path / "x").exists()
 
 
 def test_eval_task_chains_on_a_run(smoke_dir, capsys):
@@ -99,7 +155,7 @@ def test_eval_task_chains_on_a_run(smoke_dir, capsys):
     out = capsys.readouterr().out
     assert "| depth | d 0..2 | d 3..4 | d 5..8 | d 9..12 |" in out
     results = json.loads((smoke_dir / "results.json").read_text())
-    scores = results["runs"]["uniform-1-16-seed0"]["scores"]
+    scores = results["runs"]["uniform-1-16-seed0"]["scores"]["sets"]["standard"]
     saved = json.loads(next(run.glob("eval-chains-step-*.json")).read_text())
     assert saved["accuracy"]["4"] == pytest.approx(scores["accuracy"]["4"])
 

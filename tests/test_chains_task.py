@@ -11,11 +11,13 @@ from fixedfirst.data.registry import build_source, data_kind
 from fixedfirst.errors import UserError
 from fixedfirst.experiments.chains.bands import bands_of
 from fixedfirst.experiments.chains.program import (
+    SELECTION_STREAM,
     ChainsOptions,
     evaluation_program,
     training_program,
 )
-from fixedfirst.experiments.chains.source import ChainsSource, evaluation_set
+from fixedfirst.experiments.chains.sets import SETS
+from fixedfirst.experiments.chains.source import ChainsSource, evaluation_seed, evaluation_set
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.model.loss import IGNORE_INDEX
 
@@ -174,9 +176,54 @@ def test_task_metric_scores_one_label_of_each_difficulty_per_sequence():
     assert report.record["sequences"] == 8
     accuracy = report.record["accuracy"]
     assert set(accuracy) == {"1", "3"} and len(accuracy["1"]) == 16
-    evaluation = evaluation_set(ChainsOptions(statements=24, max_ops=5, eval_ops=15), 2, 8)
+    seed = evaluation_seed(2, run_config.train.seed)
+    evaluation = evaluation_set(ChainsOptions(statements=24, max_ops=5, eval_ops=15), seed, 8)
     with torch.no_grad():
         predicted = model(evaluation.batch.inputs, 3).argmax(-1).gather(1, evaluation.positions)
     expected = evaluation.batch.targets.gather(1, evaluation.positions)
     assert accuracy["3"] == pytest.approx((predicted == expected).float().mean(0).tolist())
     assert set(report.scores) == {1, 3} and "3..5" in report.score_name
+
+
+@pytest.mark.parametrize("name", list(SETS))
+def test_every_named_set_is_labelled_right_and_holds_what_it_says(name):
+    spec = SETS[name]
+    options = spec.options(OPTIONS)
+    for index in range(60):
+        program = evaluation_program(options, 4, index, pattern=spec.pattern)
+        labels, difficulty = interpret(program.words, OPTIONS.values)
+        assert program.labels == labels and program.difficulty == difficulty
+        chain = program.long_chain
+        assert chain is not None and len(chain) == options.eval_ops + 1
+        operations = [program.words[i] for i in chain][1:]
+        if spec.pattern:
+            assert operations == [
+                spec.pattern[i % len(spec.pattern)] for i in range(len(operations))
+            ]
+    if spec.longest:
+        assert options.eval_ops == OPTIONS.statements - 1
+    if spec.neg_probability is not None:  # every chain draws neg at the set's rate
+        words = [w for i in range(200) for w in evaluation_program(options, 4, i).words]
+        ops = [w for w in words if not w.isdigit()]
+        assert ops.count("neg") / len(ops) == pytest.approx(spec.neg_probability, abs=0.03)
+
+
+def test_a_pattern_changes_only_the_long_chain():
+    plain = evaluation_program(OPTIONS, 9, 3)
+    patterned = evaluation_program(OPTIONS, 9, 3, pattern=("neg",))
+    chain = plain.long_chain
+    assert chain == patterned.long_chain
+    outside = [i for i in range(OPTIONS.statements) if i not in chain]
+    assert [plain.words[i] for i in outside] == [patterned.words[i] for i in outside]
+    with pytest.raises(ValueError, match="pattern"):
+        evaluation_program(OPTIONS, 9, 3, pattern=("times2",))
+
+
+def test_evaluation_draws_differ_by_training_seed_and_by_stream():
+    a = evaluation_set(OPTIONS, evaluation_seed(0, 0), 8)
+    b = evaluation_set(OPTIONS, evaluation_seed(0, 1), 8)
+    again = evaluation_set(OPTIONS, evaluation_seed(0, 0), 8)
+    selection = evaluation_set(OPTIONS, evaluation_seed(0, 0), 8, stream=SELECTION_STREAM)
+    assert torch.equal(a.batch.inputs, again.batch.inputs)
+    assert not torch.equal(a.batch.inputs, b.batch.inputs)
+    assert not torch.equal(a.batch.inputs, selection.batch.inputs)

@@ -10,6 +10,7 @@ from fixedfirst.data.synthetic import SyntheticSource
 from fixedfirst.experiments.diagnose.update_pair import (
     StateSnapshot,
     UpdatePair,
+    heldout_nll,
     pair_row_seeds,
     stack_batches,
     state_digest,
@@ -122,7 +123,10 @@ def test_equal_depths_give_exactly_zero_benefit():
         for seed in range(2):
             result = pair.measure(source.next_batch(8), 3e-3, seeds(seed))
             assert all(v == 0.0 for v in result.benefit.values())
-            assert result.nll_shallow != pair.baseline  # the update did change the model
+            assert (result.benefit_per_sequence == 0.0).all()
+            # The update did change the model.
+            assert pair.baseline is not None
+            assert (result.nll_shallow.per_sequence != pair.baseline.per_sequence).any()
 
 
 def test_different_depths_give_a_nonzero_benefit():
@@ -130,7 +134,31 @@ def test_different_depths_give_a_nonzero_benefit():
     with UpdatePair(model, optimizer, TRAIN, heldout, [1, 4, 8], (1, 8)) as pair:
         result = pair.measure(source.next_batch(8), 3e-3, seeds(0))
     assert any(v != 0.0 for v in result.benefit.values())
-    assert result.benefit == {k: result.nll_shallow[k] - result.nll_deep[k] for k in (1, 4, 8)}
+    shallow, deep = result.nll_shallow.mean(), result.nll_deep.mean()
+    assert result.benefit == pytest.approx({k: shallow[k] - deep[k] for k in (1, 4, 8)}, abs=1e-12)
+    assert result.benefit_per_sequence.shape == (8, 3)
+    assert (result.benefit_per_sequence != 0.0).any()
+
+
+def test_heldout_nll_per_sequence_matches_the_model_on_each_row_alone():
+    """Per sequence, the NLL equals the model's own `nll_by_depth` on that row alone; the
+    token-weighted mean equals it on the whole set; ignored targets count as no token."""
+    model, _, _, heldout = trained_state()
+    targets = heldout.targets.clone()
+    targets[1, 5:] = -100  # a shorter sequence
+    heldout = type(heldout)(heldout.inputs, targets)
+    depths = [1, 3, 6]
+    measured = heldout_nll(model, heldout, depths)
+    assert measured.tokens.tolist() == [16, 5] + [16] * 6
+    model.eval()
+    with torch.no_grad():
+        for j in range(8):
+            alone = model.nll_by_depth(heldout.inputs[j : j + 1], targets[j : j + 1], depths)
+            assert measured.per_sequence[j].tolist() == pytest.approx(
+                [alone[k] for k in depths], rel=1e-5
+            )
+        whole = model.nll_by_depth(heldout.inputs, targets, depths)
+    assert measured.mean() == pytest.approx(whole, rel=1e-5)
 
 
 def test_stack_batches_pads_with_ignored_targets():

@@ -27,6 +27,9 @@ EVAL_KEYS = {
     "batches": int,
     "batch_size": int,
     "scored_tokens": int,
+    "validation_seed": (int, type(None)),
+    "sequences": int,
+    "validation_sha256": str,
     "nll_by_depth": dict,
     "mean_serving_nll": float,
 }
@@ -62,6 +65,7 @@ def test_eval_json_schema(capsys, fixed_first_run):
     assert list(result["nll_by_depth"]) == [str(d) for d in result["depths"]]
     assert result["batches"] == 1 and result["batch_size"] == 4  # eval.batches, micro-batch
     assert result["scored_tokens"] == 1 * 4 * 16
+    assert result["sequences"] == 4 and result["validation_seed"] is None  # the first rows
     mean = sum(result["nll_by_depth"][str(d)] for d in range(1, 17)) / 16
     assert result["mean_serving_nll"] == pytest.approx(mean)
 

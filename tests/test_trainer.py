@@ -185,9 +185,9 @@ def test_non_finite_loss_stops_with_step_and_depth(tmp_path, monkeypatch):
     original = step_module.next_token_loss
     calls = {"n": 0}
 
-    def poisoned(logits, targets, reduction="mean"):
+    def poisoned(logits, targets, **kwargs):
         calls["n"] += 1
-        loss = original(logits, targets, reduction)
+        loss = original(logits, targets, **kwargs)
         return loss * float("nan") if calls["n"] > 2 * 6 else loss  # step 7 (2 micro-batches)
 
     monkeypatch.setattr(step_module, "next_token_loss", poisoned)

@@ -12,24 +12,69 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--preset",
         default="default",
-        help="default (5 schedules x 2 seeds), smoke (under 2 minutes), or a preset .toml",
+        help="default (5 schedules x 5 seeds), smoke (under 2 minutes), or a preset .toml",
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="experiment directory")
     add_set_argument(parser)
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes training and scoring the runs side by side (default: one per "
+        "free core on a CPU, up to the runs left to train; 1 on a GPU)",
+    )
+    parser.add_argument(
+        "--compare",
+        metavar="OLD_DIR",
+        help="an earlier run of the same preset: write DIR/rerun.md, what this run moved and "
+        "which verdicts kept their side",
+    )
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.experiments.chains.experiment import load_preset, run_experiment
+    from fixedfirst.experiments.chains.figure import FIGURES
     from fixedfirst.experiments.chains.report import findings
+    from fixedfirst.experiments.chains.rerun import compare, rerun_markdown
+    from fixedfirst.files import write_text_atomic
 
     preset = load_preset(args.preset, args.overrides)
     out = Path(args.out)
-    results = run_experiment(preset, out, quiet=args.quiet)
+    old = read_results(Path(args.compare)) if args.compare else None
+    results = run_experiment(preset, out, quiet=args.quiet, jobs=args.jobs)
     if not args.quiet:
         for sentence in findings(results):
             print(f"- {sentence}")
-        names = ("results.json", "accuracy_by_depth.png", "accuracy_by_difficulty.png")
-        print("wrote " + ", ".join(str(out / n) for n in (*names, "kl_exit.png", "report.md")))
+        names = ("results.json", *FIGURES, "report.md")
+        print("wrote " + ", ".join(str(out / n) for n in names))
+    if old is not None:
+        comparison = compare(old, results)
+        write_text_atomic(out / "rerun.md", rerun_markdown(comparison, args.compare, str(out)))
+        if not args.quiet:
+            kept = sum(v["kept"] for v in comparison["verdicts"])
+            print(
+                f"{kept} of {len(comparison['verdicts'])} verdicts kept; wrote {out / 'rerun.md'}"
+            )
     return 0
+
+
+def read_results(directory: Path) -> dict:
+    """A finished chains experiment's results.json, or a one-line error."""
+    import json
+
+    from fixedfirst.errors import UserError
+
+    path = directory / "results.json"
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"--compare {directory}: cannot read {path} ({e})") from None
+    if results.get("format") != "fixedfirst-chains-results" or results.get("version") != 2:
+        raise UserError(
+            f"--compare {directory}: {path} is not the results of this version's chains "
+            "experiment; run `fixedfirst chains --out` there again first"
+        )
+    return results

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from fixedfirst import locks
 from fixedfirst.cli.arguments import parse_depths
 from fixedfirst.config.limits import MAX_SEED
 from fixedfirst.errors import UserError
-from fixedfirst.files import write_json_atomic
+from fixedfirst.files import write_atomic, write_json_atomic
+
+if TYPE_CHECKING:
+    from fixedfirst.experiments.diagnose.runner import Diagnosis
+
+PER_SEQUENCE_FILE = "benefit_per_sequence.npy"
+"""Beside results.json: the benefit per (u, batch, held-out sequence, serving depth), whose
+SHA-256 results.json records, so that the two are never read from different runs."""
 
 
 def parse_updates(text: str) -> list[int]:
@@ -57,6 +66,46 @@ def check_out_dir(out: Path) -> None:
                 f"--out {out} holds a {name} that fixedfirst did not write; nothing was "
                 "written (choose another --out)"
             )
+    if (out / PER_SEQUENCE_FILE).exists() and not _named_by_results(out):
+        raise UserError(
+            f"--out {out} holds a {PER_SEQUENCE_FILE} that its results.json does not name "
+            "(not written by fixedfirst, or left by an interrupted run); nothing was written "
+            "(remove it or choose another --out)"
+        )
+
+
+def _named_by_results(out: Path) -> bool:
+    """The per-sequence file in `out` is the one its results.json records (by checksum)."""
+    from fixedfirst.train.checkpoint import sha256
+
+    try:
+        recorded = json.loads((out / "results.json").read_text())["per_sequence"]["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return recorded == sha256(out / PER_SEQUENCE_FILE)
+
+
+def write_diagnosis(diagnosis: Diagnosis, out: Path) -> dict[str, Any]:
+    """The per-sequence array first, then results.json naming it by checksum (a crash between
+    the two leaves a pair that `check_out_dir` and any reader can tell apart); return the
+    results as written."""
+    import numpy as np
+
+    from fixedfirst.train.checkpoint import sha256
+
+    def save(path: Path) -> None:
+        with open(path, "wb") as f:
+            np.save(f, diagnosis.benefit_per_sequence)
+
+    write_atomic(out / PER_SEQUENCE_FILE, save)
+    results = dict(diagnosis.results)
+    results["per_sequence"] = {
+        **results["per_sequence"],
+        "file": PER_SEQUENCE_FILE,
+        "sha256": sha256(out / PER_SEQUENCE_FILE),
+    }
+    write_json_atomic(out / "results.json", {"format": "fixedfirst-diagnose", **results})
+    return results
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -103,7 +152,17 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="common RMS the two updates are rescaled to (default %(default)s)",
     )
     parser.add_argument(
-        "--seed", type=int, default=0, help="seed of the pair updates' initial-state draws"
+        "--resamples",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="bootstrap resamples per interval (default %(default)s)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the pair updates' initial-state draws and of the bootstrap",
     )
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--out", metavar="DIR", help="output directory (default RUN/diagnose)")
@@ -128,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
         checkpoint=args.checkpoint,
         heldout=args.heldout,
         rms_reference=args.rms_reference,
+        resamples=args.resamples,
         seed=args.seed,
         device=args.device,
     )
@@ -137,16 +197,16 @@ def run(args: argparse.Namespace) -> int:
     into_run = args.out is None
     hint = "give --out DIR to write the results elsewhere"
     with locks.holding(args.run_dir, "diagnose", hint) if into_run else contextlib.nullcontext():
-        results = run_diagnostic(args.run_dir, options, quiet=args.quiet)
+        diagnosis = run_diagnostic(args.run_dir, options, quiet=args.quiet)
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise UserError(f"cannot create --out {out}: {e.strerror or e}") from None
-        write_json_atomic(out / "results.json", {"format": "fixedfirst-diagnose", **results})
+        results = write_diagnosis(diagnosis, out)
         plot_figure4(results, out / "figure4.png")
     print(format_tables(results))
     print(
-        f"\nwrote {out / 'results.json'} and {out / 'figure4.png'} "
+        f"\nwrote {out / 'results.json'}, {out / PER_SEQUENCE_FILE} and {out / 'figure4.png'} "
         f"({results['timing']['total_s']:.0f} s)"
     )
     return 0

@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "write a run's weights, config and tokenizer for fixedfirst or transformers",
     ),
     "downstream": ("downstream_cmd", "lm-evaluation-harness tasks at several serving depths"),
+    "inspect": ("inspect_cmd", "a page showing each token's prediction at every serving depth"),
 }
 
 

@@ -10,12 +10,16 @@ writes:
   DIR/table.md           schedule, tokens, modeled FLOPs and savings, wall-clock and its savings,
                          mean serving NLL (1..16) and its difference to the reference, NLL at
                          K = 1, 4, 16, 32, 64
+                         with [sweep] seeds, a second table: each [[runs]] entry's mean and 95%
+                         interval over seeds and its paired difference to the reference
   DIR/results.json       the same and more, for every finished run
+  DIR/claims.md          each [[claims]] sentence, its paired interval over seeds and verdict
   DIR/nll_by_depth.png   NLL against serving depth, one line per run
   DIR/figure3.png        training loss around the switch of the sweep's Figure 3 run
 
 Invoking it again with the same DIR reuses finished runs and saved evaluations and resumes
-interrupted runs. See configs/sweeps/lm-cpu.toml for the file format.
+interrupted runs (Ctrl-C saves a checkpoint first). See configs/sweeps/lm-cpu.toml for the file
+format.
 """
 
 
@@ -28,6 +32,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--only",
         metavar="NAME,...",
         help="train only these runs (the report still covers every finished run in DIR)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes training the runs and evaluating the finished ones side by side "
+        "(default: one per free core on a CPU, up to the runs left to train; 1 on a GPU)",
     )
     parser.add_argument(
         "--device",
@@ -46,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     spec = load_sweep(args.sweep)
     only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
     device = resolve_device(args.device)
-    outcome = run_sweep(spec, args.out, only=only, quiet=args.quiet, device=device)
+    outcome = run_sweep(spec, args.out, only=only, quiet=args.quiet, device=device, jobs=args.jobs)
     if args.quiet:
         return 0
     print(

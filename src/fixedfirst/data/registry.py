@@ -44,6 +44,20 @@ class TaskReport:
     """The task's headline number at each serving depth (what an ablation tabulates)."""
 
 
+@dataclass
+class ScoredSequence:
+    """One token sequence as a model is scored on it (`fixedfirst inspect`): the inputs, what
+    each position is scored against, and which positions hold a task's answers."""
+
+    inputs: list[int]
+    targets: list[int]
+    """One per input: the next token, a task's label, or IGNORE_INDEX where nothing is scored."""
+    title: str
+    """What the sequence is, in words (e.g. 'chains evaluation sequence 3')."""
+    answers: dict[int, str] = field(default_factory=dict)
+    """Positions whose target is a task's answer -> what that answer is (e.g. '5 operations')."""
+
+
 TaskEvaluation = Callable[[Any, RunConfig, list[int], "int | None"], TaskReport]
 """(model in eval mode, the run's configuration, serving depths, how many task examples to score
 or None for the task's default) -> TaskReport."""
@@ -60,6 +74,11 @@ class DataKind:
     """The dataclass of `[data.NAME]` (with SECTION = 'data.NAME'), or None: no options."""
     evaluate: TaskEvaluation | None = None
     """The task's own metric, or None: validation NLL is all there is."""
+    example: Callable[[RunConfig, int], ScoredSequence] | None = None
+    """A task's example N, with its answers marked (`fixedfirst inspect --task-example N`)."""
+    label: Callable[[RunConfig, list[int]], ScoredSequence] | None = None
+    """A task's own targets for given ids (start token first), for a task whose targets are not
+    the next tokens (chains labels every word with its chain's value); None: the next tokens."""
 
 
 def data_kind(name: str) -> DataKind:

@@ -4,17 +4,22 @@ A source hands out training batches in a fixed, seeded order and can say where i
 (`state_dict`) and go back there (`load_state_dict`), so a resumed run sees exactly the batches it
 would have seen. Each optimizer step asks for the *global* batch; under torchrun every rank gets
 its own disjoint rows of it, so a run on N ranks trains on the same data as a run on one.
-Validation batches are fixed: the same every time they are asked for. Sources are built from a
-run configuration by `fixedfirst.data.registry.build_source`.
+Validation batches are the same every time they are asked for: the first rows of the held-out
+set, or with a draw seed, rows drawn from the whole held-out set by that seed (`held_out_rows`),
+so that an experiment over seeds can let the held-out sample vary with the seed while every arm
+of one seed scores the same rows. Sources are built from a run configuration by
+`fixedfirst.data.registry.build_source`.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from fixedfirst.data.tokenizer import Tokenizer
@@ -54,8 +59,12 @@ class BatchSource(ABC):
         the whole global batch, on every rank alike."""
 
     @abstractmethod
-    def validation_batches(self, n_batches: int, batch_size: int) -> list[Batch]:
-        """The same `n_batches` held-out batches every time."""
+    def validation_batches(
+        self, n_batches: int, batch_size: int, seed: int | None = None
+    ) -> list[Batch]:
+        """The same `n_batches` held-out batches every time: the held-out set's first rows, or
+        (seed given) the rows `held_out_rows` draws with `seed`, all of them in batches of
+        `batch_size` (the last one shorter) when a finite held-out set holds fewer."""
 
     @abstractmethod
     def state_dict(self) -> dict[str, Any]:
@@ -84,3 +93,27 @@ def rank_rows(global_batch: int, rank: int, world_size: int) -> range:
         )
     n = global_batch // world_size
     return range(rank * n, (rank + 1) * n)
+
+
+GENERATED_ROWS = 1 << 40
+"""Rows a draw picks from when the held-out set is generated on demand (no end to it)."""
+
+
+def held_out_rows(count: int, seed: int, population: int | None = None) -> list[int]:
+    """`count` distinct row indices of a held-out set of `population` rows (None: generated,
+    unbounded), drawn by `seed`; every row when the set holds fewer than `count`.
+
+    The draw of m rows is the first m of any longer draw with the same seed, so runs that score
+    different numbers of rows (another batch size) still share the rows they have in common."""
+    rng = np.random.default_rng([seed, 0x5E1D])
+    if population is not None:
+        return [int(i) for i in rng.permutation(population)[:count]]
+    rows: dict[int, None] = {}  # ordered and distinct; a repeat in 2^40 is all but impossible
+    while len(rows) < count:
+        rows.update(dict.fromkeys(int(i) for i in rng.integers(0, GENERATED_ROWS, count)))
+    return list(rows)[:count]
+
+
+def in_batches(rows: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Consecutive batches of `batch_size` rows (the last one shorter if they do not divide)."""
+    return [list(rows[i : i + batch_size]) for i in range(0, len(rows), batch_size)]

@@ -15,7 +15,7 @@ import torch
 
 from fixedfirst.config import RunConfig
 from fixedfirst.data.registry import DataKind
-from fixedfirst.data.source import Batch, BatchSource, rank_rows
+from fixedfirst.data.source import Batch, BatchSource, held_out_rows, in_batches, rank_rows
 
 _VALIDATION_OFFSET = 1 << 40  # validation sequences live far away from training indices
 
@@ -48,14 +48,14 @@ class SyntheticSource(BatchSource):
         self.position += global_batch
         return batch
 
-    def validation_batches(self, n_batches: int, batch_size: int) -> list[Batch]:
+    def validation_batches(
+        self, n_batches: int, batch_size: int, seed: int | None = None
+    ) -> list[Batch]:
+        count = n_batches * batch_size
+        rows = range(count) if seed is None else held_out_rows(count, seed)
         return [
-            self._batch(
-                range(
-                    _VALIDATION_OFFSET + b * batch_size, _VALIDATION_OFFSET + (b + 1) * batch_size
-                )
-            )
-            for b in range(n_batches)
+            self._batch([_VALIDATION_OFFSET + i for i in batch])
+            for batch in in_batches(rows, batch_size)
         ]
 
     def state_dict(self) -> dict[str, Any]:

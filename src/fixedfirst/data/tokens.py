@@ -10,7 +10,9 @@ number of sequences handed out so far, so a checkpoint stores a single number an
 the place within it follow from it.
 
 Validation batches are the first windows of the validation split, in file order: fixed, so that
-every evaluation of every run on this data scores the same tokens.
+every evaluation of every run on this data scores the same tokens. With a draw seed they are
+windows drawn from the whole validation split instead (`held_out_rows`), or all of its windows
+when it holds fewer than asked for.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from fixedfirst.config import RunConfig
 from fixedfirst.data.prepared import check_model_vocab, read_meta
 from fixedfirst.data.registry import DataKind
 from fixedfirst.data.shards import open_shard
-from fixedfirst.data.source import Batch, BatchSource, rank_rows
+from fixedfirst.data.source import Batch, BatchSource, held_out_rows, in_batches, rank_rows
 from fixedfirst.data.tokenizer import TOKENIZER_DIR, Tokenizer, load_tokenizer
 from fixedfirst.errors import UserError
 from fixedfirst.paths import shown
@@ -133,8 +135,13 @@ class TokenSource(BatchSource):
         self.position += global_batch
         return batch
 
-    def validation_batches(self, n_batches: int, batch_size: int) -> list[Batch]:
+    def validation_batches(
+        self, n_batches: int, batch_size: int, seed: int | None = None
+    ) -> list[Batch]:
         needed = n_batches * batch_size
+        if seed is not None:
+            rows = held_out_rows(needed, seed, len(self.val))
+            return [self.val.batch(batch) for batch in in_batches(rows, batch_size)]
         if needed > len(self.val):
             raise UserError(
                 f"{shown(self.path)}: the validation split holds {len(self.val)} sequences of "

@@ -9,16 +9,23 @@ every depth-wise evaluation:
      "weights_sha256": "...",                  which weights were scored
      "depths": [1, ..., 16, 32, 64],
      "batches": 8, "batch_size": 16, "scored_tokens": 32768,
+     "validation_seed": null,                  null: the held-out set's first rows; S: rows drawn
+                                               by seed S from the whole held-out set
+     "sequences": 128,                         rows scored (fewer than batches x batch_size when
+                                               a drawn set fell back to all of a smaller split)
+     "validation_sha256": "...",               which rows: a checksum of their inputs and targets
      "nll_by_depth": {"1": 2.41, ...},         mean next-token NLL in nats per serving depth
      "mean_serving_nll": 2.07}                 the mean over depths 1..16, null if not all measured
 
 An evaluation at depth 64 costs several training steps of compute, so a caller that asks the same
-question again (same weights, depths and validation batches) gets the saved answer: the file
-records exactly what was measured, and anything else is measured afresh.
+question again (same weights, depths, validation batches and draw seed) gets the saved answer: the
+file records exactly what was measured, and anything else is measured afresh. A file written
+before draw seeds existed has no `validation_seed` and scored the first rows, as seed null does.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -26,6 +33,7 @@ from typing import Any
 import torch
 
 from fixedfirst import locks
+from fixedfirst.data.source import Batch
 from fixedfirst.files import write_json_atomic
 from fixedfirst.paths import shown
 from fixedfirst.runs.opening import find_checkpoint, load_run
@@ -47,9 +55,11 @@ def evaluate_run(
     batches: int | None = None,
     step: int | None = None,
     device: str | torch.device = "cpu",
+    validation_seed: int | None = None,
 ) -> dict[str, Any]:
     """Measure validation NLL of the checkpoint at `step` (default: the newest) at `depths`,
-    over `batches` validation batches (default: the run's eval.batches)."""
+    over `batches` validation batches (default: the run's eval.batches): the held-out set's
+    first rows, or those `validation_seed` draws (`BatchSource.validation_batches`)."""
     from fixedfirst.data.registry import build_source
     from fixedfirst.hardware import resolve_dtype
     from fixedfirst.train.evaluation import mean_serving_nll, validation_nll
@@ -63,7 +73,7 @@ def evaluate_run(
     data_state = loaded.checkpoint.meta.get("data")
     if data_state is not None:  # refuses other data than the run trained on (another tokenizer)
         source.load_state_dict(data_state)
-    val = source.validation_batches(n_batches, batch_size)
+    val = source.validation_batches(n_batches, batch_size, validation_seed)
     device = next(loaded.model.parameters()).device
     dtype = resolve_dtype(config.train.precision, device)
     ticker = Ticker(f"eval {shown(run)} at depths up to {max(depths)}: batch")
@@ -81,9 +91,21 @@ def evaluate_run(
         "batches": n_batches,
         "batch_size": batch_size,
         "scored_tokens": scored,
+        "validation_seed": validation_seed,
+        "sequences": sum(len(b.inputs) for b in val),
+        "validation_sha256": batches_sha256(val),
         "nll_by_depth": {str(d): v for d, v in nll.items()},
         "mean_serving_nll": mean_serving_nll(nll),
     }
+
+
+def batches_sha256(batches: list[Batch]) -> str:
+    """A checksum of the rows scored: their inputs and targets, in order."""
+    digest = hashlib.sha256()
+    for batch in batches:
+        for tensor in (batch.inputs, batch.targets):
+            digest.update(tensor.to(torch.int64).contiguous().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def read_eval(path: Path) -> dict[str, Any] | None:
@@ -109,9 +131,11 @@ def cached_evaluation(
     depths: list[int],
     batches: int | None = None,
     device: str | torch.device = "cpu",
+    validation_seed: int | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """The evaluation of the run's newest checkpoint, from its saved JSON when that measured the
-    same weights at the same depths over the same batches; else measured now and saved.
+    same weights at the same depths over the same batches (same draw seed); else measured now
+    and saved.
 
     Returns (result, reused)."""
     config, ckpt = find_checkpoint(run)
@@ -123,9 +147,10 @@ def cached_evaluation(
         and saved.get("depths") == list(depths)
         and saved.get("batches") == n_batches
         and saved.get("batch_size") == config.train.micro_batch
+        and saved.get("validation_seed") == validation_seed
     ):
         return saved, True
     with locks.holding(run, "eval"):  # measured now and written into the run
-        result = evaluate_run(run, depths, n_batches, ckpt.step, device)
+        result = evaluate_run(run, depths, n_batches, ckpt.step, device, validation_seed)
         write_eval(result, path)
     return result, False

@@ -37,7 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from fixedfirst.errors import UserError
+from fixedfirst.runs.experiment import PlannedRun, finished_summary, run_directory, run_one
 from fixedfirst.train.interrupt import TrainingInterrupted
+from fixedfirst.train.run_dir import RunDir
 
 STOP_SIGNAL = getattr(signal, "SIGUSR1", signal.SIGINT)
 """The parent's stop request to its workers (POSIX; where there is no SIGUSR1, SIGINT)."""
@@ -195,3 +197,24 @@ def run_progress(run: Path, budget: float) -> Callable[[], float | None]:
             return None
 
     return fraction
+
+
+def training_jobs(runs: list[PlannedRun], root: Path, budget: float | None = None) -> list[Job]:
+    """One job per run: train (or reuse) it into root/runs/NAME (`experiment.run_one`), its
+    progress read from its metrics file as a fraction of `budget` FLOPs (None: the run's own
+    planned FLOPs)."""
+    from fixedfirst.compute import plan_budget
+
+    jobs = []
+    for planned in runs:
+        path = run_directory(root, planned.name).path
+        flops = budget if budget is not None else plan_budget(planned.config).flops
+        jobs.append(
+            Job(planned.name, run_one, (planned, root, True), progress=run_progress(path, flops))
+        )
+    return jobs
+
+
+def run_finished(run: Path) -> bool:
+    """The run in `run` has trained to the end of its budget (a follow-up job's readiness)."""
+    return finished_summary(RunDir(run)) is not None

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from fixedfirst.compute import FlopModel
-from fixedfirst.config import RunConfig
+from fixedfirst.config import RunConfig, TrainConfig
 from fixedfirst.data.source import BatchSource
 from fixedfirst.schedules import Schedule
 from fixedfirst.switching.policy import Decision, SwitchPolicy
@@ -29,6 +29,7 @@ from fixedfirst.train import distributed
 from fixedfirst.train.counters import Counters
 from fixedfirst.train.distributed import World
 from fixedfirst.train.evaluation import validation_nll
+from fixedfirst.train.optim import lr_at
 from fixedfirst.train.parallel import ParallelModel
 
 META_KEY = "auto_switch"
@@ -159,17 +160,26 @@ class AutoSwitch:
 
 
 def switch_summary(
-    schedule: Schedule, total_steps: int, auto: AutoSwitch | None
+    schedule: Schedule, total_steps: int, auto: AutoSwitch | None, train: TrainConfig
 ) -> dict[str, Any] | None:
-    """summary.json's `switch`: where a fixed-first run switched (None for other schedules)."""
+    """summary.json's `switch`: where a fixed-first run switched (None for other schedules), and
+    the learning rate there and over the finishing stage (a cosine schedule gives the finish a
+    fraction of the peak rate, a warmup-stable-decay one need not)."""
     step = schedule.switch_step(total_steps)
     if step is None and auto is None:
         return None
-    out = {
+    out: dict[str, Any] = {
         "auto": auto is not None,
         "step": step,
         "fraction": None if step is None else step / total_steps,
     }
+    if step is not None and step < total_steps:
+        finish = [lr_at(s, total_steps, train) for s in range(step, total_steps)]
+        out.update(
+            lr=lr_at(step, total_steps, train),
+            mean_finish_lr=sum(finish) / len(finish),
+            peak_lr=train.lr,
+        )
     return {**out, **auto.summary()} if auto is not None else out
 
 

@@ -441,7 +441,9 @@ class Trainer:
         summary.update(
             threads=self.threads, compiled=self.compiled.compile, precision=self.precision
         )
-        summary["switch"] = switch_summary(self.schedule, self.budget.total_steps, self.auto)
+        summary["switch"] = switch_summary(
+            self.schedule, self.budget.total_steps, self.auto, self.config.train
+        )
         if self.is_main:
             write_json_atomic(self.run.summary_path, summary)
         return summary

@@ -1,10 +1,12 @@
-"""Figure 1: three depth schedules trained on the same people at matched modeled FLOPs.
+"""Figure 1: depth schedules trained on the same people at matched modeled FLOPs, over seeds.
 
 The paper's synthetic experiment: fixed K=4, uniform K in 1..16, and fixed-first (K0=4, switch
-0.8, uniform finish), each trained to the same modeled training-FLOP budget, so a cheap schedule
-gets more optimizer steps. Each run keeps checkpoints at 15% and 45% of the budget and at its end
-(the trainer's FLOP snapshots); each checkpoint's recall is measured at serving depths 1..64 in
-one pass of the recurrence per prompt batch.
+0.8, uniform finish), optionally fixed-first K0=2 at 0.67 and fixed-first with a warmup-stable-
+decay learning rate, each trained with every seed of the preset to the same modeled training-FLOP
+budget, so a cheap schedule gets more optimizer steps. Each run keeps checkpoints at 15% and 45%
+of the budget and at its end (the trainer's FLOP snapshots); each checkpoint's recall is measured
+at serving depths 1..64 in one pass of the recurrence per prompt batch; `analysis.py` turns the
+seeds' recall into intervals and verdicts.
 
 A preset is a TOML file: the run sections (`[model]`, `[data]`, `[train]`, `[eval]`) shared by
 the three runs, plus an `[experiment]` section (budget, snapshots, serving depths, recall sample).
@@ -34,18 +36,26 @@ from fixedfirst.runs.experiment import (
     prepare_out_dir,
     run_all,
     run_directory,
-    run_one,
 )
-from fixedfirst.runs.side_by_side import Job, plan_workers, run_jobs, run_progress
+from fixedfirst.runs.side_by_side import Job, plan_workers, run_jobs, training_jobs
 from fixedfirst.schedules import describe
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.train.run_dir import RunDir
 
-PRESETS = ("default", "smoke")
+PRESETS = ("default", "smoke", "loop")
+FIGURE1 = ("fixed-4", "uniform-1-16", "fixed-first-4-0.8")
+"""The paper's three schedules of Figure 1."""
 SCHEDULES: dict[str, list[str]] = {
-    name: PAPER_SCHEDULES[name] for name in ("fixed-4", "uniform-1-16", "fixed-first-4-0.8")
+    **{name: PAPER_SCHEDULES[name] for name in (*FIGURE1, "fixed-first-2-0.67")},
+    "fixed-first-4-0.8-wsd": [
+        *PAPER_SCHEDULES["fixed-first-4-0.8"],
+        "train.lr_schedule=wsd",
+        "train.decay=0.2",
+    ],
 }
-"""Run name -> schedule overrides: the paper's three schedules of Figure 1."""
+"""Arm name -> overrides: Figure 1's schedules, fixed-first K0=2 at 0.67, and fixed-first K0=4 at
+0.8 under warmup-stable-decay whose decay is the finishing stage (the cosine schedule gives that
+stage 13-20% of the peak learning rate; this one starts it at the peak)."""
 
 
 @dataclass
@@ -64,6 +74,12 @@ class ExperimentConfig:
     """People scored by recall (the first n, an unbiased sample); default all."""
     recall_batch: int = 512
     """Prompts per recall forward pass."""
+    seeds: list[int] = field(default_factory=lambda: [0])
+    """Training seeds (initialisation, biography order and template draws; the people are the
+    data seed's); every schedule runs with each."""
+    schedules: list[str] = field(default_factory=lambda: list(FIGURE1))
+    """Arms to train: fixed-4, uniform-1-16, fixed-first-4-0.8 (Figure 1), fixed-first-2-0.67,
+    fixed-first-4-0.8-wsd."""
 
     def __post_init__(self) -> None:
         s = self.SECTION
@@ -80,6 +96,13 @@ class ExperimentConfig:
             raise UserError(f"{s}.recall_people: must be >= 1, got {self.recall_people}")
         if self.recall_batch < 1:
             raise UserError(f"{s}.recall_batch: must be >= 1, got {self.recall_batch}")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
+            raise UserError(f"{s}.seeds: distinct seeds >= 0, at least one, got {self.seeds}")
+        unknown = [n for n in self.schedules if n not in SCHEDULES]
+        if not self.schedules or unknown or len(set(self.schedules)) != len(self.schedules):
+            raise UserError(
+                f"{s}.schedules: distinct names from {', '.join(SCHEDULES)}, got {self.schedules}"
+            )
 
     @property
     def fractions(self) -> list[float]:
@@ -93,22 +116,39 @@ class Preset:
     base: dict[str, Any]
     """The raw run sections shared by all runs (schedule overrides are applied per run)."""
 
-    def run_config(self, schedule_overrides: list[str]) -> RunConfig:
+    def run_config(self, schedule: str, seed: int) -> RunConfig:
         snapshots = "[" + ", ".join(repr(f) for f in self.experiment.snapshots) + "]"
-        extra = [f"train.flops={self.experiment.flops!r}", f"train.snapshots={snapshots}"]
-        return RunConfig.from_dict(apply_overrides(self.base, [*extra, *schedule_overrides]))
+        extra = [
+            f"train.flops={self.experiment.flops!r}",
+            f"train.snapshots={snapshots}",
+            f"train.seed={seed}",
+        ]
+        return RunConfig.from_dict(apply_overrides(self.base, [*extra, *SCHEDULES[schedule]]))
+
+    def planned_runs(self) -> list[PlannedRun]:
+        e = self.experiment
+        return [
+            PlannedRun(run_name(schedule, seed), self.run_config(schedule, seed))
+            for schedule in e.schedules
+            for seed in e.seeds
+        ]
+
+
+def run_name(schedule: str, seed: int) -> str:
+    return f"{schedule}-seed{seed}"
+
+
+def parse_run_name(name: str) -> tuple[str, int]:
+    schedule, seed = name.rsplit("-seed", 1)
+    return schedule, int(seed)
 
 
 def load_preset(name: str, overrides: list[str] | None = None) -> Preset:
     """A shipped preset (`default`, `smoke`) or a path to a preset TOML, plus `--set` overrides."""
     read = read_preset("fixedfirst.experiments.bios", PRESETS, name, overrides, ExperimentConfig)
     preset = Preset(name, read.experiment, read.base)
-    preset.run_config(SCHEDULES["fixed-4"])  # validate the shared sections once, up front
+    preset.planned_runs()  # validate every run's sections up front
     return preset
-
-
-def planned_runs(preset: Preset) -> list[PlannedRun]:
-    return [PlannedRun(name, preset.run_config(o)) for name, o in SCHEDULES.items()]
 
 
 def snapshot_checkpoint(run: Path, fraction: float) -> Checkpoint:
@@ -173,11 +213,13 @@ def collect_results(
 ) -> dict[str, Any]:
     """Recall of every run at every budget fraction, plus each run's cost."""
     from fixedfirst.data.registry import kind_options
+    from fixedfirst.experiments.bios.analysis import analyse
     from fixedfirst.experiments.bios.world import build_pools
 
     records, runs = [], {}
     for outcome in outcomes:
-        config = preset.run_config(SCHEDULES[outcome.name])
+        schedule, seed = parse_run_name(outcome.name)
+        config = preset.run_config(schedule, seed)
         for fraction in preset.experiment.fractions:
             ckpt = snapshot_checkpoint(outcome.path, fraction)
             started = time.perf_counter()
@@ -189,7 +231,8 @@ def collect_results(
             for r in report["by_depth"]:
                 records.append(
                     {
-                        "schedule": outcome.name,
+                        "schedule": schedule,
+                        "seed": seed,
                         "budget_fraction": fraction,
                         "depth": r["depth"],
                         "bits_per_person": r["bits_per_person"],
@@ -199,7 +242,11 @@ def collect_results(
                 )
         s = outcome.summary
         runs[outcome.name] = {
-            "schedule": describe(config.schedule),
+            "schedule": schedule,
+            "seed": seed,
+            "description": describe(config.schedule),
+            "lr_schedule": config.train.lr_schedule,
+            "switch": s.get("switch"),
             "path": str(outcome.path),
             "steps": s["steps"],
             "tokens": s["tokens"],
@@ -208,9 +255,12 @@ def collect_results(
             "precision": s.get("precision"),
             "phases": s["phases"],
         }
-    base = preset.run_config(SCHEDULES["fixed-4"])
+    e = preset.experiment
+    base = preset.run_config(e.schedules[0], e.seeds[0])
     options = kind_options(base)
-    return {
+    results = {
+        "format": "fixedfirst-bios-results",
+        "version": 2,
         "preset": preset.name,
         "flop_budget": preset.experiment.flops,
         "ceiling_bits": build_pools(options, base.data.seed).bits_per_person(),
@@ -222,6 +272,8 @@ def collect_results(
         "runs": runs,
         "recall": records,
     }
+    results["analysis"] = analyse(results)
+    return results
 
 
 def run_experiment(
@@ -232,7 +284,7 @@ def run_experiment(
     jobs: worker processes (None: one per free core on a CPU, up to the runs left to train;
     see `fixedfirst.runs.side_by_side`). With more than one, those runs train side by side and
     each checkpoint's recall starts as soon as the checkpoint exists."""
-    runs = planned_runs(preset)
+    runs = preset.planned_runs()
     check_runs_startable(runs, out)
     to_train = [r for r in runs if finished_summary(run_directory(out, r.name)) is None]
     workers, threads = plan_workers(jobs, len(to_train), runs[0].config.train.device)
@@ -273,14 +325,10 @@ def _side_by_side(
 ) -> None:
     """Train the runs and measure every checkpoint's recall in `workers` processes, each
     recall as soon as its checkpoint is on disk; results land where `_run` then reads them."""
-    paths = {planned.name: run_directory(out, planned.name).path for planned in runs}
-    budget = preset.experiment.flops
-    jobs = [  # trainings first: a free worker takes the longest work before any recall
-        Job(p.name, run_one, (p, out, True), progress=run_progress(paths[p.name], budget))
-        for p in runs
-    ]
+    # Trainings first: a free worker takes the longest work before any recall.
+    jobs = training_jobs(runs, out, preset.experiment.flops)
     for planned in runs:
-        path = paths[planned.name]
+        path = run_directory(out, planned.name).path
         for fraction in preset.experiment.fractions:
             args = (path, planned.config, fraction, preset.experiment)
             ready = partial(_checkpoint_ready, path, fraction)

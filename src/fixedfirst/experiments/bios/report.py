@@ -1,8 +1,9 @@
-"""report.md for Figure 1: the table behind the figure and sentences computed from it.
+"""report.md for Figure 1: sentences computed from the seeds' recall, then the tables behind them.
 
-Every sentence is produced from the measured numbers (which schedule leads, by how much, whether
-fixed K=4 holds its recall off its training depth); nothing is canned, so a run that disagrees
-with the paper says so.
+Every sentence is produced from results.json (`analysis.py`): comparisons as same-seed differences
+with their 95% intervals over seeds and the word those allow (higher, lower, cannot tell), the
+regime and collapse questions answered per seed. Nothing is canned, so a run that disagrees with
+the paper says so.
 """
 
 from __future__ import annotations
@@ -10,143 +11,179 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fixedfirst.experiments.bios.figure import STYLE
+from fixedfirst.experiments.bios.analysis import COLLAPSE, NOTHING
+from fixedfirst.experiments.bios.figure import label
 from fixedfirst.files import write_text_atomic
 
-NOTHING = 0.1
-"""Recall below this share of the ceiling is too little to rank schedules or judge collapse."""
-COLLAPSE = 0.5
-"""Fixed K=4 "collapses" at a depth when it keeps less than this share of its depth-4 recall."""
+SIGN_WORDS = {"positive": "higher", "negative": "lower", "cannot tell": "cannot tell"}
 
 
-def _bits(results: dict[str, Any]) -> dict[tuple[str, float], dict[int, float]]:
-    table: dict[tuple[str, float], dict[int, float]] = {}
-    for r in results["recall"]:
-        table.setdefault((r["schedule"], r["budget_fraction"]), {})[r["depth"]] = r[
-            "bits_per_person"
-        ]
-    return table
+def bits(c: dict[str, Any]) -> str:
+    """An arm's recall over seeds: mean [95% interval], or the single seed's value."""
+    if c["low"] is None:
+        return f"{c['mean']:.1f}"
+    return f"{c['mean']:.1f} [{c['low']:.1f}, {c['high']:.1f}]"
 
 
-def _snapshot_flops(results: dict[str, Any]) -> dict[tuple[str, float], float]:
-    """Realised modeled FLOPs of the checkpoint scored at each (schedule, budget fraction)."""
-    return {(r["schedule"], r["budget_fraction"]): r["flops"] for r in results["recall"]}
+def compact(c: dict[str, Any]) -> str:
+    """mean ± half-width of the 95% interval (table cells)."""
+    if c["low"] is None:
+        return f"{c['mean']:.1f}"
+    return f"{c['mean']:.1f} ± {(c['high'] - c['low']) / 2:.1f}"
 
 
-def _label(name: str) -> str:
-    return STYLE.get(name, (name,))[0]
-
-
-def _mean(values: dict[int, float]) -> float:
-    return sum(values.values()) / len(values)
+def difference(d: dict[str, Any] | None) -> str:
+    if d is None:
+        return "one seed: no interval"
+    return f"{d['mean']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}] bits ({SIGN_WORDS[d['sign']]})"
 
 
 def findings(results: dict[str, Any]) -> list[str]:
-    """Plain sentences stating what the numbers show."""
-    bits = _bits(results)
+    a = results["analysis"]
     ceiling = results["ceiling_bits"]
+    n = len(a["seeds"])
     fractions = results["budget_fractions"]
-    names = [n for n in STYLE if any((n, f) in bits for f in fractions)]
-    out = []
+    out = [
+        f"{n} seed{'s' if n > 1 else ''} per arm; intervals are 95% over seeds, differences "
+        "are same-seed differences; a difference whose interval contains 0 cannot be told apart."
+    ]
     for fraction in fractions:
-        at4 = {n: bits[(n, fraction)].get(4) for n in names if (n, fraction) in bits}
-        means = {n: _mean(bits[(n, fraction)]) for n in names if (n, fraction) in bits}
-        best4 = max((n for n in at4 if at4[n] is not None), key=lambda n: at4[n])
-        best_mean = max(means, key=means.get)
-        ranking = ", ".join(
-            f"{_label(n)} {means[n]:.1f}" for n in sorted(means, key=means.get, reverse=True)
+        cells = {
+            arm: a["cells"][arm][f"{fraction:g}"]
+            for arm in a["arms"]
+            if f"{fraction:g}" in a["cells"][arm]
+        }
+        means = ", ".join(
+            f"{label(arm)} {bits(c['mean_over_depths'])}"
+            for arm, c in sorted(cells.items(), key=lambda x: -x[1]["mean_over_depths"]["mean"])
         )
-        if max(means.values()) < NOTHING * ceiling:
+        if max(c["mean_over_depths"]["mean"] for c in cells.values()) < NOTHING * ceiling:
             out.append(
-                f"At {fraction:.0%} of the FLOP budget no schedule recalls much yet (mean over "
-                f"serving depths: {ranking} bits of {ceiling:.2f})."
+                f"At {fraction:.0%} of the FLOP budget no arm recalls much yet (mean over serving "
+                f"depths: {means} bits of {ceiling:.2f})."
             )
             continue
-        out.append(
-            f"At {fraction:.0%} of the FLOP budget, {_label(best4)} recalls the most at serving "
-            f"depth 4 ({at4[best4]:.1f} of {ceiling:.2f} bits), and the mean over serving depths "
-            f"ranks the schedules {ranking} bits."
-            + (
-                ""  # the same leader, or a lead that vanishes at the precision printed
-                if best_mean == best4 or f"{means[best_mean]:.1f}" == f"{means[best4]:.1f}"
-                else f" The two orders differ: {_label(best_mean)} leads on average over depths."
+        at4 = ", ".join(f"{label(arm)} {bits(c['by_depth']['4'])}" for arm, c in cells.items())
+        text = (
+            f"At {fraction:.0%} of the FLOP budget, recall averaged over serving depths: {means} "
+            f"bits of {ceiling:.2f}; at serving depth 4: {at4}."
+        )
+        compared = [c for c in a["comparisons"] if c["fraction"] == fraction]
+        if compared:
+            text += " Same-seed differences of the average: " + "; ".join(
+                f"{label(c['a'])} minus {label(c['b'])} {difference(c['mean_over_depths'])}"
+                for c in compared
             )
+            text += "."
+        out.append(text)
+    regime = a.get("regime")
+    if regime is not None:
+        seeds = "; ".join(
+            f"seed {s}: depth 4 at {100 * r['depth_4_of_ceiling']:.0f}% of the ceiling, depth 1 at "
+            f"{100 * r['depth_1_of_depth_4']:.0f}% of depth 4"
+            for s, r in regime["per_seed"].items()
         )
-    final = fractions[-1]
-    fixed = bits.get(("fixed-4", final))
-    if fixed and 4 in fixed and fixed[4] < NOTHING * ceiling:
-        out.append(
-            f"Fixed K=4 recalls only {fixed[4]:.1f} bits at its training depth at the full budget, "
-            "too little to judge how it behaves off that depth."
-        )
-    elif fixed and 4 in fixed:
-        deep = [d for d in fixed if d > 16]
-        worst = min(deep, key=fixed.get) if deep else max(fixed)
-        kept = fixed[worst] / fixed[4] if fixed[4] > 0 else 0.0
         verdict = (
-            "collapses there, as the paper reports"
-            if kept < COLLAPSE
-            else "does not collapse there, unlike the paper's fixed-depth model"
+            "holds in every seed: recall runs through the loop"
+            if regime["holds_in_every_seed"]
+            else "does not hold in every seed"
         )
         out.append(
-            f"Fixed K=4 at the full budget recalls {fixed[4]:.1f} bits at its training depth and "
-            f"{fixed[worst]:.1f} bits at serving depth {worst} ({kept:.0%} of its depth-4 recall): "
-            f"it {verdict}. At depth 1 it recalls {fixed.get(1, float('nan')):.1f} bits."
+            f"The regime (fixed K=4 at the full budget recalls at depth 4 >= "
+            f"{100 * regime['ceiling_share']:.0f}% of the ceiling and at depth 1 <= "
+            f"{100 * regime['shallow_share']:.0f}% of its depth-4 recall) {verdict} ({seeds})."
         )
-    ff = bits.get(("fixed-first-4-0.8", final))
-    uni = bits.get(("uniform-1-16", final))
-    if ff:
-        low = min(ff, key=ff.get)
-        above_one = {d: v for d, v in ff.items() if d >= 2}
-        low2 = min(above_one, key=above_one.get) if above_one else low
-        high2 = max((above_one or ff).values())
-        low_share, high_share = f"{ff[low2] / ceiling:.0%}", f"{high2 / ceiling:.0%}"
-        share = low_share if low_share == high_share else f"{low_share} to {high_share}"
-        low_bits, high_bits = f"{ff[low2]:.1f}", f"{high2:.1f}"
-        recalled = (
-            f"{low_bits} bits at every serving depth 2..{max(ff)}"
-            if low_bits == high_bits
-            else f"between {low_bits} (depth {low2}) and {high_bits} bits at serving depths "
-            f"2..{max(ff)}"
+    for arm, c in a["collapse"].items():
+        if not c["per_seed"]:
+            continue
+        kept = "; ".join(
+            f"seed {s}: {100 * k['kept']:.0f}% at depth {k['depth']}"
+            for s, k in c["per_seed"].items()
         )
-        out.append(
-            f"Fixed-first at the full budget recalls {recalled} ({share} of the ceiling), "
-            f"and {ff.get(1, float('nan')):.1f} bits at depth 1."
+        collapsed = c["collapsed_seeds"]
+        verdict = (
+            f"collapses in seed{'s' if len(collapsed) > 1 else ''} "
+            + ", ".join(map(str, collapsed))
+            if collapsed
+            else "collapses in no seed"
         )
-        if uni:
-            diff = _mean(ff) - _mean(uni)
+        left = c["too_little_to_judge"]
+        note = (
+            f" (seeds {', '.join(map(str, left))} recall too little at depth 4 to judge)"
+            if left
+            else ""
+        )
+        if arm == "fixed-4" or collapsed:
             out.append(
-                f"Averaged over serving depths, fixed-first ends {abs(diff):.1f} bits "
-                f"{'above' if diff >= 0 else 'below'} uniform training at the same FLOPs "
-                f"({_mean(ff):.1f} vs {_mean(uni):.1f})."
+                f"Off-depth collapse at the full budget (recall at some serving depth 8..64 at "
+                f"most {100 * COLLAPSE:.0f}% of that at depth 4): {label(arm)} {verdict}; the "
+                f"least kept share per seed: {kept}{note}."
             )
-    runs = results["runs"]
-    if "uniform-1-16" in runs and "fixed-4" in runs:
-        u, f = runs["uniform-1-16"]["steps"], runs["fixed-4"]["steps"]
+    for arm, c in a["at_ceiling"].items():
+        if arm.startswith("fixed-first"):
+            low, high = c["depths"]
+            out.append(
+                f"{label(arm)} at the full budget: its least recall over serving depths "
+                f"{low}..{high} is {100 * c['mean']:.0f}% of the ceiling on average over seeds "
+                f"({100 * c['min']:.0f}-{100 * c['max']:.0f}%)."
+            )
+    rates = {}
+    for name, r in a["learning_rate"].items():
+        arm = results["runs"][name]["schedule"]
+        rates.setdefault(arm, r)
+    for arm, r in rates.items():
         out.append(
-            f"At matched FLOPs uniform training takes {u} optimizer steps against fixed K=4's "
-            f"{f} ({u / f:.0%} as many): each of its updates is deeper and dearer."
+            f"{label(arm)} ({r['lr_schedule']} learning rate): at the switch the rate is "
+            f"{r['at_switch']:.2e} ({100 * r['at_switch'] / r['peak']:.0f}% of the peak), over "
+            f"the finishing stage {r['mean_finish']:.2e} on average "
+            f"({100 * r['mean_finish'] / r['peak']:.0f}%)."
         )
+    steps: dict[str, list[int]] = {}
+    for run in results["runs"].values():
+        steps.setdefault(run["schedule"], []).append(run["steps"])
+    out.append(
+        "Optimizer steps at matched FLOPs: "
+        + ", ".join(
+            f"{label(arm)} {min(s)}" + (f"-{max(s)}" if max(s) != min(s) else "")
+            for arm, s in steps.items()
+        )
+        + ": a deeper update is a dearer one."
+    )
     return out
 
 
 def write_report(results: dict[str, Any], path: Path) -> None:
-    bits = _bits(results)
+    a = results["analysis"]
     depths = results["depths"]
+    budget = results["flop_budget"]
     lines = [
         "# bioS recall at matched training FLOPs (Figure 1)",
         "",
         f"{results['people']} people, ceiling {results['ceiling_bits']:.2f} bits per person; "
         f"recall measured on {results['recall_people']} people; every run is planned on the "
-        f"depths it draws to end within one step below the budget of "
-        f"{results['flop_budget']:.3g} modeled training FLOPs (the runs table gives each run's "
-        f"realised FLOPs and their share of the budget; a snapshot is the first checkpoint at or "
-        f"past its fraction of the budget). Produced by `fixedfirst bios --preset "
-        f"{results['preset']}`.",
+        f"depths it draws to end within one step below the budget of {budget:.3g} modeled "
+        "training FLOPs (the runs table gives each run's realised FLOPs and their share of the "
+        "budget; a snapshot is the first checkpoint at or past its fraction of the budget). "
+        f"Produced by `fixedfirst bios --preset {results['preset']}`.",
         "",
         "## What the numbers show",
         "",
         *[f"- {s}" for s in findings(results)],
+        "",
+        "## Recalled bits per person by serving depth",
+        "",
+        "Mean over seeds ± half the width of its 95% interval over seeds.",
+        "",
+        "| arm | budget | " + " | ".join(f"K={d}" for d in depths) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in depths) + " |",
+    ]
+    for fraction in results["budget_fractions"]:
+        for arm in a["arms"]:
+            cell = a["cells"][arm].get(f"{fraction:g}")
+            if cell is not None:
+                row = " | ".join(compact(cell["by_depth"][str(d)]) for d in depths)
+                lines.append(f"| {label(arm)} | {fraction:.0%} | {row} |")
+    lines += [
         "",
         "## Runs",
         "",
@@ -154,25 +191,10 @@ def write_report(results: dict[str, Any], path: Path) -> None:
         "training wall-clock s |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    budget = results["flop_budget"]
     for name, r in results["runs"].items():
         lines.append(
-            f"| {name} | {r['schedule']} | {r['steps']} | {r['tokens']:,} | {r['flops']:.4e} | "
-            f"{100 * r['flops'] / budget:.2f}% | {r['wall_s']:.0f} |"
+            f"| {name} | {r['description']} | {r['steps']} | {r['tokens']:,} | "
+            f"{r['flops']:.4e} | {100 * r['flops'] / budget:.2f}% | {r['wall_s']:.0f} |"
         )
-    lines += ["", "## Recalled bits per person by serving depth", ""]
-    header = "| schedule | budget | FLOPs | " + " | ".join(f"K={d}" for d in depths) + " |"
-    lines += [header, "| --- | --- | --- | " + " | ".join("---" for _ in depths) + " |"]
-    flops = _snapshot_flops(results)
-    for fraction in results["budget_fractions"]:
-        for name in STYLE:
-            row = bits.get((name, fraction))
-            if row:
-                cells = " | ".join(f"{row[d]:.1f}" for d in depths)
-                spent = flops[(name, fraction)]
-                lines.append(
-                    f"| {_label(name)} | {fraction:.0%} | {spent:.3e} ({100 * spent / budget:.1f}%)"
-                    f" | {cells} |"
-                )
     lines.append("")
     write_text_atomic(path, "\n".join(lines))

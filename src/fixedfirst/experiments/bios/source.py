@@ -35,7 +35,7 @@ import torch
 
 from fixedfirst.config import RunConfig
 from fixedfirst.data.registry import kind_options
-from fixedfirst.data.source import Batch, BatchSource, rank_rows
+from fixedfirst.data.source import Batch, BatchSource, held_out_rows, in_batches, rank_rows
 from fixedfirst.errors import UserError
 from fixedfirst.experiments.bios.templates import TEMPLATES, TEMPLATES_PER_ATTRIBUTE, render
 from fixedfirst.experiments.bios.tokenizer import BiosTokenizer
@@ -160,13 +160,14 @@ class BiosSource(BatchSource):
         self.position += global_batch * self.per_row
         return batch
 
-    def validation_batches(self, n_batches: int, batch_size: int) -> list[Batch]:
-        per_batch = batch_size * self.per_row
+    def validation_batches(
+        self, n_batches: int, batch_size: int, seed: int | None = None
+    ) -> list[Batch]:
+        count = n_batches * batch_size
+        rows = range(count) if seed is None else held_out_rows(count, seed)
         return [
-            self._rows(
-                VALIDATION_STREAM, [b * per_batch + r * self.per_row for r in range(batch_size)]
-            )
-            for b in range(n_batches)
+            self._rows(VALIDATION_STREAM, [r * self.per_row for r in batch])
+            for batch in in_batches(rows, batch_size)
         ]
 
     def state_dict(self) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fixedfirst.config import RunConfig
 from fixedfirst.data.registry import DataKind, TaskReport, kind_options
+from fixedfirst.experiments.bios.example import biography_example
 from fixedfirst.experiments.bios.recall import evaluate_recall
 from fixedfirst.experiments.bios.source import BiosSource
 from fixedfirst.experiments.bios.world import BiosOptions, build_world
@@ -35,4 +36,5 @@ KIND = DataKind(
     build=BiosSource.from_config,
     options=BiosOptions,
     evaluate=evaluate_task,
+    example=biography_example,
 )

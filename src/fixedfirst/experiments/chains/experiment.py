@@ -3,8 +3,10 @@
 Fixed K=4, uniform 1..16, fixed-first (K0=4, switch 0.8; K0=2, switch 0.67) and the progressive
 curriculum, each trained with every seed of the preset to the same modeled training-FLOP budget
 (planned on the depths each run draws: every run ends within one step below the budget), then
-scored on the chains evaluation set at serving depths 1..64 and every difficulty 0..eval_ops,
-and under the KL exit rule (`scoring.py`). Runs live in DIR/runs/SCHEDULE-seedN/ and their scores
+scored on the named evaluation sets at serving depths 1..64 and every difficulty, and under the
+KL exit rule (`scoring.py`); `analysis.py` turns the scores into intervals over seeds and verdicts
+by rules fixed in advance. Runs train side by side in worker processes (one per free core on a
+CPU), each scored as soon as it finishes. Runs live in DIR/runs/SCHEDULE-seedN/ and their scores
 beside them, so invoking the experiment again reuses everything already done.
 """
 
@@ -12,20 +14,31 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from fixedfirst import locks
 from fixedfirst.config import RunConfig, apply_overrides
 from fixedfirst.errors import UserError
+from fixedfirst.experiments.chains.sets import SETS, STANDARD
 from fixedfirst.experiments.presets import PAPER_SCHEDULES, SCHEDULE_LABELS, read_preset
 from fixedfirst.files import write_json_atomic
 from fixedfirst.runs.experiment import (
     PlannedRun,
     RunOutcome,
     check_runs_startable,
+    finished_summary,
     prepare_out_dir,
     run_all,
+    run_directory,
+)
+from fixedfirst.runs.side_by_side import (
+    Job,
+    plan_workers,
+    run_finished,
+    run_jobs,
+    training_jobs,
 )
 from fixedfirst.schedules import describe
 from fixedfirst.serve.adaptive import KLExit
@@ -41,15 +54,22 @@ class ExperimentConfig:
 
     flops: float = 3e12
     """Modeled training-FLOP budget of every run (compute-matched)."""
-    seeds: list[int] = field(default_factory=lambda: [0, 1])
-    """Training seeds (model initialisation and data order); every schedule runs with each."""
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    """Training seeds (model initialisation, data order and the draw of evaluation sequences);
+    every schedule runs with each."""
     schedules: list[str] = field(default_factory=lambda: list(PAPER_SCHEDULES))
     """Which of the paper's schedules to train: fixed-4, uniform-1-16, fixed-first-4-0.8,
     fixed-first-2-0.67, progressive."""
     depths: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64])
     """Serving depths at which accuracy is measured (one pass of the recurrence)."""
     sequences: int = 256
-    """Evaluation sequences (each has one label of every difficulty 0..eval_ops)."""
+    """Sequences of the standard evaluation set and of the selection set (each has one label of
+    every difficulty 0..eval_ops)."""
+    sets: list[str] = field(default_factory=lambda: list(SETS))
+    """Named evaluation sets scored besides `standard` (experiments/chains/sets.py): neg-0.1,
+    neg-0.9, plus-only, neg-only, alternating, plus-plus-neg-neg, longest."""
+    set_sequences: int = 128
+    """Sequences of every named set other than the standard one."""
     kl_threshold: float = 1e-3
     """The KL exit rule's threshold (Huginn's default)."""
     kl_max_depth: int = 64
@@ -70,6 +90,14 @@ class ExperimentConfig:
             raise UserError(f"{s}.depths: depths must be in 1..1024, got {self.depths}")
         if not 2 <= self.sequences <= 100_000:
             raise UserError(f"{s}.sequences: must be in 2..100000, got {self.sequences}")
+        if not 2 <= self.set_sequences <= 100_000:
+            raise UserError(f"{s}.set_sequences: must be in 2..100000, got {self.set_sequences}")
+        unknown_sets = [n for n in self.sets if n not in SETS]
+        if STANDARD not in self.sets or unknown_sets or len(set(self.sets)) != len(self.sets):
+            raise UserError(
+                f"{s}.sets: distinct names from {', '.join(SETS)}, {STANDARD!r} among them, "
+                f"got {self.sets}"
+            )
         if not 0 <= self.kl_threshold <= 10:
             raise UserError(f"{s}.kl_threshold: must be in [0, 10], got {self.kl_threshold}")
         if not 1 <= self.kl_max_depth <= 1024:
@@ -117,32 +145,29 @@ def load_preset(name: str, overrides: list[str] | None = None) -> Preset:
     return preset
 
 
+def score_job(run: Path, experiment: ExperimentConfig) -> dict[str, Any]:
+    """A finished run's scores (computed once, cached beside the run): a worker's job."""
+    from fixedfirst.experiments.chains.scoring import score_run
+
+    e = experiment
+    return score_run(run, e.depths, e.sequences, e.rule, e.sets, e.set_sequences)
+
+
 def collect_results(
     preset: Preset, outcomes: list[RunOutcome], quiet: bool = False
 ) -> dict[str, Any]:
     """Every run's cost and scores, in one JSON-ready document."""
     from fixedfirst.data.registry import kind_options
     from fixedfirst.experiments.chains.analysis import analyse
-    from fixedfirst.experiments.chains.scoring import score_run
 
     e = preset.experiment
     runs = {}
     for outcome in outcomes:
         schedule, seed = outcome.name.rsplit("-seed", 1)
         started = time.perf_counter()
-        scores = score_run(outcome.path, e.depths, e.sequences, e.rule)
+        scores = score_job(outcome.path, e)
         if not quiet:
-            hard = [b for b in scores["bands"].values() if b["in_range"]][-1]
-            shown = ", ".join(
-                f"K={d} {100 * hard['by_depth'][str(d)]['mean']:.0f}%"
-                for d in (1, 4, 16, 64)
-                if str(d) in hard["by_depth"]
-            )
-            print(
-                f"  scored {outcome.name}: difficulty {hard['low']}..{hard['high']} {shown} "
-                f"({time.perf_counter() - started:.0f} s)",
-                flush=True,
-            )
+            print_scores(outcome.name, scores, time.perf_counter() - started)
         s = outcome.summary
         runs[outcome.name] = {
             "schedule": schedule,
@@ -157,44 +182,98 @@ def collect_results(
             "scores": scores,
         }
     options = kind_options(preset.run_config(e.schedules[0], e.seeds[0]))
-    analysis = analyse(runs, e.depths)
-    for run in runs.values():  # kept in each run's cache file; the analysis holds what they show
-        for band in run["scores"]["bands"].values():
-            band.pop("per_sequence")
     return {
         "format": "fixedfirst-chains-results",
+        "version": 2,
         "preset": preset.name,
         "flop_budget": e.flops,
         "task": asdict(options),
         "experiment": asdict(e),
         "chance": 1 / options.values,
         "runs": runs,
-        "analysis": analysis,
+        "analysis": analyse(runs, e.depths, options.max_ops),
     }
 
 
-def run_experiment(preset: Preset, out: Path, quiet: bool = False) -> dict[str, Any]:
-    """Train (or reuse) every run, score it, write results.json, the figures and report.md."""
+def print_scores(name: str, scores: dict[str, Any], seconds: float) -> None:
+    standard = scores["sets"][STANDARD]["bands"]
+    hard = [b for b in standard.values() if b["in_range"]][-1]
+    label = f"{hard['low']}..{hard['high']}"
+    shown = ", ".join(
+        f"K={d} {100 * hard['by_depth'][str(d)]:.0f}%"
+        for d in (1, 4, 16, 64)
+        if str(d) in hard["by_depth"]
+    )
+    print(f"  scored {name}: difficulty {label} {shown} ({seconds:.0f} s)", flush=True)
+
+
+def run_experiment(
+    preset: Preset, out: Path, quiet: bool = False, jobs: int | None = None
+) -> dict[str, Any]:
+    """Train (or reuse) every run, score it, write results.json, the figures and report.md.
+
+    jobs: worker processes (None: one per free core on a CPU, up to the runs left to train;
+    see `fixedfirst.runs.side_by_side`)."""
     runs = preset.planned_runs()
     check_runs_startable(runs, out)
+    to_train = [r for r in runs if finished_summary(run_directory(out, r.name)) is None]
+    workers, threads = plan_workers(jobs, len(to_train), runs[0].config.train.device)
     prepare_out_dir(out)
     with locks.holding(out, "chains"):  # one experiment at a time writes DIR
-        return _run(preset, runs, out, quiet)
+        return _run(preset, runs, out, quiet, workers, threads)
 
 
-def _run(preset: Preset, runs: list[PlannedRun], out: Path, quiet: bool) -> dict[str, Any]:
+def _run(
+    preset: Preset, runs: list[PlannedRun], out: Path, quiet: bool, workers: int, threads: int
+) -> dict[str, Any]:
     from fixedfirst.experiments.chains.figure import plot_figures
     from fixedfirst.experiments.chains.report import write_report
 
+    wall_clock: dict[str, float] = {}
+    if workers > 1:
+        started = time.perf_counter()
+        _side_by_side(preset, runs, out, quiet, workers, threads)
+        wall_clock["side_by_side"] = time.perf_counter() - started
     started = time.perf_counter()
-    outcomes = run_all(runs, out, quiet)
+    outcomes = run_all(runs, out, quiet or workers > 1)  # reuses what the workers trained
     trained = time.perf_counter()
-    results = collect_results(preset, outcomes, quiet)
-    results["wall_clock_s"] = {
-        "training_and_reuse": trained - started,
-        "scoring": time.perf_counter() - trained,
-    }
+    results = collect_results(preset, outcomes, quiet or workers > 1)
+    wall_clock["training_and_reuse"] = trained - started
+    wall_clock["scoring"] = time.perf_counter() - trained
+    results["wall_clock_s"] = wall_clock
+    alone = max(o.summary.get("threads", 0) for o in outcomes) or None
+    results["workers"] = {"processes": workers, "threads_each": threads if workers > 1 else alone}
     write_json_atomic(out / "results.json", results)
     plot_figures(results, out)
     write_report(results, out / "report.md")
     return results
+
+
+def _side_by_side(
+    preset: Preset, runs: list[PlannedRun], out: Path, quiet: bool, workers: int, threads: int
+) -> None:
+    """Train the runs and score each in `workers` processes, each scoring as soon as its run
+    has finished; results land where `_run` then reads them."""
+    # Trainings first: a free worker takes the longest work before any scoring.
+    jobs = training_jobs(runs, out, preset.experiment.flops)
+    for planned in runs:
+        path = run_directory(out, planned.name).path
+        ready = partial(run_finished, path)
+        jobs.append(Job(f"score {planned.name}", score_job, (path, preset.experiment), ready=ready))
+
+    def on_done(job: Job, result: Any, seconds: float) -> None:
+        if quiet:
+            return
+        if isinstance(result, RunOutcome):
+            what = "reused" if result.reused else f"trained in {seconds:.0f} s"
+            print(f"  {job.label}: {result.summary['steps']} steps, {what}", flush=True)
+        else:
+            print_scores(job.args[0].name, result, seconds)
+
+    if not quiet:
+        print(
+            f"{len(runs)} runs and their scoring side by side in {workers} processes of "
+            f"{threads} thread(s) (--jobs)",
+            flush=True,
+        )
+    run_jobs(jobs, workers, threads, on_done, quiet)

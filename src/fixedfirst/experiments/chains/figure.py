@@ -1,10 +1,12 @@
 """The chains experiment's figures, drawn from results.json alone.
 
-accuracy_by_depth.png       accuracy against serving depth, one panel per difficulty band (in
-                            range, then beyond), one line per schedule: the mean over seeds, the
-                            shaded band spanning the seeds
+accuracy_by_depth.png       accuracy against serving depth on the standard set, one panel per
+                            difficulty band (in range, then beyond), one line per schedule: the
+                            mean over seeds, shaded: its 95% interval over seeds
 accuracy_by_difficulty.png  accuracy against difficulty at each schedule's deepest training
                             depth (16) and at the deepest serving depth, training range shaded
+sets.png                    every named set: hard-band accuracy at depth 16 and near-band
+                            accuracy at the deepest depth, per schedule, with 95% intervals
 kl_exit.png                 the KL exit rule: depth used and accuracy against difficulty
 
 Drawn on bare `matplotlib.figure.Figure`s (the Agg canvas writes the PNG), never through pyplot.
@@ -17,6 +19,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from fixedfirst.experiments.chains.sets import STANDARD
 from fixedfirst.files import save_figure
 
 STYLES = {
@@ -40,24 +43,25 @@ def _seeds(results: dict[str, Any]) -> str:
 def plot_accuracy_by_depth(results: dict[str, Any], path: Path) -> None:
     a = results["analysis"]
     depths = results["experiment"]["depths"]
-    bands = a["bands"]
-    fig = Figure(figsize=(4.2 * len(bands), 4.4), layout="constrained")
-    axes = fig.subplots(1, len(bands), sharey=True, squeeze=False)[0]
-    for ax, band in zip(axes, bands, strict=True):
+    roles = a["sets"][STANDARD]["bands"]
+    fig = Figure(figsize=(4.2 * len(roles), 4.4), layout="constrained")
+    axes = fig.subplots(1, len(roles), sharey=True, squeeze=False)[0]
+    for ax, (role, band) in zip(axes, roles.items(), strict=True):
         for schedule in a["schedules"]:
             color, marker, ls = STYLES.get(schedule, ("black", "o", "-"))
-            cells = [a["band_accuracy"][schedule][band["label"]][str(d)] for d in depths]
+            cells = [a["band_accuracy"][schedule][STANDARD][role][str(d)] for d in depths]
             style = {"color": color, "marker": marker, "ls": ls, "ms": 4, "lw": 1.5}
             means = [100 * c["mean"] for c in cells]
             ax.plot(depths, means, label=_label(results, schedule), **style)
-            lows, highs = [100 * c["min"] for c in cells], [100 * c["max"] for c in cells]
-            ax.fill_between(depths, lows, highs, color=color, alpha=0.15, lw=0)
+            if cells[0]["low"] is not None:
+                lows, highs = [100 * c["low"] for c in cells], [100 * c["high"] for c in cells]
+                ax.fill_between(depths, lows, highs, color=color, alpha=0.15, lw=0)
         ax.axhline(100 * results["chance"], color="0.5", ls=":", lw=1)
         ax.axvline(a["training_depth"], color="0.3", ls="--", lw=0.8)
         ax.set_xscale("log", base=2)
         ax.set_xticks(depths)
         ax.set_xticklabels([str(d) for d in depths], fontsize=7)
-        where = "in the training range" if band["in_range"] else "beyond the training range"
+        where = "in the training range" if role in ("easy", "hard") else "beyond the training range"
         ax.set_title(f"difficulty {band['label']} ({where})", fontsize=10)
         ax.set_xlabel("serving depth K")
         ax.grid(True, color="0.9", lw=0.6)
@@ -65,8 +69,8 @@ def plot_accuracy_by_depth(results: dict[str, Any], path: Path) -> None:
     axes[0].legend(fontsize=8, frameon=False, loc="lower right")  # the in-range lines sit high
     fig.suptitle(
         f"Chains at {results['flop_budget']:.1e} modeled FLOPs per run: accuracy against serving "
-        f"depth (mean of {_seeds(results)}, shading spans them; dotted: chance; dashed: "
-        f"K = {a['training_depth']})",
+        f"depth (mean of {_seeds(results)}, shaded: 95% interval over seeds; dotted: chance; "
+        f"dashed: K = {a['training_depth']})",
         fontsize=10,
     )
     save_figure(fig, path)
@@ -81,7 +85,7 @@ def plot_accuracy_by_difficulty(results: dict[str, Any], path: Path) -> None:
     for ax, depth in zip(axes, depths, strict=True):
         for schedule in a["schedules"]:
             color, marker, ls = STYLES.get(schedule, ("black", "o", "-"))
-            accuracy = a["accuracy_by_difficulty"][schedule][str(depth)]
+            accuracy = a["accuracy_by_difficulty"][schedule][STANDARD][str(depth)]
             style = {"color": color, "marker": marker, "ls": ls, "ms": 3, "lw": 1.4}
             percent = [100 * x for x in accuracy]
             ax.plot(range(len(accuracy)), percent, label=_label(results, schedule), **style)
@@ -124,9 +128,53 @@ def plot_kl_exit(results: dict[str, Any], path: Path) -> None:
     save_figure(fig, path)
 
 
+def plot_sets(results: dict[str, Any], path: Path) -> None:
+    a = results["analysis"]
+    cells = [("hard", a["training_depth"]), ("near", a["deepest_depth"])]
+    names = list(a["sets"])
+    fig = Figure(figsize=(12, 4.6), layout="constrained")
+    axes = fig.subplots(1, len(cells), sharey=True)
+    width = 0.8 / len(a["schedules"])
+    for ax, (role, depth) in zip(axes, cells, strict=True):
+        for i, schedule in enumerate(a["schedules"]):
+            color, _, _ = STYLES.get(schedule, ("black", "o", "-"))
+            xs, means, errors = [], [], [[], []]
+            for j, name in enumerate(names):
+                if role not in a["sets"][name]["bands"]:
+                    continue
+                c = a["band_accuracy"][schedule][name][role][str(depth)]
+                xs.append(j - 0.4 + (i + 0.5) * width)
+                means.append(100 * c["mean"])
+                low = c["low"] if c["low"] is not None else c["mean"]
+                high = c["high"] if c["high"] is not None else c["mean"]
+                errors[0].append(100 * (c["mean"] - low))
+                errors[1].append(100 * (high - c["mean"]))
+            ax.bar(xs, means, width, color=color, label=_label(results, schedule))
+            ax.errorbar(xs, means, yerr=errors, fmt="none", ecolor="0.2", lw=0.8, capsize=1.5)
+        ax.axhline(100 * results["chance"], color="0.5", ls=":", lw=1)
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
+        ax.set_title(f"{role} band at serving depth K = {depth}", fontsize=10)
+        ax.grid(True, axis="y", color="0.9", lw=0.6)
+    axes[0].set_ylabel("exact-match accuracy (%)")
+    axes[0].legend(fontsize=7, frameon=False, loc="lower left")
+    fig.suptitle(
+        f"Harder and shifted evaluation sets (mean of {_seeds(results)}, bars: 95% interval over "
+        "seeds; dotted: chance)",
+        fontsize=10,
+    )
+    save_figure(fig, path)
+
+
+FIGURES = ("accuracy_by_depth.png", "accuracy_by_difficulty.png", "sets.png", "kl_exit.png")
+
+
 def plot_figures(results: dict[str, Any], out: Path) -> list[Path]:
-    paths = [out / "accuracy_by_depth.png", out / "accuracy_by_difficulty.png", out / "kl_exit.png"]
-    plot_accuracy_by_depth(results, paths[0])
-    plot_accuracy_by_difficulty(results, paths[1])
-    plot_kl_exit(results, paths[2])
+    paths = [out / name for name in FIGURES]
+    for plot, path in zip(
+        (plot_accuracy_by_depth, plot_accuracy_by_difficulty, plot_sets, plot_kl_exit),
+        paths,
+        strict=True,
+    ):
+        plot(results, path)
     return paths

@@ -42,7 +42,10 @@ from fixedfirst.config import require
 
 PLUS_ONE, NEG = "+1", "neg"
 OPERATIONS = (PLUS_ONE, NEG)
-TRAIN_STREAM, VALIDATION_STREAM, EVALUATION_STREAM = 0, 1, 2
+TRAIN_STREAM, VALIDATION_STREAM, EVALUATION_STREAM, SELECTION_STREAM = 0, 1, 2, 3
+"""Generator streams: training rows, training-range validation rows, the evaluation (test) set, and
+the selection set (evaluation sequences of the same kind, drawn apart from the test set, on which
+a depth may be chosen without looking at the test labels)."""
 
 
 @dataclass
@@ -118,16 +121,26 @@ def _chain_lengths(options: ChainsOptions, rng: np.random.Generator, total: int)
     return lengths
 
 
-def _write(options: ChainsOptions, rng: np.random.Generator, lengths: list[int]) -> Program:
+def _write(
+    options: ChainsOptions,
+    rng: np.random.Generator,
+    lengths: list[int],
+    patterned: int | None = None,
+    pattern: tuple[str, ...] = (),
+) -> Program:
+    """The chains of `lengths`, one after another; chain number `patterned` (if any) applies
+    `pattern`'s operations in turn, repeated, instead of random ones."""
     words: list[str] = []
     labels: list[str] = []
     difficulty: list[int] = []
-    for length in lengths:
+    for chain, length in enumerate(lengths):
         value = int(rng.integers(0, options.values))
         words.append(str(value))
         labels.append(str(value))
         difficulty.append(0)
         negs = rng.random(length - 1) < options.neg_probability
+        if chain == patterned:
+            negs = np.array([pattern[i % len(pattern)] == NEG for i in range(length - 1)])
         for ops, neg in enumerate(negs.tolist(), start=1):
             operation = NEG if neg else PLUS_ONE
             value = apply(operation, value, options.values)
@@ -143,14 +156,23 @@ def training_program(options: ChainsOptions, seed: int, stream: int, index: int)
     return _write(options, rng, _chain_lengths(options, rng, options.statements))
 
 
-def evaluation_program(options: ChainsOptions, seed: int, index: int) -> Program:
-    """Sequence `index` of the evaluation set: one chain of eval_ops operations placed at a
-    random place among training-range chains."""
-    rng = np.random.default_rng([seed, EVALUATION_STREAM, index, 0xC4A1])
+def evaluation_program(
+    options: ChainsOptions,
+    seed: int,
+    index: int,
+    stream: int = EVALUATION_STREAM,
+    pattern: tuple[str, ...] = (),
+) -> Program:
+    """Sequence `index` of an evaluation stream: one chain of eval_ops operations placed at a
+    random place among training-range chains; its operations follow `pattern` (repeated) when
+    one is given, else they are drawn like every other chain's."""
+    if any(op not in OPERATIONS for op in pattern):
+        raise ValueError(f"a pattern holds operations {OPERATIONS}, got {pattern}")
+    rng = np.random.default_rng([seed, stream, index, 0xC4A1])
     long = options.eval_ops + 1
     lengths = _chain_lengths(options, rng, options.statements - long)
     slot = int(rng.integers(0, len(lengths) + 1))
     lengths.insert(slot, long)
-    program = _write(options, rng, lengths)
+    program = _write(options, rng, lengths, slot if pattern else None, pattern)
     start = sum(lengths[:slot])
     return Program(program.words, program.labels, program.difficulty, range(start, start + long))

@@ -1,140 +1,224 @@
 """report.md of the chains experiment: findings computed from the numbers, then the tables.
 
-Every sentence is produced from results.json (`analysis.py`): which schedules gain from serving
-depth and by how much, with every seed's paired interval; which extrapolate past the training
-range and how far; how the schedules rank at matched FLOPs, said as a ranking only where the
-seeds do not overlap; what the KL exit rule spends per difficulty. Nothing is canned, so a run
-that disagrees with the paper says so.
+Every sentence is produced from results.json (`analysis.py`): each claim's quantity as a mean over
+seeds with its 95% interval over seeds, and the word the interval allows (higher, lower, or
+cannot tell). Nothing is canned, so a run that disagrees with the paper, or with an earlier run,
+says so.
 """
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import Any
 
+from fixedfirst.experiments.chains.sets import STANDARD
 from fixedfirst.files import write_text_atomic
 
 TABLE_DEPTHS = (1, 2, 4, 8, 16, 32, 64)
-DEPTH_MATTERS = 0.40
-"""The issue's bar: uniform's accuracy at depth 16 at least 40 points above depth 1."""
+SIGN_WORDS = {"positive": "higher", "negative": "lower", "cannot tell": "cannot tell"}
 
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}"
 
 
-def _interval(i: dict[str, Any]) -> str:
-    return f"{100 * i['mean']:+.1f} [{100 * i['low']:+.1f}, {100 * i['high']:+.1f}]"
+def points(d: dict[str, Any] | None) -> str:
+    """A same-seed difference in accuracy points: mean [95% interval]."""
+    if d is None:
+        return "one seed: no interval"
+    return f"{100 * d['mean']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
+
+
+def score(c: dict[str, Any]) -> str:
+    """One arm's accuracy over seeds: mean [95% interval], or the single seed's value."""
+    if c["low"] is None:
+        return _pct(c["mean"])
+    return f"{_pct(c['mean'])} [{_pct(c['low'])}, {_pct(c['high'])}]"
 
 
 def _label(results: dict[str, Any], schedule: str) -> str:
     return next(r["label"] for r in results["runs"].values() if r["schedule"] == schedule)
 
 
-def _seeds_text(per_seed: dict[str, dict[str, Any]]) -> str:
-    return "; ".join(f"seed {s}: {_interval(i)}" for s, i in per_seed.items())
+def _band(a: dict[str, Any], role: str, set_name: str = STANDARD) -> str:
+    return a["sets"][set_name]["bands"][role]["label"]
 
 
 def findings(results: dict[str, Any]) -> list[str]:
     a = results["analysis"]
-    hard, k16, deepest = a["hard_band"], a["training_depth"], a["deepest_depth"]
+    n = len(a["seeds"])
+    k16, deepest = a["training_depth"], a["deepest_depth"]
+    ref = a["reference"]
     out = []
-    for schedule, gain in a["depth_gain"].items():
-        lows = [i["low"] for i in gain["seeds"].values()]
-        means = [i["mean"] for i in gain["seeds"].values()]
-        verdict = (
-            "depth decides the answer"
-            if min(lows) > 0
-            else "the gain is not distinguishable from zero in every seed"
+    gains = []
+    for s, gain in a["depth_gain"].items():
+        if gain is None:
+            continue
+        text = f"{_label(results, s)} {points(gain)}"
+        if s == ref:
+            text += f" (bar {100 * a['depth_matters']:.0f} points: {gain['verdict']})"
+        gains.append(text)
+    if gains:
+        out.append(
+            f"Depth decides the answer: on difficulty {_band(a, 'hard')} (the harder half of the "
+            f"training range) accuracy at K={k16} minus K=1, points, mean over {n} seeds [95% "
+            "interval over seeds]: " + "; ".join(gains) + "."
         )
-        bar = ""
-        if schedule == "uniform-1-16":
-            met = min(means) >= DEPTH_MATTERS
-            bar = (
-                f" The target (at least {100 * DEPTH_MATTERS:.0f} points for uniform training) is "
-                + ("met in every seed." if met else "not met in every seed.")
+    extrapolating = []
+    for s, per_band in a["extrapolation"].items():
+        cells = [
+            f"{_band(a, role)} {points(d)} ({SIGN_WORDS[d['sign']]})"
+            for role, d in per_band.items()
+            if d is not None
+        ]
+        if cells:
+            extrapolating.append(f"{_label(results, s)}: " + ", ".join(cells))
+    if extrapolating:
+        out.append(
+            f"Serving deeper than trained, accuracy at K={deepest} minus K={k16} beyond the "
+            "training range: " + "; ".join(extrapolating) + "."
+        )
+    if ref is not None:
+        for s, per_set in a["versus_reference"].items():
+            cells = [
+                f"{_band(a, cell.split('@')[0])} at K={cell.split('@')[1]} {points(d)} "
+                f"({SIGN_WORDS[d['sign']]})"
+                for cell, d in per_set[STANDARD].items()
+                if d is not None
+            ]
+            if cells:
+                out.append(
+                    f"At matched FLOPs, {_label(results, s)} minus {_label(results, ref)} (same "
+                    "seed, points): " + "; ".join(cells) + "."
+                )
+    best = a.get("extrapolates_best")
+    if best is not None:
+        against = "; ".join(f"{_label(results, s)} {points(d)}" for s, d in best["against"].items())
+        out.append(
+            f"Extrapolates best (highest mean on {_band(a, 'near')} at K={best['depth']}): "
+            f"{_label(results, best['schedule'])}, "
+            + (
+                "ahead of every other schedule in the paired differences"
+                if best["holds"]
+                else "but not ahead of every other schedule beyond the seeds' spread"
             )
-        out.append(
-            f"{_label(results, schedule)}: at difficulty {hard} (the harder half of the training "
-            f"range) accuracy at K={k16} minus K=1 is {_seeds_text(gain['seeds'])} points "
-            f"(paired 95% intervals over evaluation sequences): {verdict}.{bar}"
-        )
-    gaining = []
-    for schedule, bands in a["extrapolation"].items():
-        for band, per_seed in bands.items():
-            if all(i["low"] > 0 for i in per_seed.values()):
-                gaining.append(f"{_label(results, schedule)} on {band} ({_seeds_text(per_seed)})")
-    if gaining:
-        out.append(
-            f"Serving deeper than trained pays beyond the training range: accuracy at "
-            f"K={deepest} minus K={k16}, every seed's interval above zero, for "
-            + "; ".join(gaining)
-            + "."
-        )
-    else:
-        out.append(
-            f"No schedule gains from K={k16} to K={deepest} beyond the training range in every "
-            "seed."
+            + f" ({against})."
         )
     solved = []
-    for schedule, s in a["solved"].items():
-        low, high = s["up_to_training_depth"], s["beyond_training_depth"]
-        solved.append(
-            f"{_label(results, schedule)} "
-            f"{'none' if low is None else f'd = {low}'} at K <= {k16}, "
-            f"{'none' if high is None else f'd = {high}'} at K > {k16}"
-        )
-    out.append(
-        f"Beyond the training range (which ends at d = {results['task']['max_ops']}), the largest "
-        f"difficulty up to which every difficulty has seed-mean accuracy >= "
-        f"{100 * a['solved_threshold']:.0f}% at the best serving depth: " + "; ".join(solved) + "."
-    )
-    for band, depth in (
-        (hard, k16),
-        *((b["label"], deepest) for b in a["bands"] if not b["in_range"]),
-    ):
-        cells = {s: a["band_accuracy"][s][band][str(depth)] for s in a["schedules"]}
-        order = sorted(cells, key=lambda s: cells[s]["mean"], reverse=True)
-        text = ", ".join(
-            f"{_label(results, s)} {_pct(cells[s]['mean'])} ({_pct(cells[s]['min'])}-"
-            f"{_pct(cells[s]['max'])})"
-            for s in order
-        )
-        separated = [
-            f"{_label(results, x)} > {_label(results, y)}"
-            for x, y in itertools.pairwise(order)
-            if cells[x]["min"] > cells[y]["max"]
+    for s, rules in a["solved"].items():
+        cells = [
+            f"{what} {r['mean']:.1f} ({r['min']:.0f}-{r['max']:.0f})" for what, r in rules.items()
         ]
-        out.append(
-            f"At matched FLOPs, difficulty {band} at K={depth}: {text} (% mean of the seeds, "
-            "their range in brackets); "
+        solved.append(f"{_label(results, s)}: " + ", ".join(cells))
+    out.append(
+        f"Solved up to difficulty d (every difficulty 0..d at >= {100 * a['solved_threshold']:.0f}%"
+        f"; the training range ends at {results['task']['max_ops']}), mean over seeds (range), at "
+        f"K={k16}, at K={deepest} and at the depth each run chose on its selection set: "
+        + "; ".join(solved)
+        + "."
+    )
+    collapse = []
+    for s, c in a["collapse"].items():
+        if not c:
+            continue
+        kept = c["kept"]
+        seeds = c["collapsed_seeds"]
+        collapse.append(
+            f"{_label(results, s)} keeps {100 * kept['min']:.0f}-{100 * kept['max']:.0f}% "
             + (
-                "one seed cannot separate schedules"
-                if len(results["experiment"]["seeds"]) < 2
-                else "the seeds separate only " + ", ".join(separated)
-                if separated
-                else "no neighbours in this order are separated by their seeds"
+                f"(collapses in seeds {', '.join(map(str, seeds))})"
+                if seeds
+                else "(no seed collapses)"
             )
+        )
+    if collapse:
+        out.append(
+            "Off-depth collapse (in-range accuracy at some depth 8..64 at most half of that at "
+            "K=4): the least kept share of K=4's in-range accuracy, over seeds: "
+            + "; ".join(collapse)
             + "."
         )
     depth_text = []
-    for schedule, exit_rule in a["kl_exit"].items():
+    for s, exit_rule in a["kl_exit"].items():
         bands = exit_rule["bands"]
         depth_text.append(
-            f"{_label(results, schedule)} "
-            + " / ".join(f"{bands[b['label']]['mean_depth']['mean']:.1f}" for b in a["bands"])
+            f"{_label(results, s)} "
+            + " / ".join(f"{b['mean_depth']['mean']:.1f}" for b in bands.values())
         )
     first = next(iter(a["kl_exit"].values()))
     out.append(
         f"KL exit (threshold {first['threshold']:g}, at most {first['max_depth']} iterations) "
         "uses on average, for difficulty "
-        + " / ".join(b["label"] for b in a["bands"])
+        + " / ".join(b["label"] for b in a["sets"][STANDARD]["bands"].values())
         + ", these many core iterations: "
         + "; ".join(depth_text)
         + "."
     )
     return out
+
+
+def accuracy_table(
+    results: dict[str, Any], set_name: str = STANDARD, depths: tuple[int, ...] = TABLE_DEPTHS
+) -> list[str]:
+    a = results["analysis"]
+    shown = [d for d in depths if d in results["experiment"]["depths"]]
+    roles = a["sets"][set_name]["bands"]
+    lines = [
+        "| schedule | K | " + " | ".join(f"d {b['label']}" for b in roles.values()) + " |",
+        "| --- | --- |" + " --- |" * len(roles),
+    ]
+    for s in a["schedules"]:
+        for depth in shown:
+            cells = [score(a["band_accuracy"][s][set_name][role][str(depth)]) for role in roles]
+            lines.append(f"| {_label(results, s)} | {depth} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def sets_table(results: dict[str, Any]) -> list[str]:
+    """Every named set: accuracy on the hard band at K=16 and on the near band at the deepest
+    depth, and the latter's same-seed difference to the reference schedule."""
+    a = results["analysis"]
+    k16, deepest, ref = a["training_depth"], a["deepest_depth"], a["reference"]
+    lines = [
+        f"| set | schedule | hard band at K={k16} | near band at K={deepest} | "
+        f"near at K={deepest} vs {_label(results, ref) if ref else 'reference'} |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, info in a["sets"].items():
+        hard, near = info["bands"]["hard"], info["bands"].get("near")
+        for s in a["schedules"]:
+            acc = a["band_accuracy"][s][name]
+            near_cell = (
+                "–" if near is None else f"{near['label']}: " + score(acc["near"][str(deepest)])
+            )
+            versus = "–"
+            if ref is not None and s != ref and near is not None:
+                d = a["versus_reference"][s][name].get(f"near@{deepest}")
+                versus = "–" if d is None else f"{points(d)} ({SIGN_WORDS[d['sign']]})"
+            hard_cell = f"{hard['label']}: {score(acc['hard'][str(k16)])}"
+            lines.append(
+                f"| {name} | {_label(results, s)} | {hard_cell} | {near_cell} | {versus} |"
+            )
+    return lines
+
+
+def _exit_table(results: dict[str, Any]) -> list[str]:
+    a = results["analysis"]
+    roles = a["sets"][STANDARD]["bands"]
+    lines = [
+        "| schedule | "
+        + " | ".join(f"d {b['label']}: acc % / depth" for b in roles.values())
+        + " |",
+        "| --- |" + " --- |" * len(roles),
+    ]
+    for s, exit_rule in a["kl_exit"].items():
+        cells = [
+            f"{_pct(exit_rule['bands'][role]['accuracy']['mean'])} / "
+            f"{exit_rule['bands'][role]['mean_depth']['mean']:.1f}"
+            for role in roles
+        ]
+        lines.append(f"| {_label(results, s)} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _runs_table(results: dict[str, Any]) -> list[str]:
@@ -151,65 +235,50 @@ def _runs_table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def accuracy_table(results: dict[str, Any], depths: tuple[int, ...] = TABLE_DEPTHS) -> list[str]:
-    a = results["analysis"]
-    shown = [d for d in depths if d in results["experiment"]["depths"]]
-    bands = a["bands"]
-    lines = [
-        "| schedule | K | " + " | ".join(f"d {b['label']}" for b in bands) + " |",
-        "| --- | --- |" + " --- |" * len(bands),
-    ]
-    for schedule in a["schedules"]:
-        for depth in shown:
-            cells = []
-            for b in bands:
-                c = a["band_accuracy"][schedule][b["label"]][str(depth)]
-                cells.append(f"{_pct(c['mean'])} ({_pct(c['min'])}-{_pct(c['max'])})")
-            lines.append(f"| {_label(results, schedule)} | {depth} | " + " | ".join(cells) + " |")
-    return lines
-
-
-def _exit_table(results: dict[str, Any]) -> list[str]:
-    a = results["analysis"]
-    bands = a["bands"]
-    lines = [
-        "| schedule | " + " | ".join(f"d {b['label']}: acc % / depth" for b in bands) + " |",
-        "| --- |" + " --- |" * len(bands),
-    ]
-    for schedule, exit_rule in a["kl_exit"].items():
-        cells = [
-            f"{_pct(exit_rule['bands'][b['label']]['accuracy']['mean'])} / "
-            f"{exit_rule['bands'][b['label']]['mean_depth']['mean']:.1f}"
-            for b in bands
-        ]
-        lines.append(f"| {_label(results, schedule)} | " + " | ".join(cells) + " |")
-    return lines
-
-
 def write_report(results: dict[str, Any], path: Path) -> None:
-    task = results["task"]
-    seeds = results["experiment"]["seeds"]
+    task, e = results["task"], results["experiment"]
+    a = results["analysis"]
+    n = len(a["seeds"])
+    intervals = sum(
+        d is not None
+        for per_set in a["versus_reference"].values()
+        for cells in per_set.values()
+        for d in cells.values()
+    )
     lines = [
         "# Depth that matters: the chains task",
         "",
-        f"Every schedule trained with seeds {', '.join(map(str, seeds))} to the same budget of "
-        f"{results['flop_budget']:.3g} modeled training FLOPs (each run ends within one step "
+        f"Every schedule trained with seeds {', '.join(map(str, a['seeds']))} to the same budget "
+        f"of {results['flop_budget']:.3g} modeled training FLOPs (each run ends within one step "
         f"below it). Sequences of {task['statements']} statements, values mod {task['values']}, "
-        f"training chains of 0..{task['max_ops']} operations; scored on "
-        f"{results['experiment']['sequences']} evaluation sequences, each with one chain of "
-        f"{task['eval_ops']} operations (one label of every difficulty 0..{task['eval_ops']}). "
-        f"Chance is {100 * results['chance']:.1f}%. Produced by `fixedfirst chains --preset "
-        f"{results['preset']}`.",
+        f"training chains of 0..{task['max_ops']} operations. Each seed is scored on its own "
+        f"draw of evaluation sequences ({e['sequences']} standard ones, each with one chain of "
+        f"{task['eval_ops']} operations; {e['set_sequences']} of every other named set), shared "
+        f"by the schedules of that seed. Chance is {100 * results['chance']:.1f}%. Produced by "
+        f"`fixedfirst chains --preset {results['preset']}`.",
+        "",
+        f"Intervals are 95% t-intervals over the {n} seeds, of one schedule's accuracy or of a "
+        'same-seed difference; "cannot tell" means the interval contains zero. The rules '
+        "(bands, depths, what counts as solved, the depth chosen on the selection set) were "
+        "fixed before the numbers (docs/design.md §5). With "
+        f"{intervals} matched-FLOP differences below, about {0.05 * intervals:.0f} may exclude "
+        "zero by chance alone even where the schedules do not differ.",
         "",
         "## What the numbers show",
         "",
         *[f"- {s}" for s in findings(results)],
         "",
-        "## Accuracy by serving depth and difficulty band",
+        "## Accuracy by serving depth and difficulty band (standard set)",
         "",
-        "Exact-match accuracy (%) at serving depth K, mean of the seeds (their range).",
+        "Exact-match accuracy (%) at serving depth K, mean over seeds [95% interval over seeds].",
         "",
         *accuracy_table(results),
+        "",
+        "## Harder and shifted sets",
+        "",
+        "Each named set changes one thing against the standard set (experiments/chains/sets.py).",
+        "",
+        *sets_table(results),
         "",
         "## KL exit",
         "",

@@ -16,10 +16,11 @@ import torch
 
 from fixedfirst.config import RunConfig
 from fixedfirst.data.registry import kind_options
-from fixedfirst.data.source import Batch, BatchSource, rank_rows
+from fixedfirst.data.source import Batch, BatchSource, held_out_rows, in_batches, rank_rows
 from fixedfirst.data.tokenizer import WordTokenizer
 from fixedfirst.errors import UserError
 from fixedfirst.experiments.chains.program import (
+    EVALUATION_STREAM,
     TRAIN_STREAM,
     VALIDATION_STREAM,
     ChainsOptions,
@@ -27,6 +28,7 @@ from fixedfirst.experiments.chains.program import (
     evaluation_program,
     training_program,
 )
+from fixedfirst.experiments.chains.sets import SETS, STANDARD, EvaluationSpec
 from fixedfirst.model.loss import IGNORE_INDEX
 
 
@@ -56,9 +58,27 @@ class EvaluationSet:
         return self.positions.shape[0]
 
 
-def evaluation_set(options: ChainsOptions, seed: int, sequences: int) -> EvaluationSet:
+def evaluation_seed(data_seed: int, train_seed: int) -> int:
+    """The seed of a run's evaluation sequences: its world (data seed) and its training seed, so
+    that every seed of an experiment is scored on its own draw of held-out sequences (an interval
+    over seeds then covers the held-out sampling too) and every schedule of one seed on the same
+    one (same-seed differences stay paired)."""
+    return int(np.random.SeedSequence([data_seed, train_seed, 0xE7A1]).generate_state(1)[0])
+
+
+def evaluation_set(
+    options: ChainsOptions,
+    seed: int,
+    sequences: int,
+    spec: EvaluationSpec = SETS[STANDARD],
+    stream: int = EVALUATION_STREAM,
+) -> EvaluationSet:
+    """`sequences` sequences of the named set `spec` from `stream` (test or selection)."""
+    options = spec.options(options)
     tokenizer = chains_tokenizer(options)
-    programs = [evaluation_program(options, seed, i) for i in range(sequences)]
+    programs = [
+        evaluation_program(options, seed, i, stream, spec.pattern) for i in range(sequences)
+    ]
     positions = torch.tensor(
         [[1 + s for s in p.long_chain] for p in programs if p.long_chain is not None]
     )
@@ -104,12 +124,14 @@ class ChainsSource(BatchSource):
         self.position += global_batch
         return batch
 
-    def validation_batches(self, n_batches: int, batch_size: int) -> list[Batch]:
+    def validation_batches(
+        self, n_batches: int, batch_size: int, seed: int | None = None
+    ) -> list[Batch]:
+        count = n_batches * batch_size
+        rows = range(count) if seed is None else held_out_rows(count, seed)
         return [
-            self._rows(
-                VALIDATION_STREAM, self.data_seed, range(b * batch_size, (b + 1) * batch_size)
-            )
-            for b in range(n_batches)
+            self._rows(VALIDATION_STREAM, self.data_seed, batch)
+            for batch in in_batches(rows, batch_size)
         ]
 
     def state_dict(self) -> dict[str, Any]:

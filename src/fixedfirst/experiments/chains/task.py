@@ -7,8 +7,9 @@ from fixedfirst.config import RunConfig
 from fixedfirst.data.registry import DataKind, TaskReport, kind_options
 from fixedfirst.experiments.chains.accuracy import correctness_by_depth
 from fixedfirst.experiments.chains.bands import bands_of
+from fixedfirst.experiments.chains.example import evaluation_example, label_words
 from fixedfirst.experiments.chains.program import ChainsOptions
-from fixedfirst.experiments.chains.source import ChainsSource, evaluation_set
+from fixedfirst.experiments.chains.source import ChainsSource, evaluation_seed, evaluation_set
 from fixedfirst.model import LoopedTransformer
 
 DEFAULT_SEQUENCES = 256
@@ -20,7 +21,8 @@ def evaluate_task(
 ) -> TaskReport:
     """Accuracy per serving depth in each difficulty band, on the first `limit` sequences."""
     options: ChainsOptions = kind_options(config)
-    evaluation = evaluation_set(options, config.data.seed, limit or DEFAULT_SEQUENCES)
+    seed = evaluation_seed(config.data.seed, config.train.seed)
+    evaluation = evaluation_set(options, seed, limit or DEFAULT_SEQUENCES)
     correct = correctness_by_depth(model, evaluation, depths)
     bands = bands_of(options)
     header = "| depth | " + " | ".join(f"d {b.label}" for b in bands) + " |"
@@ -58,4 +60,6 @@ KIND = DataKind(
     build=ChainsSource.from_config,
     options=ChainsOptions,
     evaluate=evaluate_task,
+    example=evaluation_example,
+    label=label_words,
 )

@@ -2,27 +2,34 @@
 updates does a deep update stop beating a shallow one?
 
     finishing      a run's state at a checkpoint, continued by its own finishing steps
-    update_pair    one depth-a and one depth-b update from the same state, RMS-matched
-    intervals      Student-t intervals over batches
+    update_pair    one depth-a and one depth-b update from the same state, RMS-matched, and the
+                   held-out NLL per sequence after each
+    summary        intervals over training batches and held-out sequences; the headline rule
     runner         the whole measurement over u = 0, 1, 2, ..., 32
     report, figure the printed tables and figure4.png
 """
 
 from fixedfirst.experiments.diagnose.finishing import FinishingChain, RunState, open_run_state
-from fixedfirst.experiments.diagnose.runner import DiagnoseOptions, run_diagnostic
-from fixedfirst.experiments.diagnose.update_pair import PairResult, UpdatePair, state_digest
-from fixedfirst.intervals import Interval, t_interval, t_quantile
+from fixedfirst.experiments.diagnose.runner import DiagnoseOptions, Diagnosis, run_diagnostic
+from fixedfirst.experiments.diagnose.update_pair import (
+    HeldoutNLL,
+    PairResult,
+    UpdatePair,
+    state_digest,
+)
+from fixedfirst.intervals import BootstrapInterval, two_way_bootstrap
 
 __all__ = [
+    "BootstrapInterval",
     "DiagnoseOptions",
+    "Diagnosis",
     "FinishingChain",
-    "Interval",
+    "HeldoutNLL",
     "PairResult",
     "RunState",
     "UpdatePair",
     "open_run_state",
     "run_diagnostic",
     "state_digest",
-    "t_interval",
-    "t_quantile",
+    "two_way_bootstrap",
 ]

@@ -3,7 +3,8 @@
 Left: Benefit(k) against serving depth k at the switch point (u = 0) and after 16 finishing
 updates, with 95% interval bands: where the deep update helps, and whether that survives the
 first finishing updates. Right: the depth-averaged benefit against u with its intervals and the
-zero line; u runs on a symlog axis so that u = 0 sits beside 1, 2, 4, ..., 32.
+zero line; u runs on a symlog axis so that u = 0 sits beside 1, 2, 4, ..., 32. The intervals are
+the ones in results.json (over training batches and held-out sequences, `summary`).
 
 Drawn on a bare `matplotlib.figure.Figure` (the Agg canvas writes the PNG), never through
 pyplot: no global backend switch, no display needed, nothing left open.
@@ -19,6 +20,7 @@ from matplotlib.figure import Figure
 
 from fixedfirst.files import save_figure
 
+INTERVAL_NAME = "bootstrap interval"
 PANEL_UPDATES = (0, 16)
 """The u values of the left panel (the paper's); missing ones fall back to the first and last."""
 
@@ -33,6 +35,13 @@ def _panel_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 def plot_figure4(results: dict[str, Any], path: str | Path) -> Path:
     """Draw the two panels from a `results.json` dictionary into `path` (PNG)."""
+    out = Path(path)
+    save_figure(figure4(results), out)
+    return out
+
+
+def figure4(results: dict[str, Any]) -> Figure:
+    """The two panels from a `results.json` dictionary."""
     shallow, deep = results["depths"]["shallow"], results["depths"]["deep"]
     level = f"{100 * results['interval']['level']:g}%"
     ks = results["serving_depths"]
@@ -55,15 +64,17 @@ def plot_figure4(results: dict[str, Any], path: str | Path) -> Path:
                           va="bottom", fontsize=8, color="grey")  # fmt: skip
     left.set_xlabel("serving depth k")
     left.set_ylabel(f"Benefit(k) = NLL after K={shallow} − after K={deep}  (nats)")
-    left.set_title(f"benefit by serving depth ({level} interval bands)", fontsize=10, pad=14)
+    left.set_title(f"benefit by serving depth ({level} {INTERVAL_NAME}s)", fontsize=10, pad=14)
     left.legend(frameon=False)
 
     rows = results["results"]
     us = [row["u"] for row in rows]
-    means = [row["depth_average"]["mean"] for row in rows]
-    low = [m - row["depth_average"]["low"] for m, row in zip(means, rows, strict=True)]
-    high = [row["depth_average"]["high"] - m for m, row in zip(means, rows, strict=True)]
-    right.errorbar(us, means, yerr=[low, high], fmt="o-", capsize=3, ms=4, color=colors[2])
+    averages = [row["depth_average"] for row in rows]
+    # Drawn from its ends, not as mean ± error: a percentile interval need not be symmetric.
+    low, high = [a["low"] for a in averages], [a["high"] for a in averages]
+    right.vlines(us, low, high, color=colors[2])
+    right.plot(us, low, "_", us, high, "_", color=colors[2], ms=8)
+    right.plot(us, [a["mean"] for a in averages], "o-", ms=4, color=colors[2])
     right.axhline(0.0, color="black", lw=0.8)
     right.set_xscale("symlog", linthresh=1)
     right.set_xticks(us)
@@ -76,17 +87,16 @@ def plot_figure4(results: dict[str, Any], path: str | Path) -> Path:
     note = (
         "the last u excludes 0" if start is None else f"every interval from u = {start} contains 0"
     )
-    right.set_title(f"depth-averaged benefit ({level} t-intervals; {note})", fontsize=10)
+    right.set_title(f"depth-averaged benefit ({level} {INTERVAL_NAME}s)\n{note}", fontsize=10)
 
     for ax in (left, right):
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
         ax.grid(alpha=0.25)
     fig.suptitle(
         f"Update diagnostic: {results['schedule']}, from step {results['checkpoint']['step']}, "
-        f"{results['batches']} batches per u, update RMS matched to the "
-        f"{results['rms_reference'].replace('-', ' ')}",
+        f"update RMS matched to the {results['rms_reference'].replace('-', ' ')}\n"
+        f"{results['batches']} training batches x {results['heldout']['sequences']} held-out "
+        "sequences per u; intervals resample both",
         fontsize=10,
     )
-    out = Path(path)
-    save_figure(fig, out)
-    return out
+    return fig

@@ -9,6 +9,10 @@ def _signed(x: float) -> str:
     return f"{x:+.2e}"
 
 
+def _with_interval(stats: dict[str, Any]) -> str:
+    return f"{_signed(stats['mean'])} [{_signed(stats['low'])}, {_signed(stats['high'])}]"
+
+
 def _from_u(u: int | None, last: int) -> str:
     if u is None:
         return f"no u from which every later interval contains 0 (u = {last} excludes it)"
@@ -51,7 +55,10 @@ def format_tables(results: dict[str, Any]) -> str:
         f"Benefit(k) = NLL_k after a depth-{shallow} update - NLL_k after a depth-{deep} update "
         f"(positive favours depth {deep}); RMS matched to the "
         f"{results['rms_reference'].replace('-', ' ')}; "
-        f"{results['batches']} batches per u; {level} {interval['kind']}",
+        f"{results['batches']} training batches x {results['heldout']['sequences']} held-out "
+        f"sequences per u",
+        f"intervals: {level} {interval['kind']} ({interval['resamples']} resamples); they cover "
+        f"{interval['covers']}",
         "",
         f"| u | step | lr | depth-averaged benefit | {level} interval | contains 0 |",
         "| ---: | ---: | ---: | ---: | :---: | :---: |",
@@ -73,22 +80,36 @@ def format_tables(results: dict[str, Any]) -> str:
             "| ---: |" + " :---: |" * len(bands),
         ]
         for row in results["results"]:
-            cells = [
-                f"{_signed(b['mean'])} [{_signed(b['low'])}, {_signed(b['high'])}]"
-                for b in (row["bands"][name] for name in bands)
-            ]
+            cells = [_with_interval(row["bands"][name]) for name in bands]
             lines.append(f"| {row['u']} | " + " | ".join(cells) + " |")
         lines.append("")
+    lines += [*uncertainty_sources(results), ""]
     lines += [
-        f"benefit by serving depth: mean ± {level} half-width",
+        f"benefit by serving depth: mean [{level} interval]",
         "",
         "| k | " + " | ".join(f"u={row['u']}" for row in results["results"]) + " |",
-        "| ---: |" + " ---: |" * len(results["results"]),
+        "| ---: |" + " :---: |" * len(results["results"]),
     ]
     for k in results["serving_depths"]:
-        cells = []
-        for row in results["results"]:
-            b = row["benefit"][str(k)]
-            cells.append(f"{_signed(b['mean'])} ± {(b['high'] - b['low']) / 2:.1e}")
+        cells = [_with_interval(row["benefit"][str(k)]) for row in results["results"]]
         lines.append(f"| {k} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def uncertainty_sources(results: dict[str, Any]) -> list[str]:
+    """Where the uncertainty of the depth-averaged benefit comes from: its bootstrap standard
+    error with only the training batches resampled (all an interval over batches sees), only
+    the held-out sequences, and both (the reported intervals)."""
+    lines = [
+        "standard error of the depth-averaged benefit, by what is resampled",
+        "",
+        "| u | batches only | held-out sequences only | both (the intervals) |",
+        "| ---: | ---: | ---: | ---: |",
+    ]
+    for row in results["results"]:
+        a = row["depth_average"]
+        lines.append(
+            f"| {row['u']} | {a['se_batches_only']:.2e} | {a['se_heldout_only']:.2e} | "
+            f"{a['se']:.2e} |"
+        )
+    return lines

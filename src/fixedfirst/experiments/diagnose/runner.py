@@ -9,8 +9,9 @@ and the same B batches are used at every u: the comparison across u is paired to
 pair uses the learning rate the run uses at its next step (switch + u), and both updates of a
 pair draw the same initial recurrent state. Benefit(k) is measured on a fixed held-out set (the
 run's first `heldout` validation sequences, one batch) at every serving depth k with one pass of
-the recurrence; per k and for the average over k we report the mean over batches and its 95%
-t-interval, and whether the depth-averaged interval contains zero.
+the recurrence, per held-out sequence; per k, per band of k and for the average over k we report
+the token-weighted mean over batches and sequences and its 95% two-way bootstrap interval over
+both (`summary`), and whether the intervals contain zero.
 
 Cost: 2 optimizer steps (depths 4 and 16) and 2 held-out passes to depth 16 per batch and per u,
 i.e. 7 x 32 = 224 pairs at the defaults, plus 32 finishing steps; model and optimizer are copied
@@ -32,18 +33,26 @@ import torch
 
 from fixedfirst.errors import UserError
 from fixedfirst.experiments.diagnose.finishing import SWITCH_TAG, FinishingChain, open_run_state
+from fixedfirst.experiments.diagnose.summary import (
+    IntervalSettings,
+    Measurements,
+    contained_from,
+    depth_bands,
+    first_u_containing_zero,
+)
 from fixedfirst.experiments.diagnose.update_pair import (
     RMS_REFERENCES,
-    PairResult,
     UpdatePair,
     pair_row_seeds,
     stack_batches,
 )
-from fixedfirst.intervals import t_interval, t_quantile
+from fixedfirst.model.loss import IGNORE_INDEX
 from fixedfirst.schedules import describe
 from fixedfirst.train.progress import Progress
 
 DEFAULT_UPDATES = (0, 1, 2, 4, 8, 16, 32)
+MIN_RESAMPLES = 100
+"""Fewer resamples than this leave a 95% percentile interval's ends resting on 2-3 draws."""
 
 RMS_REFERENCE_DESCRIPTIONS = {
     "geometric-mean": "both updates rescaled to sqrt(RMS(shallow) * RMS(deep)), the geometric "
@@ -72,9 +81,12 @@ class DiagnoseOptions:
     rms_reference: str = "geometric-mean"
     """The common RMS of the two updates: geometric-mean, shallow or deep."""
     level: float = 0.95
-    """Confidence level of the t-intervals."""
+    """Confidence level of the intervals."""
+    resamples: int = 2000
+    """Bootstrap resamples per interval."""
     seed: int = 0
-    """Seed of the pair updates' initial-state draws (the finishing steps use the run's own)."""
+    """Seed of the pair updates' initial-state draws (the finishing steps use the run's own)
+    and of the bootstrap's draws."""
     device: str = "auto"
 
     def __post_init__(self) -> None:
@@ -87,8 +99,11 @@ class DiagnoseOptions:
             raise UserError(f"--depths must be two depths >= 1, got {self.depths}")
         if not self.serving_depths or min(self.serving_depths) < 1:
             raise UserError(f"--serving-depths must be depths >= 1, got {self.serving_depths}")
-        if self.heldout < 1:
-            raise UserError(f"--heldout must be >= 1 sequence, got {self.heldout}")
+        if self.heldout < 2:
+            raise UserError(
+                f"--heldout must be >= 2 sequences (the intervals resample them), got "
+                f"{self.heldout}"
+            )
         if self.rms_reference not in RMS_REFERENCES:
             raise UserError(
                 f"--rms-reference must be one of {', '.join(RMS_REFERENCES)}, "
@@ -96,104 +111,18 @@ class DiagnoseOptions:
             )
         if not 0.0 < self.level < 1.0:
             raise UserError(f"--level must be in (0, 1), got {self.level}")
+        if self.resamples < MIN_RESAMPLES:
+            raise UserError(f"--resamples must be >= {MIN_RESAMPLES}, got {self.resamples}")
 
 
-def depth_bands(serving_depths: list[int], shallow: int, deep: int) -> dict[str, list[int]]:
-    """The serving depths split where the two update depths split them: at or below the shallow
-    update's depth, between the two, and beyond the deep one (each band only if measured).
+@dataclass
+class Diagnosis:
+    """What `run_diagnostic` measured: the summary (results.json) and the raw per-sequence
+    benefits behind its intervals, too large for JSON."""
 
-    A depth average can hide opposite signs (the shallow update helps at depth 1 while the deep
-    one helps at 5..16, and the two cancel), so the headline is stated per band as well."""
-    bands = {
-        f"1..{shallow}": [k for k in serving_depths if k <= shallow],
-        f"{shallow + 1}..{deep}": [k for k in serving_depths if shallow < k <= deep],
-        f">{deep}": [k for k in serving_depths if k > deep],
-    }
-    return {name: depths for name, depths in bands.items() if depths}
-
-
-def summarize(
-    benefits: np.ndarray, serving_depths: list[int], level: float
-) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """(per-depth intervals, depth-averaged interval) of a (batches, depths) benefit matrix.
-
-    The depth average is taken per batch first, then its interval over batches: the batches are
-    the independent units, the depths of one batch are not."""
-    per_depth = {
-        str(k): t_interval(benefits[:, j], level).to_dict() for j, k in enumerate(serving_depths)
-    }
-    average = t_interval(benefits.mean(axis=1), level).to_dict()
-    return per_depth, average
-
-
-class Measurements:
-    """The per-batch numbers of one u: benefits, NLLs after each update, raw update RMSs."""
-
-    def __init__(self, batches: int, n_depths: int) -> None:
-        self.benefit = np.empty((batches, n_depths))
-        self.nll_shallow = np.empty((batches, n_depths))
-        self.nll_deep = np.empty((batches, n_depths))
-        self.rms = np.empty((batches, 3))
-
-    def add(self, i: int, result: PairResult, serving_depths: list[int]) -> None:
-        benefit = result.benefit
-        self.benefit[i] = [benefit[k] for k in serving_depths]
-        self.nll_shallow[i] = [result.nll_shallow[k] for k in serving_depths]
-        self.nll_deep[i] = [result.nll_deep[k] for k in serving_depths]
-        self.rms[i] = (result.rms_shallow, result.rms_deep, result.rms_reference)
-
-    def summary(
-        self,
-        baseline: dict[int, float],
-        serving_depths: list[int],
-        level: float,
-        bands: dict[str, list[int]],
-    ) -> dict[str, Any]:
-        per_depth, average = summarize(self.benefit, serving_depths, level)
-        names = [str(k) for k in serving_depths]
-        columns = {k: j for j, k in enumerate(serving_depths)}
-        band_intervals = {
-            name: t_interval(
-                self.benefit[:, [columns[k] for k in depths]].mean(axis=1), level
-            ).to_dict()
-            for name, depths in bands.items()
-        }
-        return {
-            "benefit": per_depth,
-            "depth_average": average,
-            "bands": band_intervals,
-            "contains_zero": average["contains_zero"],
-            "baseline_nll": {str(k): baseline[k] for k in serving_depths},
-            "nll_after_shallow": dict(zip(names, self.nll_shallow.mean(0).tolist(), strict=True)),
-            "nll_after_deep": dict(zip(names, self.nll_deep.mean(0).tolist(), strict=True)),
-            "update_rms": dict(
-                zip(("shallow", "deep", "reference"), self.rms.mean(0).tolist(), strict=True)
-            ),
-            "per_batch_benefit": self.benefit.tolist(),
-        }
-
-
-def _interval(row: dict[str, Any], band: str | None) -> dict[str, Any]:
-    return row["depth_average"] if band is None else row["bands"][band]
-
-
-def first_u_containing_zero(rows: list[dict[str, Any]], band: str | None = None) -> int | None:
-    """The first measured u whose interval (depth average, or one band's) contains zero."""
-    for row in rows:
-        if _interval(row, band)["contains_zero"]:
-            return row["u"]
-    return None
-
-
-def contained_from(rows: list[dict[str, Any]], band: str | None = None) -> int | None:
-    """The smallest u from which every larger measured u also contains zero: the headline,
-    since a single interval that contains zero between two that do not says little."""
-    start = None
-    for row in reversed(rows):
-        if not _interval(row, band)["contains_zero"]:
-            break
-        start = row["u"]
-    return start
+    results: dict[str, Any]
+    benefit_per_sequence: np.ndarray
+    """(updates, batches, held-out sequences, serving depths), in nats per token."""
 
 
 def run_diagnostic(
@@ -201,8 +130,9 @@ def run_diagnostic(
     options: DiagnoseOptions | None = None,
     quiet: bool = False,
     record_digests: bool = False,
-) -> dict[str, Any]:
-    """Measure the update diagnostic on `run`; return the results (the `results.json` content).
+) -> Diagnosis:
+    """Measure the update diagnostic on `run`: the results (the `results.json` content) and the
+    per-sequence benefits.
 
     record_digests: also hash the model and optimizer state right before every update and keep
     the pairs of digests (a check that both updates start from bit-identical states).
@@ -228,6 +158,17 @@ def run_diagnostic(
     ]
     heldout = stack_batches(state.source.validation_batches(1, o.heldout)).to(state.device)
     data_seconds = time.perf_counter() - data_started
+    sequences = int(heldout.inputs.shape[0])
+    tokens_per_sequence = (heldout.targets != IGNORE_INDEX).sum(dim=1).tolist()
+    scored = sum(1 for n in tokens_per_sequence if n > 0)
+    if scored < 2:
+        raise UserError(
+            f"the run's validation data gave {sequences} held-out sequence(s), {scored} with "
+            "scored targets; the intervals resample held-out sequences and need at least 2: "
+            "give the run more validation data"
+        )
+    settings = IntervalSettings(o.level, o.resamples, o.seed)
+    benefit_per_sequence = np.empty((len(o.updates), o.batches, sequences, len(o.serving_depths)))
 
     chain = FinishingChain(state)
     bands = depth_bands(o.serving_depths, *o.depths)
@@ -237,7 +178,7 @@ def run_diagnostic(
     rows: list[dict[str, Any]] = []
     digests: list[tuple[str, str]] = []
     try:
-        for u in o.updates:
+        for index, u in enumerate(o.updates):
             while chain.step < state.step + u:
                 t0 = time.perf_counter()
                 record = chain.advance(chain_batches[chain.step - state.step])
@@ -256,12 +197,12 @@ def run_diagnostic(
                 state.dtype,
                 record_digests,
             )
-            measured = Measurements(o.batches, len(o.serving_depths))
+            measured = Measurements(o.batches, sequences, o.serving_depths)
             with pair:
                 for i, batch in enumerate(pair_batches):
                     seeds = pair_row_seeds(o.seed, i, batch.inputs.shape[0])
                     result = pair.measure(batch, lr, seeds)
-                    measured.add(i, result, o.serving_depths)
+                    measured.add(i, result)
                     if result.start_digests is not None:
                         digests.append(result.start_digests)
                     done += 1
@@ -270,14 +211,16 @@ def run_diagnostic(
                         {
                             "u": str(u),
                             "batch": f"{i + 1}/{o.batches}",
-                            "mean benefit": f"{measured.benefit[: i + 1].mean():+.2e}",
+                            "mean benefit": f"{measured.per_batch_benefit(i + 1).mean():+.2e}",
                         },
                     )
             for key in seconds:
                 seconds[key] += pair.seconds[key]
+            assert pair.baseline is not None
             row = {"u": u, "step": chain.step, "lr": lr}
-            row.update(measured.summary(pair.baseline, o.serving_depths, o.level, bands))
+            row.update(measured.summary(pair.baseline, bands, settings))
             rows.append(row)
+            benefit_per_sequence[index] = measured.benefit
     finally:
         progress.close()
 
@@ -299,17 +242,18 @@ def run_diagnostic(
         "batches": o.batches,
         "batch_size": train.batch_size,
         "heldout": {
-            "sequences": int(heldout.inputs.shape[0]),
+            "sequences": sequences,
             "tokens": heldout.scored_tokens,
+            "tokens_per_sequence": tokens_per_sequence,
+        },
+        "per_sequence": {
+            "axes": ["u", "batch", "held-out sequence", "serving depth"],
+            "shape": list(benefit_per_sequence.shape),
+            "what": "benefit per held-out sequence: mean over its scored tokens, nats/token",
         },
         "rms_reference": o.rms_reference,
         "rms_reference_description": RMS_REFERENCE_DESCRIPTIONS[o.rms_reference],
-        "interval": {
-            "kind": "student-t over batches",
-            "level": o.level,
-            "df": o.batches - 1,
-            "t_quantile": t_quantile(0.5 + o.level / 2, o.batches - 1),
-        },
+        "interval": settings.describe(),
         "seed": o.seed,
         "device": str(state.device),
         "finishing_steps": [vars(s) for s in chain.history],
@@ -329,4 +273,4 @@ def run_diagnostic(
     }
     if record_digests:
         results["start_digests"] = [list(d) for d in digests]
-    return results
+    return Diagnosis(results, benefit_per_sequence)

@@ -6,7 +6,8 @@ differ in size as well as direction (a deeper forward gives other gradient magni
 normalises per coordinate only partly), so each update Δθ = θ_after − θ_before (over all
 parameters at once) is rescaled to a common RMS before it is applied: what remains is the
 question "which *direction* is better?". Benefit(k) = NLL_k(θ + Δθ_a') − NLL_k(θ + Δθ_b') at
-every serving depth k; positive favours the deeper update.
+every serving depth k and for every held-out sequence (its mean over its scored tokens);
+positive favours the deeper update.
 
 The common RMS (the *reference*) is, by default, the geometric mean of the two raw RMSs: it
 treats the depths symmetrically and keeps the applied step at the size a real update has here.
@@ -35,7 +36,7 @@ from fixedfirst.config import TrainConfig
 from fixedfirst.data.source import Batch
 from fixedfirst.errors import UserError
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.model.loss import IGNORE_INDEX
+from fixedfirst.model.loss import IGNORE_INDEX, next_token_loss
 from fixedfirst.train.evaluation import autocast
 from fixedfirst.train.step import train_step
 
@@ -121,20 +122,48 @@ def reference_rms(rms_shallow: float, rms_deep: float, reference: RmsReference) 
     raise ValueError(f"unknown RMS reference {reference!r}; choose from {RMS_REFERENCES}")
 
 
+@dataclass(frozen=True, eq=False)
+class HeldoutNLL:
+    """NLL on the held-out set by sequence and serving depth.
+
+    Kept per sequence, not only as one mean, so that an interval can resample the held-out
+    sequences as well as the training batches (docs/design.md §6)."""
+
+    depths: list[int]
+    per_sequence: np.ndarray
+    """(sequences, depths): mean NLL over each sequence's scored tokens (0 where it has none)."""
+    tokens: np.ndarray
+    """(sequences,): scored tokens of each sequence, the weights of the token-weighted mean."""
+
+    def mean(self) -> dict[int, float]:
+        """Token-weighted mean NLL per serving depth: nats per scored token of the whole set."""
+        means = self.tokens @ self.per_sequence / self.tokens.sum()
+        return dict(zip(self.depths, means.tolist(), strict=True))
+
+
 def heldout_nll(
     model: LoopedTransformer,
     heldout: Batch,
     serving_depths: list[int],
     dtype: torch.dtype = torch.float32,
-) -> dict[int, float]:
-    """Token-weighted mean NLL at every serving depth: one no-grad, eval-mode pass."""
+) -> HeldoutNLL:
+    """NLL at every serving depth, per held-out sequence: one no-grad, eval-mode pass."""
     was_training = model.training
     model.eval()
+    targets = heldout.targets
+    scored = targets != IGNORE_INDEX
+    tokens = scored.sum(dim=1).double()
+    per_sequence = torch.zeros(targets.shape[0], len(serving_depths), dtype=torch.float64)
     try:
         with torch.no_grad(), autocast(heldout.inputs.device, dtype):
-            return model.nll_by_depth(heldout.inputs, heldout.targets, serving_depths)
+            for depth, logits in model.logits_by_depth(heldout.inputs, serving_depths):
+                losses = next_token_loss(logits, targets, reduction="none")
+                sums = losses.view_as(targets).double().sum(dim=1)
+                columns = [j for j, k in enumerate(serving_depths) if k == depth]
+                per_sequence[:, columns] = (sums / tokens.clamp(min=1)).cpu()[:, None]
     finally:
         model.train(was_training)
+    return HeldoutNLL(list(serving_depths), per_sequence.numpy(), tokens.cpu().numpy())
 
 
 def stack_batches(batches: list[Batch]) -> Batch:
@@ -168,9 +197,9 @@ def pair_row_seeds(seed: int, index: int, rows: int) -> list[int]:
 class PairResult:
     """One batch's paired measurement."""
 
-    nll_shallow: dict[int, float]
-    """Held-out NLL per serving depth after the rescaled shallow update."""
-    nll_deep: dict[int, float]
+    nll_shallow: HeldoutNLL
+    """Held-out NLL per sequence and serving depth after the rescaled shallow update."""
+    nll_deep: HeldoutNLL
     """The same after the rescaled deep update."""
     rms_shallow: float
     """RMS of the raw shallow update (before rescaling)."""
@@ -181,9 +210,17 @@ class PairResult:
     """State digests taken right before each update (when asked for): must be equal."""
 
     @property
+    def benefit_per_sequence(self) -> np.ndarray:
+        """(sequences, depths): NLL after the shallow update − after the deep one, per held-out
+        sequence; positive favours deep."""
+        return self.nll_shallow.per_sequence - self.nll_deep.per_sequence
+
+    @property
     def benefit(self) -> dict[int, float]:
-        """NLL after the shallow update − NLL after the deep one; positive favours deep."""
-        return {k: self.nll_shallow[k] - self.nll_deep[k] for k in self.nll_shallow}
+        """Token-weighted mean over the held-out set of `benefit_per_sequence`, per depth."""
+        tokens = self.nll_shallow.tokens
+        means = tokens @ self.benefit_per_sequence / tokens.sum()
+        return dict(zip(self.nll_shallow.depths, means.tolist(), strict=True))
 
 
 class UpdatePair:
@@ -214,7 +251,7 @@ class UpdatePair:
         self.record_digests = record_digests
         self.params = list(model.parameters())
         self.before: StateSnapshot | None = None
-        self.baseline: dict[int, float] = {}
+        self.baseline: HeldoutNLL | None = None
         # Reused for every batch: the raw updates of the shallow and the deep step.
         self.deltas = tuple([torch.empty_like(p) for p in self.params] for _ in depths)
         self.seconds = {"updates": 0.0, "evaluation": 0.0}
@@ -229,7 +266,7 @@ class UpdatePair:
         self.before.restore(self.model, self.optimizer)
         self.before = None
 
-    def _evaluate(self) -> dict[int, float]:
+    def _evaluate(self) -> HeldoutNLL:
         started = time.perf_counter()
         result = heldout_nll(self.model, self.heldout, self.serving_depths, self.dtype)
         self.seconds["evaluation"] += time.perf_counter() - started

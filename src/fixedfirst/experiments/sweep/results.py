@@ -23,9 +23,10 @@ from fixedfirst.compute import modeled_savings
 from fixedfirst.files import write_text_atomic
 from fixedfirst.runs.experiment import PlannedRun
 from fixedfirst.schedules import describe
+from fixedfirst.train.evaluation import SERVING_RANGE
 
 RESULTS_FORMAT = "fixedfirst-sweep-results"
-RESULTS_VERSION = 3
+RESULTS_VERSION = 4
 TABLE_DEPTHS = (1, 4, 16, 32, 64)
 """NLL columns of table.md (results.json holds every evaluated depth)."""
 
@@ -72,20 +73,43 @@ def result_row(
         "phases": summary["phases"],
         "eval_step": evaluation["step"],
         "eval_tokens": evaluation["scored_tokens"],
+        "eval_sequences": evaluation.get("sequences"),
+        "eval_sequences_asked": evaluation["batches"] * evaluation["batch_size"],
+        "validation_seed": evaluation.get("validation_seed"),
         "nll_by_depth": evaluation["nll_by_depth"],
         "mean_serving_nll": evaluation["mean_serving_nll"],
     }
 
 
+def by_depth(row: dict[str, Any], metric: str) -> dict[int, float]:
+    """The row's metric at each serving depth it was measured at."""
+    values = row["task_scores"] if metric == "task" else row["nll_by_depth"]
+    return {int(d): float(v) for d, v in values.items()}
+
+
+def headline(row: dict[str, Any], metric: str) -> float:
+    """The metric averaged over serving depths 1..16 (for NLL: the mean serving NLL)."""
+    values = by_depth(row, metric)
+    return sum(values[d] for d in SERVING_RANGE) / len(SERVING_RANGE)
+
+
 def compare_to_reference(
-    rows: list[dict[str, Any]], reference: str | None
+    rows: list[dict[str, Any]], reference: str | None, same_seed: bool = False
 ) -> dict[str, Any] | None:
-    """Add wall-clock savings and the relative mean-NLL difference against the reference row
-    (None where the reference has not finished). Returns the reference row."""
+    """Add wall-clock savings and the relative mean-NLL difference against the reference row,
+    or with `same_seed` against the reference entry's row of the row's own seed (None where it
+    has not finished). Returns the reference row."""
     ref = next((r for r in rows if r["name"] == reference), None)
     for row in rows:
-        row["wall_savings"] = 1.0 - row["wall"] / ref["wall"] if ref and ref["wall"] > 0 else None
-        mean, ref_mean = row["mean_serving_nll"], ref and ref["mean_serving_nll"]
+        against = ref
+        if same_seed and ref is not None:
+            against = next(
+                (r for r in rows if r["group"] == ref["group"] and r["seed"] == row["seed"]), None
+            )
+        row["wall_savings"] = (
+            1.0 - row["wall"] / against["wall"] if against and against["wall"] > 0 else None
+        )
+        mean, ref_mean = row["mean_serving_nll"], against and against["mean_serving_nll"]
         row["mean_nll_rel_diff"] = mean / ref_mean - 1.0 if mean and ref_mean else None
     return ref
 
@@ -142,8 +166,11 @@ TABLE_COLUMNS = (
 )
 
 
-def table_markdown(rows: list[dict[str, Any]], reference: str | None, missing: list[str]) -> str:
-    """The schedule table, with a legend saying what each column measures."""
+def table_markdown(
+    rows: list[dict[str, Any]], reference: str | None, missing: list[str], same_seed: bool = False
+) -> str:
+    """The schedule table, with a legend saying what each column measures (`same_seed`: each
+    row was compared with the reference entry's run of its seed)."""
     lines = ["| " + " | ".join(TABLE_COLUMNS) + " |", "|" + " --- |" * len(TABLE_COLUMNS)]
     for r in rows:
         name = f"**{r['name']}** (reference)" if r["name"] == reference else r["name"]
@@ -163,9 +190,18 @@ def table_markdown(rows: list[dict[str, Any]], reference: str | None, missing: l
         lines.append("| " + " | ".join(cells) + " |")
     eval_tokens = sorted({r["eval_tokens"] for r in rows})
     against = (
-        f"savings relative to the reference run `{reference}` on the same machine"
-        if reference
-        else "no reference run (the sweep names none), so no savings or differences"
+        "no reference run (the sweep names none), so no savings or differences"
+        if not reference
+        else f"savings relative to the reference run `{reference}` on the same machine"
+        if not same_seed
+        else "savings relative to the reference entry's run of the same seed on the same machine"
+    )
+    drawn = any(r.get("validation_seed") is not None for r in rows)
+    held_out = (
+        "validation rows drawn from the whole validation split by each run's seed (the same "
+        "rows for every run of one seed)"
+        if drawn
+        else "the validation split's first rows"
     )
     lines += [
         "",
@@ -177,12 +213,27 @@ def table_markdown(rows: list[dict[str, Any]], reference: str | None, missing: l
         f"training steps only (no evaluation or checkpoints); {against}. Compute of an auto "
         "switch's probes is not in these columns (switch_study.md has it). NLL: validation nats "
         "per token "
-        f"over {', '.join(f'{t:,}' for t in eval_tokens)} tokens at serving depth K; mean over "
-        'K = 1..16; "vs reference" is its relative difference to the reference run\'s.',
+        f"over {', '.join(f'{t:,}' for t in eval_tokens)} tokens of {held_out} at serving depth "
+        'K; mean over K = 1..16; "vs reference" is its relative difference to the reference '
+        "run's (with seeds: of the same seed).",
     ]
+    short = sorted({r["eval_sequences"] for r in rows if _scored_fewer(r)})
+    if short:
+        lines += [
+            "",
+            f"The validation split holds only {', '.join(map(str, short))} sequences, fewer than "
+            "the evaluation asked for: all of it was scored.",
+        ]
     if missing:
         lines += ["", "Not finished yet (left out): " + ", ".join(missing) + "."]
     return "\n".join(lines) + "\n"
+
+
+def _scored_fewer(row: dict[str, Any]) -> bool:
+    """The run's evaluation scored all of a validation split smaller than it asked for."""
+    return row.get("eval_sequences") is not None and (
+        row["eval_sequences"] < row["eval_sequences_asked"]
+    )
 
 
 def write_text(path: Path, text: str) -> None:

@@ -9,7 +9,7 @@
                                         # (optional)
     figure3 = "ff-k2-s0.67-uniform"     # the fixed-first run drawn as Figure 3 (optional)
     eval_batches = 8                    # validation batches of the final evaluation (optional)
-    seeds = [0, 1]                      # every run once per seed, as NAME-seedS (optional)
+    seeds = [0, 1, 2]                   # every run once per seed, as NAME-seedS (optional)
     metric = "nll"                      # or "task": the data kind's own metric, e.g. chains
                                         # accuracy, also measured at every serving depth
     switch_study = true                 # the auto-switch study's table and figure (optional)
@@ -23,6 +23,15 @@
     schedule.kind = "uniform"
     flops_of = "ff-k4-s0.67-uniform"    # train.flops = that run's modeled FLOPs
 
+    [[claims]]                          # a sentence of the paper and its test (needs seeds)
+    text = "K0=2, switch 0.67: mean serving NLL within 0.5% of uniform"
+    a = "ff-k2-s0.67-uniform"           # [[runs]] entries
+    b = "uniform"
+    metric = "mean"                     # the sweep's metric (default), or "depth:K": at depth K
+    measure = "relative"                # a[s] / b[s] - 1 per seed, or "difference": a[s] - b[s]
+    claim = "below"                     # the quantity lies below (or "above") the bound
+    bound = 0.005
+
 A base file name is relative to the sweep file; a relative data.path is, as in every run config,
 relative to the file that holds it (the base file, or this one). Each run is the base with its keys
 applied on top, validated like any run config. With `seeds`, each [[runs]] entry is a group of
@@ -30,26 +39,37 @@ runs, NAME-seedS with train.seed = S, and `reference`, `figure3` and `flops_of` 
 first seed's run, or the same seed's). `flops_of` makes a compute-matched run: its FLOP budget is
 the other run's modeled training FLOPs from the compute model, so nobody copies a FLOP count by
 hand and it stays right when the base changes (not an auto-switch run's: what that spends is
-known only once it has switched). Everything is checked when
-the file is loaded, before anything trains: a typo found after an hour of training costs the hour.
+known only once it has switched).
+
+With `seeds`, the final NLL evaluation of run NAME-seedS scores validation rows drawn from the
+whole validation split by S, the same rows for every entry (so differences stay paired), and
+table.md adds a table of each entry over its seeds (seed_table.py). A claim is decided by the
+interval over seeds of its paired quantity (claims.py, claims.md); which side is better is the
+sentence's to say (NLL falls, a task's score rises), so `claim` is never guessed. Everything is
+checked when the file is loaded, before anything trains: a typo found after an hour of training
+costs the hour.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fixedfirst.compute import UNIFORM_REFERENCE, plan_budget
 from fixedfirst.config import SECTIONS, RunConfig, read_toml
 from fixedfirst.errors import UserError
+from fixedfirst.experiments.sweep.claims import DEPTH_PREFIX, MEASURES, ClaimSpec
 from fixedfirst.paths import resolve_data_path
 from fixedfirst.runs.experiment import PlannedRun
 
-TOP_LEVEL_KEYS = ("base", "sweep", "runs")
+TOP_LEVEL_KEYS = ("base", "sweep", "runs", "claims")
 SWEEP_KEYS = ("reference", "figure3", "eval_batches", "seeds", "metric", "switch_study")
 RUN_KEYS = ("name", "flops_of")
+CLAIM_KEYS = ("text", "a", "b", "metric", "measure", "claim", "bound")
+CLAIM_REQUIRED = ("text", "a", "b", "measure", "claim", "bound")
 SECTION_NAMES = tuple(c.SECTION for c in SECTIONS)
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -70,6 +90,13 @@ class SweepSpec:
     metric: str = "nll"
     """`nll`: mean serving NLL; `task`: the data kind's own metric (DataKind.evaluate)."""
     switch_study: bool = False
+    seeds: list[int] | None = None
+    claims: list[ClaimSpec] = field(default_factory=list)
+
+    @property
+    def reference_group(self) -> str | None:
+        """The [[runs]] entry of the reference run."""
+        return None if self.reference is None else self.groups[self.reference]
 
     def run(self, name: str) -> PlannedRun:
         return next(r for r in self.runs if r.name == name)
@@ -211,6 +238,8 @@ def load_sweep(path: str | Path) -> SweepSpec:
         groups=groups,
         metric=_metric(settings, runs, path),
         switch_study=_switch_study(settings, runs, path),
+        seeds=seeds,
+        claims=_claims(raw.get("claims", []), entry_names, seeds, path),
     )
     return spec
 
@@ -318,3 +347,59 @@ def _eval_batches(settings: dict[str, Any], path: Path) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise UserError(f"{path}: sweep.eval_batches must be an integer >= 1, got {value!r}")
     return value
+
+
+def _claims(entries: Any, names: list[str], seeds: list[int] | None, path: Path) -> list[ClaimSpec]:
+    """The [[claims]] tables, checked: names of [[runs]] entries, a metric, measure and side."""
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise UserError(f"{path}: claims must be [[claims]] tables of key = value lines")
+    if entries and (seeds is None or len(seeds) < 2):
+        raise UserError(
+            f"{path}: [[claims]] are decided by intervals over seeds; set [sweep] seeds to at "
+            "least 2 seeds, e.g. seeds = [0, 1, 2]"
+        )
+    return [_claim(entry, names, f"{path}: claims[{i}]") for i, entry in enumerate(entries)]
+
+
+def _claim(entry: dict[str, Any], names: list[str], where: str) -> ClaimSpec:
+    from fixedfirst.train.evaluation import EVAL_DEPTHS
+
+    _unknown(entry, CLAIM_KEYS, where)
+    missing = [k for k in CLAIM_REQUIRED if k not in entry]
+    if missing:
+        raise UserError(
+            f"{where}: missing {', '.join(missing)}; a claim needs " + ", ".join(CLAIM_REQUIRED)
+        )
+    text = entry["text"]
+    if not isinstance(text, str) or not text.strip():
+        raise UserError(f"{where}: text must be the claim's sentence, got {text!r}")
+    for key in ("a", "b"):
+        if entry[key] not in names:
+            raise UserError(
+                f"{where}: {key} = {entry[key]!r} is not a [[runs]] entry; entries: "
+                + ", ".join(names)
+            )
+    if entry["a"] == entry["b"]:
+        raise UserError(f"{where}: a and b both name {entry['a']!r}; compare two entries")
+    metric = entry.get("metric", "mean")
+    if metric != "mean" and metric not in [f"{DEPTH_PREFIX}{d}" for d in EVAL_DEPTHS]:
+        raise UserError(
+            f'{where}: metric = {metric!r}: use "mean" (the sweep\'s metric) or '
+            f'"depth:K" with K one of the evaluated depths {", ".join(map(str, EVAL_DEPTHS))}'
+        )
+    if entry["measure"] not in MEASURES:
+        raise UserError(
+            f'{where}: measure = {entry["measure"]!r}: use "relative" (a/b - 1 per seed) '
+            'or "difference" (a - b per seed)'
+        )
+    if entry["claim"] not in ("above", "below"):
+        raise UserError(
+            f'{where}: claim = {entry["claim"]!r}: use "below" or "above" (the '
+            "side of bound the sentence puts the quantity on)"
+        )
+    bound = entry["bound"]
+    if isinstance(bound, bool) or not isinstance(bound, int | float) or not math.isfinite(bound):
+        raise UserError(f"{where}: bound must be a number, got {bound!r}")
+    return ClaimSpec(
+        text, entry["a"], entry["b"], metric, entry["measure"], entry["claim"], float(bound)
+    )

@@ -17,19 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fixedfirst.train.evaluation import SERVING_RANGE
-
-
-def by_depth(row: dict[str, Any], metric: str) -> dict[int, float]:
-    """The row's metric at each serving depth it was measured at."""
-    values = row["task_scores"] if metric == "task" else row["nll_by_depth"]
-    return {int(d): float(v) for d, v in values.items()}
-
-
-def headline(row: dict[str, Any], metric: str) -> float:
-    """The metric averaged over serving depths 1..16 (for NLL: the mean serving NLL)."""
-    values = by_depth(row, metric)
-    return sum(values[d] for d in SERVING_RANGE) / len(SERVING_RANGE)
+from fixedfirst.experiments.sweep.results import by_depth, headline
 
 
 @dataclass

@@ -1,0 +1,58 @@
+"""A sweep's report from its rows: results.json, table.md, claims.md and the figures.
+
+Everything here reads numbers already measured (the rows, from each run's summary and cached
+evaluations); nothing trains or evaluates, so the report of a finished sweep is rewritten in
+seconds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fixedfirst.experiments.sweep.claims import claims_markdown, evaluate_claims
+from fixedfirst.experiments.sweep.depth_figure import plot_nll_by_depth
+from fixedfirst.experiments.sweep.figure3 import plot_figure3
+from fixedfirst.experiments.sweep.results import (
+    compare_to_reference,
+    results_document,
+    table_markdown,
+    write_results,
+    write_text,
+)
+from fixedfirst.experiments.sweep.seed_table import seed_groups, seed_table_markdown
+from fixedfirst.experiments.sweep.spec import SweepSpec
+from fixedfirst.experiments.sweep.switch_report import write_study
+from fixedfirst.runs.experiment import run_directory
+from fixedfirst.train.evaluation import EVAL_DEPTHS
+
+
+def write_report(
+    spec: SweepSpec, out: Path, rows: list[dict[str, Any]], missing: list[str]
+) -> list[Path]:
+    """results.json, table.md, (with claims) claims.md, nll_by_depth.png, (when its run
+    finished) figure3.png and, for a switch study, switch_study.md/.json/.png."""
+    same_seed = spec.seeds is not None
+    compare_to_reference(rows, spec.reference, same_seed)
+    score_name = rows[0].get("task_score_name") if spec.metric == "task" else None
+    document = results_document(rows, spec.reference, spec.path, EVAL_DEPTHS)
+    table = table_markdown(rows, spec.reference, missing, same_seed)
+    if spec.seeds is not None:
+        groups = seed_groups(rows, spec.reference_group, spec.metric)
+        document["groups"] = groups
+        table += "\n## Over seeds\n\n" + seed_table_markdown(
+            groups, spec.reference_group, spec.metric, score_name
+        )
+    files = [out / "results.json", out / "table.md"]
+    if spec.claims:
+        document["claims"] = evaluate_claims(spec.claims, rows, spec.metric, score_name)
+        write_text(out / "claims.md", claims_markdown(document["claims"], spec.metric))
+        files.append(out / "claims.md")
+    write_results(out, document, table)
+    files.append(plot_nll_by_depth(rows, spec.reference, out / "nll_by_depth.png"))
+    if spec.figure3 is not None and any(r["name"] == spec.figure3 for r in rows):
+        figure3_run = run_directory(out, spec.figure3).path
+        files.append(plot_figure3(figure3_run, out / "figure3.png"))
+    if spec.switch_study:
+        files += write_study(rows, spec.metric, score_name or "mean serving NLL", out)
+    return files

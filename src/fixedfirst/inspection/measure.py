@@ -1,0 +1,186 @@
+"""What `fixedfirst inspect` measures: every position of some sequences at every serving depth,
+and where each exit rule stops on it.
+
+At fixed depths everything comes from ONE pass of the recurrence per window
+(`LoopedTransformer.logits_by_depth`), scored by the one loss (`next_token_loss`, per position),
+so the numbers are those of `fixedfirst eval` on the same tokens: the mean over the scored
+positions equals eval's NLL when the sequences are eval's. Exit rules are the serving ones
+(serve/exit_rules.py), applied by `teacher_forced_exit`: every position decoded under the rule as
+generation would if it had produced these tokens, earlier positions showing later ones their last
+computed iteration (docs/design.md §12).
+
+A sequence longer than the model's window is scored in consecutive windows of max_seq_len
+positions, each from an empty context, as eval scores its validation windows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fixedfirst.data.registry import ScoredSequence
+from fixedfirst.model import LoopedTransformer
+from fixedfirst.model.loss import IGNORE_INDEX, next_token_loss
+from fixedfirst.serve.adaptive import teacher_forced_exit
+from fixedfirst.serve.exit_rules import ExitRule
+from fixedfirst.train.evaluation import autocast
+
+LOGITS_PER_BATCH = 1 << 24
+"""Logit values a batch of windows may hold at once (64 MB in float32): windows are batched up
+to this, so a long text with a large vocabulary does not hold all its logits at once."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """Positions [start, end) of sequence `sequence`, scored in one forward."""
+
+    sequence: int
+    start: int
+    end: int
+
+
+@dataclass
+class RuleStops:
+    """Where one exit rule stopped at every position, and what it read out there."""
+
+    rule: ExitRule
+    depth: np.ndarray
+    """(N,) the depth it stopped at."""
+    nll: np.ndarray
+    """(N,) the target's NLL in the distribution it stopped with (NaN where not scored)."""
+    top: np.ndarray
+    """(N,) the most likely token of that distribution."""
+
+
+@dataclass
+class Inspection:
+    """Every position of the sequences, in order, one after another (N in all)."""
+
+    sequences: list[ScoredSequence]
+    depths: list[int]
+    windows: list[Window]
+    nll: np.ndarray
+    """(D, N) NLL of the target at each depth (NaN where the target is not scored)."""
+    top: np.ndarray
+    """(D, N) the most likely token at each depth."""
+    top_probability: np.ndarray
+    """(D, N) its probability."""
+    rules: list[RuleStops]
+
+    @property
+    def targets(self) -> np.ndarray:
+        return np.array([t for s in self.sequences for t in s.targets], dtype=np.int64)
+
+    @property
+    def scored(self) -> np.ndarray:
+        return self.targets != IGNORE_INDEX
+
+    def mean_nll(self) -> dict[int, float]:
+        """Mean NLL over the scored positions at each depth: eval's number on these tokens."""
+        return {d: float(self.nll[i, self.scored].mean()) for i, d in enumerate(self.depths)}
+
+    def stable_from(self) -> np.ndarray:
+        """(N,) the shallowest inspected depth from which the top prediction no longer changes
+        (equals the deepest depth's at every deeper inspected depth)."""
+        same = self.top == self.top[-1]
+        # index of the first depth of the trailing run of agreement with the deepest depth
+        changed = ~same
+        last_change = np.where(
+            changed.any(axis=0), len(self.depths) - 1 - np.argmax(changed[::-1], axis=0), -1
+        )
+        return np.array(self.depths)[last_change + 1]
+
+
+def windows_of(sequences: list[ScoredSequence], window: int) -> list[Window]:
+    return [
+        Window(i, start, min(start + window, len(s.inputs)))
+        for i, s in enumerate(sequences)
+        for start in range(0, len(s.inputs), window)
+    ]
+
+
+def _batches(windows: list[Window], width: int, vocab: int) -> list[list[int]]:
+    """Window indices in groups whose logits fit LOGITS_PER_BATCH at one depth."""
+    rows = max(1, LOGITS_PER_BATCH // (width * vocab))
+    return [list(range(i, min(i + rows, len(windows)))) for i in range(0, len(windows), rows)]
+
+
+def _padded(
+    sequences: list[ScoredSequence], windows: list[Window], device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, W) inputs and targets of the windows, right-padded (the model is causal, so padding
+    after a position changes nothing at it); padded targets are not scored."""
+    width = max(w.end - w.start for w in windows)
+    inputs = torch.zeros(len(windows), width, dtype=torch.long)
+    targets = torch.full((len(windows), width), IGNORE_INDEX, dtype=torch.long)
+    for row, w in enumerate(windows):
+        s = sequences[w.sequence]
+        inputs[row, : w.end - w.start] = torch.tensor(s.inputs[w.start : w.end])
+        targets[row, : w.end - w.start] = torch.tensor(s.targets[w.start : w.end])
+    return inputs.to(device), targets.to(device)
+
+
+def _scores(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Per position: the target's NLL (NaN where not scored), the top token, its probability."""
+    nll = next_token_loss(logits, targets, reduction="none").view(targets.shape)
+    nll = nll.masked_fill(targets == IGNORE_INDEX, float("nan"))
+    top_logprob, top = torch.log_softmax(logits.float(), dim=-1).max(dim=-1)
+    return nll, top, top_logprob.exp()
+
+
+def _unpad(values: torch.Tensor, windows: list[Window]) -> list[np.ndarray]:
+    return [values[row, : w.end - w.start].cpu().numpy() for row, w in enumerate(windows)]
+
+
+@torch.no_grad()
+def inspect_sequences(
+    model: LoopedTransformer,
+    sequences: list[ScoredSequence],
+    depths: list[int],
+    rules: list[ExitRule],
+    dtype: torch.dtype = torch.float32,
+) -> Inspection:
+    """Score every position of `sequences` at every one of `depths` (one pass per window) and
+    under every rule (whose max_depth should not pass max(depths), for the page to show it)."""
+    depths = sorted(set(depths))
+    device = next(model.parameters()).device
+    windows = windows_of(sequences, model.config.max_seq_len)
+    width = max(w.end - w.start for w in windows)
+    was_training = model.training
+    model.eval()
+    per_depth: dict[int, tuple[list, list, list]] = {d: ([], [], []) for d in depths}
+    per_rule: list[tuple[list, list, list]] = [([], [], []) for _ in rules]
+    try:
+        for group in _batches(windows, width, model.config.vocab_size):
+            batch = [windows[i] for i in group]
+            inputs, targets = _padded(sequences, batch, device)
+            with autocast(device, dtype):
+                for depth, logits in model.logits_by_depth(inputs, depths):
+                    scores = _scores(logits, targets)
+                    for into, values in zip(per_depth[depth], scores, strict=True):
+                        into.extend(_unpad(values, batch))
+                for into, rule in zip(per_rule, rules, strict=True):
+                    logits, stopped = teacher_forced_exit(model, inputs, rule)
+                    nll, top, _ = _scores(logits, targets)
+                    for part, values in zip(into, (stopped, nll, top), strict=True):
+                        part.extend(_unpad(values, batch))
+    finally:
+        model.train(was_training)
+
+    def stacked(parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts)
+
+    return Inspection(
+        sequences=sequences,
+        depths=depths,
+        windows=windows,
+        nll=np.stack([stacked(per_depth[d][0]) for d in depths]).astype(np.float64),
+        top=np.stack([stacked(per_depth[d][1]) for d in depths]),
+        top_probability=np.stack([stacked(per_depth[d][2]) for d in depths]).astype(np.float64),
+        rules=[
+            RuleStops(rule, stacked(d), stacked(n).astype(np.float64), stacked(t))
+            for rule, (d, n, t) in zip(rules, per_rule, strict=True)
+        ],
+    )
