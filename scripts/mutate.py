@@ -84,8 +84,12 @@ def check(mutant: Mutant) -> None:
         raise ValueError(f"{mutant.id}: the replacement changes nothing")
     compile(mutated, str(mutant.path), "exec")
     for test in mutant.tests:
-        if not (ROOT / test.split("::")[0]).is_file():
+        file, _, name = test.partition("::")
+        if not (ROOT / file).is_file():
             raise ValueError(f"{mutant.id}: no test file {test}")
+        name = name.split("[")[0]
+        if name and not re.search(rf"^def {re.escape(name)}\(", (ROOT / file).read_text(), re.M):
+            raise ValueError(f"{mutant.id}: no test {name} in {file}")
 
 
 def restore_leftovers() -> None:
@@ -100,7 +104,9 @@ def restore_leftovers() -> None:
 
 
 def run_tests(tests: tuple[str, ...], timeout: float) -> tuple[str, str]:
-    """(outcome, detail): 'passed', 'failed' with the first failing test, or 'timeout'."""
+    """(outcome, detail): 'passed', 'failed' with the first failing test (pytest exit 1, or 2
+    when the mutant breaks an import), 'timeout', or 'error' when no test judged the mutant (every
+    named test deselected as slow, a test id that does not exist)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     try:
         done = subprocess.run(
@@ -110,6 +116,8 @@ def run_tests(tests: tuple[str, ...], timeout: float) -> tuple[str, str]:
         return "timeout", f"over {timeout:.0f} s"
     if done.returncode == 0:
         return "passed", ""
+    if done.returncode not in (1, 2):  # 3 internal error, 4 usage, 5 no test ran: not a kill
+        return "error", f"pytest exit {done.returncode}"
     found = re.search(r"^(?:FAILED|ERROR) (\S+)", done.stdout, re.MULTILINE)
     return "failed", found.group(1) if found else f"pytest exit {done.returncode}"
 
@@ -134,7 +142,9 @@ def run_mutant(mutant: Mutant, timeout: float) -> tuple[str, str, float]:
         mutant.path.write_text(source)
         os.utime(mutant.path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
         BACKUP.unlink()
-    result = {"failed": "killed", "passed": "SURVIVED", "timeout": "timeout"}[outcome]
+    result = {"failed": "killed", "passed": "SURVIVED", "timeout": "timeout", "error": "error"}[
+        outcome
+    ]
     return result, detail, time.perf_counter() - started
 
 

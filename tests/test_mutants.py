@@ -69,3 +69,24 @@ def test_a_file_left_mutated_by_a_killed_run_is_restored_on_the_next_start(tmp_p
     )
     TOOL.restore_leftovers()
     assert target.read_text() == "VALUE = 1\n" and not backup.exists()
+
+
+@pytest.mark.parametrize(
+    ("code", "stdout", "outcome", "detail"),
+    [
+        (0, "", "passed", ""),
+        (1, "FAILED tests/t.py::test_a - assert 1 == 2\n", "failed", "tests/t.py::test_a"),
+        (2, "ERROR tests/t.py - NameError\n", "failed", "tests/t.py"),
+        (4, "ERROR: not found: tests/t.py::test_gone\n", "error", "pytest exit 4"),
+        (5, "", "error", "pytest exit 5"),
+    ],
+)
+def test_only_failing_tests_kill_a_mutant(monkeypatch, code, stdout, outcome, detail):
+    """Tests that fail (or a mutant that breaks an import) kill it; no test run (every named
+    test deselected as slow, an id that is gone) is an error, never a kill."""
+
+    def done(*args, **kwargs):
+        return TOOL.subprocess.CompletedProcess(args, code, stdout, "")
+
+    monkeypatch.setattr(TOOL.subprocess, "run", done)
+    assert TOOL.run_tests(("tests/t.py",), timeout=10) == (outcome, detail)
