@@ -82,3 +82,16 @@ def text_run(tmp_path_factory):
     finally:
         os.chdir(before)
     return root
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """The tiny trainer configuration (tests/trainer_helpers.py) trained once to the end, every
+    checkpoint kept (48 steps, switch at 24, a checkpoint every 4), with what the model and
+    optimizer did at every step observed (`ObservedRun`). The reference of the resume, crash and
+    fault tests (keep_checkpoints changes no weight or metric). Read-only: tests that damage or
+    extend a run copy it or train their own."""
+    from tests.trainer_helpers import observe_training, tiny_config
+
+    config = tiny_config("train.keep_checkpoints=100")
+    return observe_training(config, tmp_path_factory.mktemp("tiny-run") / "run")

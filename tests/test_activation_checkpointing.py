@@ -52,12 +52,11 @@ def test_checkpointing_recomputes_each_iteration_in_the_backward():
         assert len(calls) == 5 + extra
 
 
-def test_training_with_checkpointing_takes_the_same_steps(tmp_path):
-    Trainer(tiny_config(), tmp_path / "plain", quiet=True).train()
+def test_training_with_checkpointing_takes_the_same_steps(tmp_path, tiny_run):
     config = tiny_config("train.checkpoint_activations=true")
     Trainer(config, tmp_path / "ckpt", quiet=True).train()
-    plain, ckpt = train_records(tmp_path / "plain"), train_records(tmp_path / "ckpt")
+    plain, ckpt = train_records(tiny_run.path), train_records(tmp_path / "ckpt")
     assert [r["loss"] for r in ckpt] == pytest.approx([r["loss"] for r in plain], rel=1e-5)
-    a, b = final_weights(tmp_path / "plain"), final_weights(tmp_path / "ckpt")
+    a, b = final_weights(tiny_run.path), final_weights(tmp_path / "ckpt")
     for name in a:
         torch.testing.assert_close(b[name], a[name], rtol=1e-5, atol=1e-6, msg=name)

@@ -2,48 +2,72 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 
 import numpy as np
 import pytest
+import torch
 
 from fixedfirst.cli.main import main
 from fixedfirst.compute import flop_model
-from fixedfirst.experiments.bios.experiment import load_preset
+from fixedfirst.experiments.bios.experiment import load_preset, recall_job, snapshot_checkpoint
+from fixedfirst.experiments.bios.recall import RecallReport
+from fixedfirst.runs.experiment import run_one
 from fixedfirst.schedules import Schedule
+from tests.trainer_helpers import comparable, final_weights, train_records
+
+PRINTED: dict[str, str] = {}
+"""What the smoke experiment printed, for the test of its side-by-side lines."""
 
 
 @pytest.fixture(scope="module")
 def smoke_dir(tmp_path_factory):
-    """One process, one thread (as the side-by-side workers below: the same arithmetic)."""
+    """The experiment as it runs on a CPU by default: its runs and their recall side by side in
+    worker processes (two, of one thread each). It runs once; the test below holds one of its
+    runs to the same run trained in this process."""
     out = tmp_path_factory.mktemp("bios") / "smoke"
-    with pytest.MonkeyPatch.context() as env, pytest.raises(SystemExit) as e:
-        env.setenv("OMP_NUM_THREADS", "1")
-        main(["bios", "--preset", "smoke", "--out", str(out), "--quiet", "--jobs", "1"])
+    printed = io.StringIO()
+    with (
+        pytest.MonkeyPatch.context() as env,
+        pytest.raises(SystemExit) as e,
+        contextlib.redirect_stdout(printed),
+    ):
+        env.setenv("OMP_NUM_THREADS", "1")  # the cores to share: two workers of one thread
+        main(["bios", "--preset", "smoke", "--out", str(out), "--jobs", "2"])
     assert e.value.code == 0
+    PRINTED["smoke"] = printed.getvalue()
     return out
 
 
-def test_side_by_side_workers_give_the_same_results(smoke_dir, tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the cores to share: two workers of one
-    out = tmp_path / "side"
-    with pytest.raises(SystemExit) as e:
-        main(["bios", "--preset", "smoke", "--out", str(out), "--jobs", "2"])
-    assert e.value.code == 0
-    printed = capsys.readouterr().out
+def test_side_by_side_workers_compute_what_one_process_computes(smoke_dir, tmp_path, monkeypatch):
+    """A run trained in this process with the same threads (seed 0's uniform run, the shortest)
+    equals the worker's bit for bit, weights and metrics, and the recall of each of its three
+    checkpoints computed here equals what the experiment's workers reported."""
+    printed = PRINTED["smoke"]
     assert "6 runs and their recall side by side in 2 processes of 1 thread(s)" in printed
     assert printed.count("  recall ") == 18 and "reusing" not in printed
-    alone = json.loads((smoke_dir / "results.json").read_text())
-    together = json.loads((out / "results.json").read_text())
-    assert alone["workers"] == {"processes": 1, "threads_each": 1}
-    assert together["workers"] == {"processes": 2, "threads_each": 1}
-    assert "side_by_side" in together["wall_clock_s"]
-    assert together["recall"] == alone["recall"]
-    for name, run in alone["runs"].items():
-        assert (together["runs"][name]["steps"], together["runs"][name]["flops"]) == (
-            run["steps"],
-            run["flops"],
-        )
+    results = json.loads((smoke_dir / "results.json").read_text())
+    assert results["workers"] == {"processes": 2, "threads_each": 1}
+    assert "side_by_side" in results["wall_clock_s"]
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    preset = load_preset("smoke")
+    planned = next(p for p in preset.planned_runs() if p.name == "uniform-1-16-seed0")
+    alone = run_one(planned, tmp_path, quiet=True).path
+    worker = smoke_dir / "runs" / planned.name
+    a, b = final_weights(alone), final_weights(worker)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert comparable(train_records(alone)) == comparable(train_records(worker))
+    for fraction in preset.experiment.fractions:
+        step, report = recall_job(alone, planned.config, fraction, preset.experiment)
+        assert step == snapshot_checkpoint(worker, fraction).step
+        reported = {
+            r["depth"]: r["bits_per_person"]
+            for r in results["recall"]
+            if (r["schedule"], r["seed"], r["budget_fraction"]) == ("uniform-1-16", 0, fraction)
+        }
+        assert RecallReport.from_dict(report).bits() == reported, fraction
 
 
 def test_results_schema_and_matched_flops(smoke_dir):
@@ -175,7 +199,7 @@ def test_unwritable_out_is_one_line(tmp_path, capsys):
 def test_eval_task_bios_matches_the_experiment(smoke_dir, capsys):
     run = smoke_dir / "runs" / "fixed-first-4-0.8-seed1"
     with pytest.raises(SystemExit) as e:
-        main(["eval", str(run), "--task", "bios", "--depths", "1,4,64"])
+        main(["eval", str(run), "--task", "bios", "--depths", "1,4,64", "--limit", "16"])
     assert e.value.code == 0
     step = max(int(p.name.split("-")[1]) for p in (run / "checkpoints").glob("step-*"))
     saved = json.loads((run / f"eval-bios-step-{step:07d}.json").read_text())

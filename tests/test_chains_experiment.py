@@ -15,19 +15,23 @@ from fixedfirst.experiments.chains.figure import FIGURES
 from fixedfirst.experiments.presets import PAPER_SCHEDULES
 from fixedfirst.schedules import Schedule
 
+SMOKE_SETTINGS = ["experiment.flops=6e9"]
+"""The smoke preset at half its FLOP budget: training was most of the experiment's time."""
+SMOKE = ["chains", "--preset", "smoke", *(a for s in SMOKE_SETTINGS for a in ("--set", s))]
+
 
 @pytest.fixture(scope="module")
 def smoke_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("chains") / "smoke"
     with pytest.raises(SystemExit) as e:
-        main(["chains", "--preset", "smoke", "--out", str(out), "--quiet"])
+        main([*SMOKE, "--out", str(out), "--quiet"])
     assert e.value.code == 0
     return out
 
 
 def test_every_schedule_ran_to_the_same_flops(smoke_dir):
     results = json.loads((smoke_dir / "results.json").read_text())
-    preset = load_preset("smoke")
+    preset = load_preset("smoke", SMOKE_SETTINGS)
     assert {r["schedule"] for r in results["runs"].values()} == set(PAPER_SCHEDULES)
     budget = results["flop_budget"]
     for name, run in results["runs"].items():
@@ -120,7 +124,7 @@ def test_report_and_figures_come_from_the_numbers(smoke_dir):
 def test_second_invocation_reuses_everything(smoke_dir, capsys):
     before = {p: p.stat().st_mtime_ns for p in smoke_dir.glob("runs/*/*.json")}
     with pytest.raises(SystemExit) as e:
-        main(["chains", "--preset", "smoke", "--out", str(smoke_dir)])
+        main([*SMOKE, "--out", str(smoke_dir)])
     assert e.value.code == 0
     out = capsys.readouterr().out
     assert out.count("reusing the finished run") == 2 * len(PAPER_SCHEDULES)
@@ -129,7 +133,7 @@ def test_second_invocation_reuses_everything(smoke_dir, capsys):
 
 def test_compare_with_an_identical_run_keeps_every_verdict(smoke_dir, capsys):
     with pytest.raises(SystemExit) as e:
-        main(["chains", "--preset", "smoke", "--out", str(smoke_dir), "--compare", str(smoke_dir)])
+        main([*SMOKE, "--out", str(smoke_dir), "--compare", str(smoke_dir)])
     assert e.value.code == 0
     text = (smoke_dir / "rerun.md").read_text()
     verdicts = len(json.loads((smoke_dir / "results.json").read_text())["runs"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,6 @@ from fixedfirst.compute import (
     plan_budget,
     plan_steps,
     realised_flops,
-    schedule_flops,
 )
 from fixedfirst.config import load_config
 from fixedfirst.errors import UserError
@@ -117,9 +118,23 @@ def test_compute_matched_runs_end_within_one_step_below_the_budget(schedule, see
     deepest_step = tps * fm.train(max(s.depths(plan.total_steps + 1)))
     assert budget - plan.flops < deepest_step
     # The expectation is kept beside the realised cost; they differ by the luck of the draws.
-    assert plan.expected_flops == pytest.approx(
-        schedule_flops(s, fm, plan.total_steps, tps), rel=1e-12
-    )
+    # Cost is affine in depth, so it is the cost at the mean depth of each step (uniform 1..16
+    # and the Poisson-lognormal default: 8.5; fixed-first: K0 until the switch).
+    n = plan.total_steps
+    mean_depth_sum = {
+        "uniform": 8.5 * n,
+        "poisson-lognormal": 8.5 * n,
+        "fixed": 4.0 * n,
+        "fixed-first": None,
+        "progressive": None,
+    }[config.schedule.kind]
+    if config.schedule.kind == "fixed-first":
+        k0, switch = config.schedule.k0, math.ceil(Fraction(str(config.schedule.switch)) * n)
+        mean_depth_sum = k0 * switch + 8.5 * (n - switch)
+    if mean_depth_sum is not None:
+        slope = fm.train(2) - fm.train(1)
+        expected = tps * (n * (fm.train(1) - slope) + slope * mean_depth_sum)
+        assert plan.expected_flops == pytest.approx(expected, rel=1e-9)
 
 
 def test_compute_matched_runs_differ_by_less_than_a_step():

@@ -11,11 +11,9 @@ from pathlib import Path
 
 import torch
 
-from fixedfirst.train.trainer import Trainer
 from tests.trainer_helpers import (
     comparable,
     final_weights,
-    tiny_config,
     train_records,
     write_tiny_config,
 )
@@ -63,9 +61,8 @@ def assert_same_run(a: Path, b: Path) -> None:
     assert comparable(train_records(a)) == comparable(train_records(b))
 
 
-def test_sigkill_mid_run_then_resume_reproduces_the_weights(tmp_path):
+def test_sigkill_mid_run_then_resume_reproduces_the_weights(tmp_path, tiny_run):
     config_path = write_tiny_config(tmp_path)
-    Trainer(tiny_config(), tmp_path / "reference", quiet=True).train()
     run = tmp_path / "killed"
     proc = start(["train", str(config_path), "--out", str(run), "--quiet"])
     wait_for(lambda: (run / "checkpoints" / "step-0000012" / "meta.json").exists(), proc)
@@ -75,12 +72,11 @@ def test_sigkill_mid_run_then_resume_reproduces_the_weights(tmp_path):
     assert not (run / "summary.json").exists()  # it really died before the end
     resumed = start(["train", "--out", str(run), "--resume", "--quiet"])
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read().decode()
-    assert_same_run(tmp_path / "reference", run)
+    assert_same_run(tiny_run.path, run)
 
 
-def test_sigkill_while_writing_a_checkpoint(tmp_path):
+def test_sigkill_while_writing_a_checkpoint(tmp_path, tiny_run):
     config_path = write_tiny_config(tmp_path)
-    Trainer(tiny_config(), tmp_path / "reference", quiet=True).train()
     run = tmp_path / "killed"
     proc = start(["train", str(config_path), "--out", str(run), "--quiet"], delay=30.0)
     partial = run / "checkpoints" / ".tmp-step-0000008"
@@ -92,4 +88,4 @@ def test_sigkill_while_writing_a_checkpoint(tmp_path):
     resumed = start(["train", "--out", str(run), "--resume", "--quiet"])
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read().decode()
     assert not partial.exists()
-    assert_same_run(tmp_path / "reference", run)
+    assert_same_run(tiny_run.path, run)

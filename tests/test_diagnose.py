@@ -24,13 +24,10 @@ SWITCH = 24  # the tiny config: 48 steps, switch 0.5
 SMALL = ["--batches", "3", "--depths", "2,4", "--serving-depths", "1..4", "--heldout", "4"]
 
 
-@pytest.fixture(scope="module")
-def fixed_first_run(tmp_path_factory):
-    """48 steps, switch at step 24, a checkpoint every 4 steps, all kept."""
-    run = tmp_path_factory.mktemp("diagnose") / "run"
-    config = tiny_config("train.keep_checkpoints=100")
-    Trainer(config, run, quiet=True).train()
-    return run
+@pytest.fixture
+def fixed_first_run(tiny_run):
+    """48 steps, switch at step 24, a checkpoint every 4 steps, all kept (the session's run)."""
+    return tiny_run.path
 
 
 def run_cli(capsys, *argv) -> tuple[int, str, str]:

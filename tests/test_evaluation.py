@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from fixedfirst.data.source import Batch
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.train.evaluation import validation_nll
+from fixedfirst.train.evaluation import mean_serving_nll, validation_nll
 from tests.conftest import tiny_model_config
 
 
@@ -35,3 +35,10 @@ def test_validation_nll_weights_batches_by_scored_tokens():
             for b in batches
         ]
     assert abs(got[1] - sum(means) / 2) > 1e-4
+
+
+def test_mean_serving_nll_is_the_mean_over_depths_1_to_16():
+    measured = {d: float(d) for d in range(1, 19)} | {32: 100.0, 64: 200.0}
+    assert mean_serving_nll(measured) == 8.5  # (1 + ... + 16) / 16, depths beyond left out
+    del measured[16]
+    assert mean_serving_nll(measured) is None  # not every serving depth was measured

@@ -56,6 +56,15 @@ def test_kl_rule():
     assert first_stop(KLExit(0.0), iterations, STATES) == [0, 0, 0]  # KL < 0 never holds
 
 
+def test_kl_rule_measures_the_previous_distribution_against_the_new_one():
+    # p_0 = (0.5, 0.5), p_1 = (0.99, 0.01): KL(p_0 || p_1) = 0.5 ln(0.5/0.99) + 0.5 ln(0.5/0.01)
+    # = 1.614, but KL(p_1 || p_0) = 0.99 ln(0.99/0.5) + 0.01 ln(0.01/0.5) = 0.637. At threshold
+    # 1 the rule goes on after iteration 1 and stops at 2, where p_2 = p_1.
+    p = logprobs([0.99, 0.01])
+    one = STATES[:1]
+    assert first_stop(KLExit(1.0), [(one, p), (one, p)], one) == [2]
+
+
 def test_entropy_rule_stops_on_equal_entropies_even_when_the_distribution_flips():
     # H_0 = ln 2 = 0.69315. p_1 = (0.9, 0.1): H = 0.9 * 0.10536 + 0.1 * 2.30259 = 0.32508,
     # |change| 0.36807: no stop at 0.1. p_2 = (0.1, 0.9): the same entropy, change 0: stops at 2,

@@ -21,17 +21,15 @@ import pytest
 from fixedfirst.cli.main import main
 from fixedfirst.train import checkpoint
 from fixedfirst.train.checkpoint import CheckpointManager
-from fixedfirst.train.trainer import Trainer
 from tests.bad_input_cases import flip_byte
 from tests.test_crash import assert_same_run
-from tests.trainer_helpers import tiny_config, write_tiny_config
+from tests.trainer_helpers import write_tiny_config
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    run = tmp_path_factory.mktemp("reference") / "run"
-    Trainer(tiny_config(), run, quiet=True).train()
-    return run
+@pytest.fixture
+def reference(tiny_run):
+    """The uninterrupted run (the session's tiny run) that every interrupted one must equal."""
+    return tiny_run.path
 
 
 def cli(*args) -> int:

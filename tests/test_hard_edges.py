@@ -16,9 +16,8 @@ import time
 import pytest
 
 from fixedfirst.cli.main import main
-from fixedfirst.train.trainer import Trainer
 from tests.test_crash import ROOT, assert_same_run, start, wait_for
-from tests.trainer_helpers import TINY_TOML, tiny_config, train_records, write_tiny_config
+from tests.trainer_helpers import TINY_TOML, train_records, write_tiny_config
 
 
 def cli(capsys, *args) -> tuple[int, str, str]:
@@ -28,11 +27,10 @@ def cli(capsys, *args) -> tuple[int, str, str]:
     return info.value.code, captured.out, captured.err
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    run = tmp_path_factory.mktemp("reference") / "run"
-    Trainer(tiny_config(), run, quiet=True).train()
-    return run
+@pytest.fixture
+def reference(tiny_run):
+    """The uninterrupted run (the session's tiny run) that every interrupted one must equal."""
+    return tiny_run.path
 
 
 def test_a_moved_run_evaluates_generates_and_exports(text_run, tmp_path, capsys, monkeypatch):

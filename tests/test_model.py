@@ -270,3 +270,72 @@ def test_sampling_is_seeded_and_length_is_checked(tiny_model):
     assert torch.equal(a, b)
     with pytest.raises(UserError, match="max_seq_len"):
         tiny_model.generate(prompt, 200, 2)
+
+
+def written_out_block(block, x: torch.Tensor, config) -> torch.Tensor:
+    """One transformer layer from its weights, without the model's layer code: RMSNorm with its
+    gain, attention with rotary angles position * base^(-2i / head_dim) on channel pairs
+    (2i, 2i + 1), a causal softmax written as masked scores, SwiGLU (SiLU of the gate half) or
+    GELU, and the sandwich norms after each residual sum."""
+    B, T, D = x.shape
+    H, hd = config.n_heads, D // config.n_heads
+
+    def norm(h, gain):
+        return h / torch.sqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * gain
+
+    def rotate(h):  # (B, T, H, hd)
+        i = torch.arange(hd // 2, dtype=torch.float64)
+        angle = torch.arange(T, dtype=torch.float64)[:, None] * config.rope_base ** (-2 * i / hd)
+        cos, sin = angle.cos()[None, :, None].float(), angle.sin()[None, :, None].float()
+        even, odd = h[..., 0::2], h[..., 1::2]
+        return torch.stack((even * cos - odd * sin, even * sin + odd * cos), -1).flatten(-2)
+
+    h = norm(x, block.attn_norm.weight)
+    q, k, v = (h @ block.attn.qkv.weight.T).view(B, T, 3, H, hd).unbind(2)
+    q, k, v = rotate(q).transpose(1, 2), rotate(k).transpose(1, 2), v.transpose(1, 2)
+    scores = q @ k.transpose(-1, -2) / hd**0.5
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    attended = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, D)
+    x = x + attended @ block.attn.out.weight.T
+    if config.norm == "sandwich":
+        x = norm(x, block.attn_post_norm.weight)
+    h = norm(x, block.mlp_norm.weight)
+    up = block.mlp.up.weight
+    if config.mlp == "swiglu":
+        hidden = up.shape[0] // 2
+        inner = F.silu(h @ up[:hidden].T) * (h @ up[hidden:].T)
+    else:
+        inner = F.gelu(h @ up.T)
+    x = x + inner @ block.mlp.down.weight.T
+    if config.norm == "sandwich":
+        x = norm(x, block.mlp_post_norm.weight)
+    return x
+
+
+@pytest.mark.parametrize(
+    "overrides", [{}, {"norm": "sandwich"}, {"mlp": "gelu", "norm": "sandwich", "n_heads": 2}]
+)
+def test_a_layer_equals_the_layer_written_out(overrides):
+    model = build(**overrides)
+    with torch.no_grad():  # gains away from 1, so that a norm that ignores its gain shows
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.copy_(0.5 + torch.rand_like(p))
+    block = model.core[0]
+    x = torch.randn(2, 14, model.config.d_model)
+    torch.testing.assert_close(
+        block(x, model.rotary), written_out_block(block, x, model.config), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_sampling_follows_the_softmax_at_its_temperature():
+    """Frequencies of 20,000 draws against softmax(logits / T); T -> 0 is the argmax."""
+    from fixedfirst.model.looped import sample_next
+
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]]).expand(20_000, -1)
+    for temperature in (0.5, 2.0):
+        draws = sample_next(logits, temperature, torch.Generator().manual_seed(0))
+        frequencies = torch.bincount(draws[:, 0], minlength=4).float() / 20_000
+        expected = torch.softmax(logits[0] / temperature, -1)
+        torch.testing.assert_close(frequencies, expected, atol=0.015, rtol=0)
+    assert torch.equal(sample_next(logits[:3], 0.0), torch.zeros(3, 1, dtype=torch.long))

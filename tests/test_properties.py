@@ -1,6 +1,7 @@
 """Properties over random valid configurations (hypothesis): whatever a user may legally write,
-the model builds and gives finite logits at any depth, every schedule stays within its bounds,
-and the compute model is positive and grows with depth."""
+the model builds and gives finite logits at any depth (one-pass evaluation giving what a forward
+gives), every schedule stays within its bounds, and the compute model is positive and grows with
+depth."""
 
 from __future__ import annotations
 
@@ -86,7 +87,12 @@ def test_model_builds_and_is_finite_at_random_depths(config, data):
         assert logits.shape == (batch, length, config.vocab_size)
         assert torch.isfinite(logits).all()
         model.eval()
-        assert torch.isfinite(model(tokens, depth)).all()
+        with torch.no_grad():
+            served = model(tokens, depth)
+            assert torch.isfinite(served).all()
+            # one pass to the deepest of several depths reads out what each forward computes
+            by_depth = dict(model.logits_by_depth(tokens, [1, depth, depth + 2]))
+        torch.testing.assert_close(by_depth[depth], served, rtol=1e-4, atol=1e-5)
 
 
 @FAST

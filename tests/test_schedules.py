@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
 
 from fixedfirst.config import ScheduleConfig
-from fixedfirst.schedules import PoissonLogNormal, Schedule, Uniform, _clipped_pmf
+from fixedfirst.schedules import PoissonLogNormal, Schedule, Uniform, _clipped_pmf, fraction_step
 
 ALL = [
     ScheduleConfig(kind="fixed", depth=3),
@@ -48,6 +49,24 @@ def test_fixed_first_switches_at_exactly_the_right_step(total, switch, first_fin
             assert schedule.depth(step, total) == 4
 
 
+def test_switch_step_is_the_exact_decimal_ceiling_where_float_round_off_matters():
+    """The switch fraction as written (a decimal) times the run length, rounded up, in exact
+    rational arithmetic. Products such as 0.07 x 100 = 7.000000000000001 are where float
+    arithmetic alone would put the switch one step late."""
+    fractions = [0.07, 0.14, 0.15, 0.28, 0.29, 0.35, 0.55, 0.57, 0.58, 0.67, 0.7, 0.8, 0.9]
+    late = 0
+    for switch in fractions:
+        schedule = Schedule(ScheduleConfig(kind="fixed-first", k0=2, switch=switch))
+        for total in range(1, 301):
+            exact = math.ceil(Fraction(str(switch)) * total)
+            assert fraction_step(switch, total) == exact, (switch, total)
+            late += math.ceil(switch * total) != exact
+        assert [schedule.switch_step(n) for n in (7, 100, 299)] == [
+            math.ceil(Fraction(str(switch)) * n) for n in (7, 100, 299)
+        ]
+    assert late > 0  # the grid holds products that round-off pushes past an integer
+
+
 def test_uniform_and_pln_sampled_means_match_formulas():
     rng = np.random.default_rng(0)
     u = Uniform(1, 16)
@@ -78,8 +97,9 @@ def test_progressive_ramps_to_its_mean():
     assert means[0] == 1
     assert means == sorted(means)
     assert all(m == 8.0 for m in means[500:])
-    x = 250 / 500  # the formula max(1, ceil(mean * (1 - sqrt(1 - x)))) at the middle of the ramp
-    assert means[250] == max(1, math.ceil(8.0 * (1 - math.sqrt(1 - x))))
+    # m(t) = max(1, ceil(8 (1 - sqrt(1 - t / 500)))): 8 x 0.106 = 0.84, 8 x 0.293 = 2.34,
+    # 8 x 0.553 = 4.42, 8 x 0.8 = 6.4 (a linear ramp would give 2, 4, 7, 8).
+    assert [means[t] for t in (100, 250, 400, 480)] == [1, 3, 5, 7]
     stages = schedule.stages(total)
     assert stages[0].start == 0 and stages[-1].end == total
     assert all(a.end == b.start for a, b in itertools.pairwise(stages))

@@ -1,10 +1,10 @@
-"""The trainer: exact resume, budgets, depth sequence, learning rates, refusals."""
+"""The trainer: exact resume, budgets, the depths the model ran, learning rates, checkpoints,
+refusals."""
 
 from __future__ import annotations
 
 import itertools
 import json
-import math
 
 import pytest
 import torch
@@ -13,69 +13,94 @@ from fixedfirst.cli.main import main
 from fixedfirst.compute import flop_model, plan_budget
 from fixedfirst.config import TrainConfig
 from fixedfirst.errors import UserError
-from fixedfirst.schedules import Schedule
 from fixedfirst.train.checkpoint import CheckpointManager
 from fixedfirst.train.divergence import TrainingDiverged
 from fixedfirst.train.optim import lr_at
 from fixedfirst.train.trainer import Trainer
-from tests.trainer_helpers import comparable, final_weights, tiny_config, train_records
+from tests.trainer_helpers import (
+    comparable,
+    final_weights,
+    fixed_first_uniform_depths,
+    observe_training,
+    tiny_config,
+    train_records,
+)
 
 
-def test_resume_is_exact(tmp_path):
+def test_resume_is_exact(tmp_path, tiny_run):
     config = tiny_config()
-    Trainer(config, tmp_path / "straight", quiet=True).train()
     Trainer(config, tmp_path / "paused", quiet=True).train(stop_after=5)
     assert len(train_records(tmp_path / "paused")) == 5
     Trainer(config, tmp_path / "paused", resume=True, quiet=True).train()
-    a, b = final_weights(tmp_path / "straight"), final_weights(tmp_path / "paused")
+    a, b = final_weights(tiny_run.path), final_weights(tmp_path / "paused")
     assert a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k], b[k]), k
-    assert comparable(train_records(tmp_path / "straight")) == comparable(
+    assert comparable(train_records(tiny_run.path)) == comparable(
         train_records(tmp_path / "paused")
     )
 
 
-def test_depths_in_metrics_follow_the_schedule(tmp_path):
-    config = tiny_config("schedule.kind=uniform")
-    Trainer(config, tmp_path / "run", quiet=True).train()
-    total = plan_budget(config).total_steps
-    expected = Schedule(config.schedule, config.train.seed).depths(total)
-    assert [r["depth"] for r in train_records(tmp_path / "run")] == expected
+def test_the_model_runs_the_depths_the_schedule_documents(tiny_run):
+    """The depth each step ran at, counted in the model (core calls per optimizer step), equals
+    the documented rule written out independently of Schedule; the logs say the same."""
+    t, s = tiny_run.config.train, tiny_run.config.schedule
+    total = t.tokens // t.tokens_per_step
+    expected = fixed_first_uniform_depths(t.seed, s.k0, s.switch, s.k_max, total)
+    assert tiny_run.depths_run == expected
+    assert [r["depth"] for r in train_records(tiny_run.path)] == expected
+    assert len(set(expected)) > 3  # the finish really draws several depths
 
 
-def test_fixed_first_phases_and_switch_checkpoint(tmp_path):
-    config = tiny_config()
-    summary = Trainer(config, tmp_path / "run", quiet=True).train()
-    total = plan_budget(config).total_steps
-    switch = math.ceil(0.5 * total)
-    records = train_records(tmp_path / "run")
+def test_fixed_first_phases_and_switch_checkpoint(tiny_run):
+    total = 48  # 6144 tokens of 8 x 16
+    switch = 24  # 0.5 x 48
+    records = train_records(tiny_run.path)
     assert [r["phase"] for r in records] == ["fixed"] * switch + ["finish"] * (total - switch)
-    assert all(r["depth"] == 2 for r in records[:switch])
-    ckpt = CheckpointManager(tmp_path / "run" / "checkpoints").with_tag("switch")
+    ckpt = CheckpointManager(tiny_run.path / "checkpoints").with_tag("switch")
     assert ckpt is not None and ckpt.step == switch
-    assert summary["phases"]["fixed"]["steps"] == switch
+    assert tiny_run.summary["phases"]["fixed"]["steps"] == switch
+    assert tiny_run.summary["phases"]["finish"]["steps"] == total - switch
 
 
-def test_switch_step_is_exact_at_a_fractional_boundary(tmp_path):
-    """15 steps at switch 0.67: 0.67 * 15 = 10.05, so steps 0..10 (11 of them) train at K0
-    and step 11 is the first finishing step. The switch checkpoint is written after step 11."""
-    config = tiny_config("train.tokens=1920", "schedule.switch=0.67")  # 15 steps of 8 x 16
+def test_the_optimizer_steps_at_the_closed_form_learning_rates(tiny_run):
+    """lr 3e-3, 5 warmup steps (round(0.1 x 48)), then cosine to 3e-4 over the 42 steps after
+    the warmup's end: cos(pi/3) = 1/2, cos(pi/2) = 0, cos(2 pi/3) = -1/2 at steps 19, 26, 33."""
+    lrs = tiny_run.lrs
+    assert len(lrs) == 48
+    closed_form = {0: 6e-4, 1: 1.2e-3, 4: 3e-3, 5: 3e-3, 19: 2.325e-3, 26: 1.65e-3, 33: 9.75e-4}
+    closed_form[47] = 3e-4
+    for step, lr in closed_form.items():
+        assert lrs[step] == pytest.approx(lr, rel=1e-12), step
+    assert [r["lr"] for r in train_records(tiny_run.path)] == lrs
+
+
+def test_checkpoints_are_written_where_they_should_be(tiny_run):
+    """Every 4 steps (checkpoint_every), the switch at 24 and the end at 48; with
+    keep_checkpoints = 100 all of them stay (retention: the next test)."""
+    expected = [(s, ["periodic"]) for s in range(4, 49, 4)]
+    expected[5] = (24, ["periodic", "switch"])
+    expected[-1] = (48, ["final", "periodic"])
+    assert tiny_run.saves == expected
+    kept = CheckpointManager(tiny_run.path / "checkpoints").all()
+    assert [(c.step, c.tags) for c in kept] == expected
+    assert not list((tiny_run.path / "checkpoints").glob(".tmp-*"))
+
+
+def test_switch_and_token_budget_at_a_fractional_boundary(tmp_path):
+    """2000 tokens make 15 whole steps of 8 x 16. At switch 0.67, 0.67 x 15 = 10.05, so steps
+    0..10 (11 of them) train at K0 and step 11 is the first finishing step; the switch
+    checkpoint is written after step 11."""
+    config = tiny_config("train.tokens=2000", "schedule.switch=0.67")
     summary = Trainer(config, tmp_path / "run", quiet=True).train()
-    assert summary["total_steps"] == 15
+    assert summary["total_steps"] == summary["steps"] == 15
+    assert summary["tokens"] == 15 * 128
     records = train_records(tmp_path / "run")
+    assert records[-1]["tokens"] == 15 * 128
     assert [r["phase"] for r in records].index("finish") == 11
     assert summary["phases"]["fixed"]["steps"] == 11
     assert summary["phases"]["finish"]["steps"] == 4
     assert CheckpointManager(tmp_path / "run" / "checkpoints").with_tag("switch").step == 11
-
-
-def test_token_budget_stops_where_it_should(tmp_path):
-    config = tiny_config("train.tokens=2000")  # 15 whole steps of 8 x 16 tokens
-    summary = Trainer(config, tmp_path / "run", quiet=True).train()
-    assert summary["steps"] == 2000 // 128
-    assert summary["tokens"] == 15 * 128
-    assert train_records(tmp_path / "run")[-1]["tokens"] == 15 * 128
 
 
 def test_flop_budget_matches_compute(tmp_path):
@@ -100,50 +125,56 @@ def test_flop_budget_matches_compute(tmp_path):
     assert runs["fixed-first"]["tokens"] > runs["uniform"]["tokens"]
 
 
-def test_evaluation_records_and_summary(tmp_path):
-    config = tiny_config("eval.every=6")
-    Trainer(config, tmp_path / "run", quiet=True).train()
+def test_evaluations_snapshots_and_truncated_backprop(tmp_path):
+    """Evaluation every 6 steps leaves the model training at the scheduled depths; the FLOP
+    count follows the depths run with truncated backprop; the 0.3 snapshot is the first step
+    whose cumulative FLOPs reach 0.3 of the run's; keep_checkpoints = 2 keeps the two newest
+    periodic-only checkpoints and every tagged one."""
+    config = tiny_config("eval.every=6", "train.grad_depth=2", "train.snapshots=[0.3]")
+    run = observe_training(config, tmp_path / "run")
     from fixedfirst.train.metrics import read_metrics
 
-    evals = read_metrics(tmp_path / "run" / "metrics.jsonl", "eval")
-    total = plan_budget(config).total_steps
-    assert [e["step"] for e in evals] == [s for s in range(6, total + 1, 6)] + (
-        [total] if total % 6 else []
-    )
+    total = 48
+    evals = read_metrics(run.path / "metrics.jsonl", "eval")
+    assert [e["step"] for e in evals] == list(range(6, total + 1, 6))
     assert set(evals[-1]["nll_by_depth"]) == {"1", "2", "4"}
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    s = config.schedule
+    assert run.depths_run == fixed_first_uniform_depths(0, s.k0, s.switch, s.k_max, total)
+    fm = flop_model(config.model, config.train.seq_len)
+    per_step = [config.train.tokens_per_step * fm.train(k, 2) for k in run.depths_run]
+    cumulative = list(itertools.accumulate(per_step))
+    assert run.summary["flops"] == pytest.approx(cumulative[-1], rel=1e-12)
+    assert run.summary["flops"] < sum(
+        config.train.tokens_per_step * fm.train(k) for k in run.depths_run
+    )
+    snapshot = next(i + 1 for i, c in enumerate(cumulative) if c >= 0.3 * cumulative[-1])
+    saves = dict(run.saves)
+    assert [step for step, tags in run.saves if "snapshot-0.3" in tags] == [snapshot]
+    assert saves[24] == ["periodic", "switch"] and saves[48] == ["final", "periodic"]
+    kept = {c.step for c in CheckpointManager(run.path / "checkpoints").all()}
+    assert kept == {snapshot, 24, 40, 44, 48}
+    summary = json.loads((run.path / "summary.json").read_text())
     assert summary["steps"] == total
-    record = train_records(tmp_path / "run")[-1]
+    record = train_records(run.path)[-1]
     for key in ("step", "tokens", "depth", "phase", "loss", "lr", "grad_norm", "flops"):
         assert key in record
     assert record["tok_per_s"] > 0 and record["mfu"] > 0
 
 
-@pytest.mark.parametrize("schedule", ["cosine", "wsd"])
-def test_learning_rate_at_boundaries(schedule):
-    config = TrainConfig(lr=1.0, final_lr_fraction=0.1, warmup=0.1, decay=0.2, lr_schedule=schedule)
-    total = 100
-    lrs = [lr_at(s, total, config) for s in range(total)]
-    assert lrs[0] == pytest.approx(0.1)  # (0 + 1) / 10 warmup steps
-    assert lrs[9] == pytest.approx(1.0)  # warmup ends at the peak
-    assert lrs[-1] == pytest.approx(0.1)  # the last step reaches the final value
-    assert max(lrs) == pytest.approx(1.0)
-    if schedule == "wsd":
-        assert lrs[10:80] == [1.0] * 70  # stable until the last 20%
-        assert lrs[80] < 1.0
-    else:
-        assert all(a >= b for a, b in itertools.pairwise(lrs[10:]))  # monotone decay
-
-
-def test_checkpoints_retention_keeps_tagged_ones(tmp_path):
-    config = tiny_config("train.snapshots=[0.3]")
-    Trainer(config, tmp_path / "run", quiet=True).train()
-    ckpts = CheckpointManager(tmp_path / "run" / "checkpoints").all()
-    periodic_only = [c for c in ckpts if c.tags == ["periodic"]]
-    assert len(periodic_only) <= 2
-    tags = {t for c in ckpts for t in c.tags}
-    assert {"switch", "snapshot-0.3", "final"} <= tags
-    assert not list((tmp_path / "run" / "checkpoints").glob(".tmp-*"))
+def test_learning_rate_at_closed_form_points():
+    """Cosine, no warmup, 61 steps: cos(pi/3), cos(pi/2), cos(2 pi/3) at steps 20, 30, 40 give
+    0.1 + 0.9 x (0.75, 0.5, 0.25); a linear decay would give 0.7, 0.55, 0.4. Warmup-stable-
+    decay over the last 20 of 100 steps falls by 0.045 per step from step 80."""
+    cosine = TrainConfig(lr=1.0, final_lr_fraction=0.1, warmup=0.0, lr_schedule="cosine")
+    at = {0: 1.0, 20: 0.775, 30: 0.55, 40: 0.325, 60: 0.1}
+    for step, lr in at.items():
+        assert lr_at(step, 61, cosine) == pytest.approx(lr, rel=1e-12), step
+    warm = TrainConfig(lr=1.0, final_lr_fraction=0.1, warmup=0.1, lr_schedule="cosine")
+    assert [lr_at(s, 100, warm) for s in (0, 4, 9)] == pytest.approx([0.1, 0.5, 1.0], rel=1e-12)
+    wsd = TrainConfig(lr=1.0, final_lr_fraction=0.1, warmup=0.1, decay=0.2, lr_schedule="wsd")
+    at = {0: 0.1, 9: 1.0, 10: 1.0, 79: 1.0, 80: 0.955, 89: 0.55, 99: 0.1}
+    for step, lr in at.items():
+        assert lr_at(step, 100, wsd) == pytest.approx(lr, rel=1e-12), step
 
 
 def test_non_finite_loss_stops_with_step_and_depth(tmp_path, monkeypatch):
