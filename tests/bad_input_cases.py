@@ -359,7 +359,7 @@ CASES: list[Case] = [
         "command line",
         "`--resume` of a run directory that does not exist",
         ["train", "--out", "nowhere", "--resume"],
-        "--resume: nowhere holds no run (no config.toml)",
+        "nowhere holds no run (no config.toml)",
     ),
     Case(
         "out-is-a-file",
@@ -1060,8 +1060,8 @@ class Outcome:
     stderr: str
 
 
-def _refuse_exec(*args, **kwargs):
-    raise AssertionError("a bad-input case tried to launch torchrun")
+def _refuse_launch(*args, **kwargs):
+    raise AssertionError("a bad-input case tried to start training processes (--nproc)")
 
 
 def _refuse_network(*args, **kwargs):
@@ -1072,10 +1072,12 @@ def run_case(case: Case, work: Path) -> Outcome:
     """Run the case's command line in process inside `work`."""
     from fixedfirst.cli.main import main
 
+    from fixedfirst.train import launcher
+
     out, err = io.StringIO(), io.StringIO()
     code: int | str | None = 0
-    exec_before, connect_before = os.execv, socket.create_connection
-    os.execv = _refuse_exec
+    launch_before, connect_before = launcher.launch, socket.create_connection
+    launcher.launch = _refuse_launch
     socket.create_connection = _refuse_network  # a refusal must come before any network probe
     from tests.bad_input_edges import read_only, release_lock_holders
 
@@ -1090,7 +1092,7 @@ def run_case(case: Case, work: Path) -> Outcome:
     except SystemExit as e:
         code = e.code
     finally:
-        os.execv, socket.create_connection = exec_before, connect_before
+        launcher.launch, socket.create_connection = launch_before, connect_before
         release_lock_holders()
     return Outcome(code, out.getvalue(), err.getvalue())
 

@@ -280,26 +280,29 @@ def test_ranks_that_disagree_on_the_depth_stop_the_run(tmp_path, monkeypatch):
         Trainer(tiny_config(), tmp_path / "run", quiet=True).train(stop_after=2)
 
 
-def test_nproc_runs_torchrun_with_the_other_arguments(tmp_path, monkeypatch):
+def test_nproc_starts_the_processes_with_the_other_arguments(tmp_path, monkeypatch):
     from fixedfirst.cli.main import main
+    from fixedfirst.train import launcher
 
     config = write_tiny_config(tmp_path)
     launched = []
-
-    def execv(path, argv):
-        launched.append(argv)
-        raise SystemExit(0)
-
-    monkeypatch.setattr(os, "execv", execv)
+    monkeypatch.setattr(launcher, "launch", lambda *a: launched.append(a) or 0)
     run = tmp_path / "run"
     args = ["--out", str(run), "--set", "train.lr=0.002", "--stop-after", "3", "--quiet"]
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as info:
         main(["train", str(config), "--nproc", "2", *args])
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    assert launched == [
-        [*torchrun, "--nproc_per_node", "2", "-m", "fixedfirst", "train", str(config), *args]
-    ]
+    assert info.value.code == 0
+    resume = f"fixedfirst train --resume --out {run} --nproc 2"
+    assert launched == [(2, ["train", str(config), *args], resume)]
     assert not run.exists()  # the launching process writes nothing
+    env = launcher.worker_environment(1, 2, 29999)
+    assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"]) == (
+        "1",
+        "1",
+        "2",
+        "2",
+    )
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", "29999")
 
 
 def test_world_from_torchrun_environment(monkeypatch):

@@ -58,7 +58,7 @@ def test_failed_checkpoint_write_keeps_the_previous_one(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"cannot write checkpoint {run}/checkpoints/step-0000008 ({os.strerror(error)})" in err
-    assert "the previous checkpoint is intact" in err
+    assert "the previous checkpoint (step-0000004) is intact" in err
     ckpts = CheckpointManager(run / "checkpoints").all()
     assert [c.step for c in ckpts] == [4]
     ckpts[0].verify()

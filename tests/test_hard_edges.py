@@ -16,6 +16,7 @@ import time
 import pytest
 
 from fixedfirst.cli.main import main
+from fixedfirst.train.run_dir import CONFIG_MARK
 from fixedfirst.train.trainer import Trainer
 from tests.test_crash import ROOT, assert_same_run, start, wait_for
 from tests.trainer_helpers import TINY_TOML, tiny_config, train_records, write_tiny_config
@@ -163,7 +164,8 @@ def test_a_run_that_saved_no_checkpoint_starts_again_with_a_corrected_config(tmp
     config = write_tiny_config(tmp_path)
     run = tmp_path / "run"
     run.mkdir()
-    (run / "config.toml").write_text(TINY_TOML)  # an earlier attempt that failed before step 1
+    # an earlier attempt that failed before step 1
+    (run / "config.toml").write_text(CONFIG_MARK + TINY_TOML)
     (run / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\n')
     code, _, err = cli(capsys, "train", config, "--out", run, "--quiet", "--set", "train.lr=1e-3")
     assert code == 0, err
@@ -203,12 +205,14 @@ def test_nproc_splits_the_batch_without_a_micro_batch_size(tmp_path, monkeypatch
     """micro_batch_size unset means each rank's share, so 2 processes split a batch of 8."""
     config = tmp_path / "c.toml"
     config.write_text(TINY_TOML.replace("micro_batch_size = 4\n", ""))
+    from fixedfirst.train import launcher
+
     launched = []
-    monkeypatch.setattr(os, "execv", lambda path, command: launched.append(command))
+    monkeypatch.setattr(launcher, "launch", lambda nproc, *_: launched.append(nproc) or 0)
     main_args = ["train", str(config), "--out", str(tmp_path / "run"), "--nproc", "2"]
     with pytest.raises(SystemExit) as info:
         main(main_args)
-    assert info.value.code == 0 and launched and "--nproc_per_node" in launched[0]
+    assert info.value.code == 0 and launched == [2]
 
 
 def test_a_run_written_before_paths_were_absolute_still_finds_its_data(

@@ -69,9 +69,14 @@ def main(argv: list[str] | None = None) -> None:
             print(f"fixedfirst {args.command}: error: {one_line(e)}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt as e:
-        # Training stops at a step boundary with a checkpoint and says how to resume (str(e)).
+        # Training stops at a step boundary with a checkpoint and says how to resume (str(e));
+        # the status tells a scheduler whether to requeue it (train/interrupt.py).
+        from fixedfirst.train.interrupt import INTERRUPT_STATUS, TrainingInterrupted
+
+        stopped = isinstance(e, TrainingInterrupted)
         if os.environ.get("RANK", "0") == "0":
             detail = f": {e}" if str(e) else ""
-            print(f"fixedfirst {args.command}: interrupted{detail}", file=sys.stderr)
-        sys.exit(130)
+            reason = e.reason if stopped else "interrupted"
+            print(f"fixedfirst {args.command}: {reason}{detail}", file=sys.stderr)
+        sys.exit(e.exit_status if stopped else INTERRUPT_STATUS)
     sys.exit(code or 0)
