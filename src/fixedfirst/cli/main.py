@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "chains": ("chains_cmd", "every schedule on a task where serving depth decides the answer"),
     "ablation": ("ablation_cmd", "architecture switches against fixed-depth collapse off depth"),
     "train": ("train_cmd", "train a looped transformer with a depth schedule"),
+    "branch": ("branch_cmd", "a new run from a run's checkpoint, with changed settings"),
     "eval": ("eval_cmd", "validation NLL of a run at many serving depths"),
     "diagnose": ("diagnose_cmd", "the update diagnostic (Figure 4): deep vs shallow updates"),
     "compute": ("compute_cmd", "modeled FLOPs of a configuration and its savings vs uniform"),

@@ -302,6 +302,39 @@ class CheckpointManager:
         tags: list[str],
     ) -> Checkpoint:
         """Write a checkpoint of full `weights` (name -> tensor, each tied tensor once)."""
+
+        def write(tmp: Path) -> dict[str, str]:
+            return {
+                MODEL_FILE: _write_file(tmp / MODEL_FILE, lambda p: save_weights(weights, p)),
+                TRAINER_FILE: _write_file(
+                    tmp / TRAINER_FILE, lambda p: save_trainer_state(trainer_state, p)
+                ),
+            }
+
+        return self._install(step, write, meta, tags)
+
+    def copy_in(self, source: Checkpoint, meta: dict[str, Any], tags: list[str]) -> Checkpoint:
+        """A copy of another run's checkpoint (its files, `meta` for its metadata): a branch."""
+
+        def write(tmp: Path) -> dict[str, str]:
+            files = {}
+            for name in (MODEL_FILE, TRAINER_FILE):
+                files[name] = _write_file(
+                    tmp / name, lambda p: shutil.copyfile(source.path / p.name, p)
+                )
+            return files
+
+        return self._install(source.step, write, meta, tags)
+
+    def _install(
+        self,
+        step: int,
+        write: Callable[[Path], dict[str, str]],
+        meta: dict[str, Any],
+        tags: list[str],
+    ) -> Checkpoint:
+        """`write(tmp)` the files (returning their digests) into a temporary directory, add
+        meta.json, then rename it into place (see the module docstring)."""
         name = f"step-{step:07d}"
         final = self.directory / name
         existing = read_checkpoint(final) if final.is_dir() else None
@@ -312,18 +345,12 @@ class CheckpointManager:
             self.directory.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
-            files = {
-                MODEL_FILE: _write_file(tmp / MODEL_FILE, lambda p: save_weights(weights, p)),
-                TRAINER_FILE: _write_file(
-                    tmp / TRAINER_FILE, lambda p: save_trainer_state(trainer_state, p)
-                ),
-            }
             full_meta = {
                 "format": FORMAT_VERSION,
                 **meta,
                 "step": step,
                 "tags": sorted(set(tags)),
-                "files": files,
+                "files": write(tmp),
             }
             _write_file(tmp / META_FILE, lambda p: p.write_text(json.dumps(full_meta, indent=2)))
             _fsync_dir(tmp)

@@ -98,8 +98,8 @@ def check_same_run(saved: RunConfig, new: RunConfig, where: str, run: str) -> No
     if not run_defining_differences(saved, new):
         return
     raise UserError(
-        f"cannot resume: {describe_differences(saved, new)} differ from what {where} was "
-        f"trained with; a resume continues the same run: undo the change (in {run}/config.toml "
-        f"or --set), or branch a new run from the checkpoint: `fixedfirst branch {run} --out "
-        "NEW_RUN --set KEY=VALUE`"
+        f"cannot resume: what defines the run changed since {where}: "
+        f"{describe_differences(saved, new)}; a resume continues the same run: undo the change "
+        f"(in {run}/config.toml or --set), or branch a new run from that checkpoint: "
+        f"`fixedfirst branch {run} --out NEW_RUN --set KEY=VALUE`"
     )

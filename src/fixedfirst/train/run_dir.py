@@ -41,6 +41,8 @@ CONFIG_MARK = "# fixedfirst run configuration (resolved), written by `fixedfirst
 
 RUN_FILES = ("config.toml", "metrics.jsonl", "summary.json", "checkpoints", TOKENIZER_DIR)
 SINK_FILES = (TENSORBOARD_DIR, "wandb", WANDB_ID_FILE)
+_WARNED_MISSING: set[Path] = set()
+"""Runs whose missing config.toml this process has already warned about (once is enough)."""
 OWN_TEMPORARY = re.compile(r"\.(config\.toml|summary\.json|tokenizer)\.tmp-\d+|\.write-test")
 """What a run leaves beside its files when a write is interrupted."""
 
@@ -90,6 +92,9 @@ class RunDir:
                 f"trained with back as {shown(self.config_path)}"
             )
         config = RunConfig.from_dict(apply_overrides(raw, overrides))
+        if self.config_path in _WARNED_MISSING:
+            return config
+        _WARNED_MISSING.add(self.config_path)
         warn(
             f"warning: {shown(self.config_path)} is missing; using the configuration stored in "
             f"{newest.path.name} (`fixedfirst train --resume --out {shown(self.path)}` writes it "
@@ -241,9 +246,10 @@ def check_resume(saved: RunConfig, new: RunConfig) -> None:
     diff = run_defining_differences(saved, new)
     if diff:
         raise UserError(
-            f"cannot resume: {describe_differences(saved, new)} differ from the run's "
-            "config.toml; a resume continues the same run: leave them as they are, or branch a "
-            "new run from its checkpoint (`fixedfirst branch RUN --out NEW_RUN --set KEY=VALUE`)"
+            "cannot resume: the configuration given changes what defines the run (against its "
+            f"config.toml): {describe_differences(saved, new)}; a resume continues the same run: "
+            "leave them as they are, or branch a new run from its checkpoint: `fixedfirst branch "
+            "RUN --out NEW_RUN --set KEY=VALUE`"
         )
     # Logging may change on resume, but not the x-axis of curves that go on in the same place.
     continued = [name for name in new.train.log_to if name in saved.train.log_to]
