@@ -53,10 +53,12 @@ def one_line(error: Exception) -> str:
     disk, a read-only directory, a file that vanished), the path and the system's reason."""
     if isinstance(error, UserError) or not isinstance(error, OSError):
         return str(error)
+    from fixedfirst.files import DISK_FULL, remedy
     from fixedfirst.paths import shown
 
     where = f"{shown(error.filename)}: " if error.filename is not None else ""
-    return f"{where}{error.strerror or error}"
+    full = f" ({remedy(error)})" if error.errno in DISK_FULL else ""
+    return f"{where}{error.strerror or error}{full}"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -39,6 +39,12 @@ def how_to_prepare(path: str | Path) -> str:
 def read_meta(path: str | Path) -> dict[str, Any]:
     """The meta.json of a prepared DATA directory, checked to be one this version can read."""
     path = Path(path)
+    if path.exists() and not path.is_dir():
+        parent = f" (its directory {shown(path.parent)}?)" if path.name == META_FILE else ""
+        raise UserError(
+            f"{shown(path)} is a file; the data path names the directory that `fixedfirst "
+            f"prepare INPUT... --out DIR` wrote{parent}"
+        )
     if not path.is_dir():
         raise UserError(f"{shown(path)}: no such data directory; {how_to_prepare(path)}")
     meta_file = path / META_FILE

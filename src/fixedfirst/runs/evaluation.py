@@ -57,7 +57,7 @@ def evaluate_run(
     from fixedfirst.train.evaluation import mean_serving_nll, validation_nll
     from fixedfirst.train.progress import Ticker
 
-    require_data(open_run(run, data)[1], run)  # before the weights are read and verified
+    require_data(open_run(run, data)[1], run, data)  # before the weights are read, verified
     loaded = load_run(run, step, device, data)
     config = loaded.config
     n_batches = batches or config.eval.batches

@@ -44,14 +44,18 @@ def open_run(
     return run_dir, config, CheckpointManager(run_dir.checkpoints_path)
 
 
-def require_data(config: RunConfig, run: str | Path) -> None:
-    """Refuse, before anything is loaded, a run whose data is no longer where it says."""
+def require_data(config: RunConfig, run: str | Path, data: str | None = None) -> None:
+    """Refuse, before anything is loaded, a run whose data is not where it says (or where
+    --data `data` says)."""
     path = config.data.path
-    if path is not None and not Path(path).exists():
-        raise UserError(
-            f"the data of {shown(run)} is not at {shown(path)} (its data.path) any more: pass "
-            f"--data PATH where it is now, or prepare it there again"
-        )
+    if path is None or Path(path).exists():
+        return
+    if data is not None:
+        raise UserError(f"--data {shown(data)}: no such data directory")
+    raise UserError(
+        f"the data of {shown(run)} is not at {shown(path)} (its data.path) any more: pass "
+        f"--data PATH where it is now, or prepare it there again"
+    )
 
 
 def find_checkpoint(

@@ -79,6 +79,7 @@ def load_served(
         loaded.checkpoint.meta.get("data"),
         required=require_tokenizer,
         run_dir=path,
+        data=data,
     )
     return Served(
         loaded.model,

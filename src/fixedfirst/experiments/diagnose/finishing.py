@@ -49,7 +49,7 @@ def find_diagnosis_checkpoint(
     point) or a step number; `data`: where the run's data is now, when it moved. Every refusal
     says what to do instead."""
     run_dir, config, manager = open_run(run, data)
-    require_data(config, run)
+    require_data(config, run, data)
     if which == SWITCH_TAG and manager.with_tag(SWITCH_TAG) is None:
         schedule = describe(config.schedule)
         if config.schedule.kind != "fixed-first":
