@@ -70,8 +70,8 @@ def branch_run(
     ]
     if kept:
         raise UserError(
-            f"a branch keeps the model and the data (their weights and data position carry "
-            f"over), and {', '.join(kept)} differ; train a new run instead"
+            f"a branch keeps the model and the data (the weights and the data position carry "
+            f"over), but this one changes {', '.join(kept)}; train a new run instead"
         )
     if before.schedule.auto_switch or config.schedule.auto_switch:
         raise UserError(

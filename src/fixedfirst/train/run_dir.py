@@ -193,7 +193,7 @@ class RunDir:
         try:
             self.check_writable_layout()
             if resume:
-                check_resume(saved, config)
+                check_resume(saved, config, self.path)
                 return False
             if self.has_checkpoints():  # another process started it before we took the lock
                 self.check_new(force)
@@ -242,14 +242,15 @@ def stored(config: RunConfig) -> RunConfig:
     return replace(config, data=replace(config.data, path=absolute(config.data.path)))
 
 
-def check_resume(saved: RunConfig, new: RunConfig) -> None:
-    diff = run_defining_differences(saved, new)
-    if diff:
+def check_resume(saved: RunConfig, new: RunConfig, run: Path) -> None:
+    """Refuse a resume whose configuration (a CONFIG.toml, --set) changes what defines the run
+    against its config.toml, or moves the axis of curves it continues."""
+    if run_defining_differences(saved, new):
         raise UserError(
             "cannot resume: the configuration given changes what defines the run (against its "
             f"config.toml): {describe_differences(saved, new)}; a resume continues the same run: "
-            "leave them as they are, or branch a new run from its checkpoint: `fixedfirst branch "
-            "RUN --out NEW_RUN --set KEY=VALUE`"
+            f"leave them as they are, or branch a new run from its checkpoint: `fixedfirst branch "
+            f"{shown(run)} --out NEW_RUN --set KEY=VALUE`"
         )
     # Logging may change on resume, but not the x-axis of curves that go on in the same place.
     continued = [name for name in new.train.log_to if name in saved.train.log_to]
