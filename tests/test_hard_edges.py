@@ -16,6 +16,7 @@ import time
 import pytest
 
 from fixedfirst.cli.main import main
+from fixedfirst.train.interrupt import REQUEUE_STATUS
 from fixedfirst.train.run_dir import CONFIG_MARK
 from fixedfirst.train.trainer import Trainer
 from tests.test_crash import ROOT, assert_same_run, start, wait_for
@@ -139,6 +140,47 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path):
     assert err.strip().splitlines()[-1] == "fixedfirst train: interrupted"
     assert "Traceback" not in err
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before
+
+
+def test_sigterm_saves_like_ctrl_c_and_exits_for_a_requeue(tmp_path, reference):
+    """What a scheduler's preemption does: SIGTERM (here twice, as when it reaches the process
+    more than once), then the job is requeued and resumed. Unlike a second Ctrl-C, a second
+    SIGTERM still waits for the checkpoint."""
+    config = write_tiny_config(tmp_path)
+    run = tmp_path / "run"
+    proc = start_slow(["train", str(config), "--out", str(run), "--quiet"])
+    wait_for(lambda: (run / "checkpoints" / "step-0000004" / "meta.json").exists(), proc)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)  # within the same 0.3 s step
+    assert proc.wait(timeout=120) == REQUEUE_STATUS == 75
+    err = proc.stderr.read().decode()
+    assert "Traceback" not in err
+    first, last = err.strip().splitlines()
+    assert first == "SIGTERM: stopping after this step to save a checkpoint"
+    assert last.startswith("fixedfirst train: stopped by SIGTERM: saved step-")
+    assert last.endswith(f"; resume with `fixedfirst train --resume --out {run}`")
+    saved = json.loads((run / "checkpoints" / last.split()[6][:-1] / "meta.json").read_text())
+    assert "paused" in saved["tags"] and 4 < saved["step"] < 48
+    assert not (run / ".lock").exists()
+    resumed = start(["train", "--resume", "--out", str(run), "--quiet"])
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read().decode()
+    assert_same_run(reference, run)
+
+
+def test_a_stop_signal_before_training_starts_is_kept_for_the_first_step(tmp_path):
+    """A job preempted while it still sets up trains one step, saves it and stops."""
+    from fixedfirst.train.interrupt import TrainingInterrupted, stop_requests_kept
+
+    run = tmp_path / "run"
+    with stop_requests_kept(), pytest.raises(TrainingInterrupted) as info:
+        os.kill(os.getpid(), signal.SIGUSR1)  # before the trainer exists
+        Trainer(tiny_config(), run, quiet=True).train()
+    assert info.value.exit_status == REQUEUE_STATUS and info.value.reason == "stopped by SIGUSR1"
+    assert [r["step"] for r in train_records(run)] == [1]
+    saved = json.loads((run / "checkpoints" / "step-0000001" / "meta.json").read_text())
+    assert saved["tags"] == ["paused"]
+    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL  # handlers put back
 
 
 def test_an_incomplete_final_checkpoint_is_named_and_set_aside(tmp_path, capsys, reference):
