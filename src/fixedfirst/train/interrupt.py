@@ -131,12 +131,21 @@ class Interrupt:
     def agreed(self, world: World, at_log_line: bool) -> int | None:
         """The stop signal when the run stops here, else None: at any step in one process;
         under torchrun only where the ranks meet anyway (a log line), on rank 0's word, so they
-        all stop at the same step and give the same reason."""
+        all stop at the same step and give the same reason (then `signum` here)."""
         if not world.launched:
             return self.signum or None
         if not at_log_line:
             return None
-        return broadcast_object(world, self.signum or None)
+        agreed = broadcast_object(world, self.signum or None)
+        if agreed is not None:
+            self.signum = agreed
+        return agreed
+
+    def stopped(self, checkpoint: str, run: Path, world_size: int) -> TrainingInterrupted:
+        """What the trainer raises once it saved `checkpoint` on the agreed stop signal."""
+        resume = resume_command(run, world_size)
+        reason = self.signum or signal.SIGINT
+        return TrainingInterrupted(f"saved {checkpoint}; resume with `{resume}`", reason)
 
     def __enter__(self) -> Interrupt:
         global _active

@@ -23,6 +23,7 @@ import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from fixedfirst import locks
 from fixedfirst.config import RunConfig, apply_overrides, load_config, read_toml, to_toml
@@ -233,6 +234,11 @@ class RunDir:
     def write_config(self, config: RunConfig) -> None:
         """config.toml, with data.path absolute: the run reads its data from anywhere."""
         write_text_atomic(self.config_path, CONFIG_MARK + to_toml(stored(config)))
+
+
+def config_record(config: RunConfig) -> dict[str, Any]:
+    """What a checkpoint's meta.json records of the configuration (`identity.py`)."""
+    return {CONFIG_KEY: stored(config).to_dict()}
 
 
 def stored(config: RunConfig) -> RunConfig:

@@ -52,15 +52,14 @@ from fixedfirst.train.counters import Counters
 from fixedfirst.train.distributed import World, on_main
 from fixedfirst.train.divergence import diverged
 from fixedfirst.train.evaluation import mean_serving_nll, validation_nll
-from fixedfirst.train.identity import CONFIG_KEY
-from fixedfirst.train.interrupt import Interrupt, TrainingInterrupted, resume_command
+from fixedfirst.train.interrupt import Interrupt
 from fixedfirst.train.metrics import MetricsLog, read_metrics
 from fixedfirst.train.optim import build_optimizer, lr_at
 from fixedfirst.train.parallel import ParallelModel
 from fixedfirst.train.pending import PendingStep, host_values
 from fixedfirst.train.progress import Progress
 from fixedfirst.train.resume import check_same_config, check_trainer_state
-from fixedfirst.train.run_dir import RunDir, stored
+from fixedfirst.train.run_dir import RunDir, config_record
 from fixedfirst.train.sinks import check_packages, open_sinks
 from fixedfirst.train.step import state_seeds, train_step
 
@@ -188,7 +187,7 @@ class Trainer:
                 "metrics_bytes": self.metrics.size(),
                 "world_size": self.world_size,
                 "schedule": describe(self.config.schedule),
-                CONFIG_KEY: stored(self.config).to_dict(),  # the run's fingerprint
+                **config_record(self.config),  # the run's fingerprint (identity.py)
                 # Also here (small JSON), so that eval can refuse other data without trainer.pt.
                 "data": self.source.state_dict(),
             }
@@ -346,10 +345,8 @@ class Trainer:
         return tags
 
     def train(self, stop_after: int | None = None) -> dict[str, Any]:
-        """Run to the end of the budget (or pause, checkpointed, after `stop_after` steps in
-        total, or at the first Ctrl-C, SIGTERM or SIGUSR1: `TrainingInterrupted`); return the
-        closing summary.
-        The run's lock is released however this ends."""
+        """Run to the end of the budget, or pause, checkpointed, after `stop_after` steps in all or
+        at a stop signal (`TrainingInterrupted`); return the summary. Always releases the lock."""
         try:
             with Interrupt(announce=self.is_main) as interrupt:
                 return self._train(stop_after, interrupt)
@@ -431,10 +428,7 @@ class Trainer:
                 if tags:
                     saved = self._save(tags)
                 if stop_signal is not None:
-                    resume = resume_command(self.run.path, self.world_size)
-                    raise TrainingInterrupted(
-                        f"saved {saved.path.name}; resume with `{resume}`", stop_signal
-                    )
+                    raise interrupt.stopped(saved.path.name, self.run.path, self.world_size)
                 if flush:  # the next interval's throughput excludes logging, eval and saving
                     interval_start, interval_tokens, interval_flops = time.perf_counter(), 0, 0.0
         finally:
