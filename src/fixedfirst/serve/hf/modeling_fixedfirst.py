@@ -104,9 +104,8 @@ class FixedFirstConfig(PretrainedConfig):
 
 
 MAX_DEPTH = 1024
-"""The most core iterations a forward runs: fixedfirst's own cap (its config/limits.py; this
-file imports nothing of fixedfirst, and a test holds the two equal). Cost grows linearly with
-depth, so a slip of the keyboard in config.json or a call would otherwise run for minutes."""
+"""fixedfirst's cap on core iterations (config/limits.py; a test holds the two equal): the cost
+grows linearly with depth, so a slip in config.json or a call would run for minutes."""
 
 
 def _check_depth(depth):
