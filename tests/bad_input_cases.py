@@ -359,7 +359,7 @@ CASES: list[Case] = [
         "command line",
         "`--resume` of a run directory that does not exist",
         ["train", "--out", "nowhere", "--resume"],
-        "nowhere holds no run (no config.toml)",
+        "run directory nowhere does not exist",
     ),
     Case(
         "out-is-a-file",

@@ -79,6 +79,8 @@ class RunDir:
     def _config_from_checkpoint(self, overrides: list[str]) -> RunConfig:
         from fixedfirst.train.checkpoint import CheckpointManager, warn
 
+        if not self.path.is_dir():
+            raise UserError(f"run directory {shown(self.path)} does not exist")
         found = CheckpointManager(self.checkpoints_path).all()
         if not found:
             raise UserError(
@@ -93,8 +95,8 @@ class RunDir:
                 f"trained with back as {shown(self.config_path)}"
             )
         config = RunConfig.from_dict(apply_overrides(raw, overrides))
-        if self.config_path in _WARNED_MISSING:
-            return config
+        if self.config_path in _WARNED_MISSING or os.environ.get("RANK", "0") != "0":
+            return config  # said once, by one process
         _WARNED_MISSING.add(self.config_path)
         warn(
             f"warning: {shown(self.config_path)} is missing; using the configuration stored in "
