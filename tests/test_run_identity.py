@@ -9,16 +9,15 @@ from __future__ import annotations
 import json
 import shutil
 
-import pytest
 import torch
 from safetensors.torch import load_file
 
-from fixedfirst.cli.main import main
 from fixedfirst.train.identity import MAY_CHANGE, identity
 from fixedfirst.train.optim import lr_at
-from fixedfirst.train.trainer import Trainer
+from tests import test_hard_edges
 from tests.bad_input_cases import snapshot
 from tests.test_crash import assert_same_run
+from tests.test_hard_edges import cli
 from tests.trainer_helpers import (
     comparable,
     final_weights,
@@ -27,19 +26,7 @@ from tests.trainer_helpers import (
     write_tiny_config,
 )
 
-
-def cli(capsys, *args) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main([str(a) for a in args])
-    captured = capsys.readouterr()
-    return info.value.code, captured.out, captured.err
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    run = tmp_path_factory.mktemp("reference") / "run"
-    Trainer(tiny_config(), run, quiet=True).train()
-    return run
+reference = test_hard_edges.reference  # the uninterrupted tiny run, a module fixture here too
 
 
 def test_force_trains_beside_foreign_files_and_never_touches_them(tmp_path, capsys):
