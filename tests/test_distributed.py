@@ -246,6 +246,23 @@ def test_sigusr1_stops_every_process_with_a_checkpoint_and_resume_is_exact(runs,
     assert_same_as(runs["ddp"], run)
 
 
+def test_ctrl_c_to_nproc_stops_every_process_with_one_line(runs, tmp_path):
+    """The terminal's Ctrl-C reaches the launcher only (its processes have sessions of their
+    own), which passes it on once: a checkpoint, status 130, no traceback."""
+    run = tmp_path / "interrupted"
+    proc = launch_slow(tmp_path, train_args(runs["config"], run))
+    wait_for_step(proc, run, 4)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out
+    said = [line for line in out.splitlines() if line.startswith("fixedfirst")]
+    assert len(said) == 1 and said[0].startswith("fixedfirst train: interrupted: saved step-")
+    saved = CheckpointManager(run / "checkpoints").all()[-1]
+    assert saved.tags == ["paused"] and saved.meta["world_size"] == 2
+    saved.verify()
+
+
 def test_killed_rank_stops_the_run_and_resume_is_exact(runs, tmp_path):
     run = tmp_path / "killed"
     proc = launch_slow(tmp_path, train_args(runs["config"], run))

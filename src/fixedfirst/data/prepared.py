@@ -68,6 +68,15 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     return meta
 
 
+def is_prepared(path: str | Path) -> bool:
+    """Whether `path` is a directory `fixedfirst prepare` wrote (its meta.json says so)."""
+    try:
+        meta = json.loads((Path(path) / META_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") == FORMAT
+
+
 def data_vocab_size(path: str | Path) -> int:
     """The vocabulary size of the data in DATA: a model trained on it needs at least this many
     ids (`model.vocab_size`)."""

@@ -27,7 +27,7 @@ from typing import Any
 
 from fixedfirst import locks
 from fixedfirst.config import RunConfig, apply_overrides, load_config, read_toml, to_toml
-from fixedfirst.data.prepared import META_FILE as PREPARED_META
+from fixedfirst.data.prepared import is_prepared
 from fixedfirst.data.source import BatchSource
 from fixedfirst.data.tokenizer import TOKENIZER_DIR
 from fixedfirst.errors import UserError
@@ -125,7 +125,7 @@ class RunDir:
                 f"{shown(self.path)} already holds a run; pass --resume to continue it, "
                 "or choose another --out"
             )
-        if (self.path / PREPARED_META).is_file():
+        if is_prepared(self.path):
             raise UserError(
                 f"--out {shown(self.path)} is a prepared data directory; a run goes in a "
                 "directory of its own (choose another --out)"
