@@ -55,7 +55,7 @@ def task_metric(args: argparse.Namespace, depths: list[int], device) -> dict:
         raise UserError(
             f"--task {args.task}: the data kind {args.task!r} has no task metric; use --task nll"
         )
-    loaded = load_run(args.run_dir, args.checkpoint, device, args.data)
+    loaded = load_run(args.run_dir, args.checkpoint, device, data=args.data)
     if loaded.config.data.kind != args.task:
         raise UserError(
             f"--task {args.task} needs a run trained on [data] kind = {args.task!r}; "
@@ -105,7 +105,9 @@ def evaluate(args: argparse.Namespace) -> int:
         write_json_atomic(out, result)
         print(f"wrote {out}")
         return 0
-    result = evaluate_run(args.run_dir, depths, args.batches, args.checkpoint, device, args.data)
+    result = evaluate_run(
+        args.run_dir, depths, args.batches, args.checkpoint, device, data=args.data
+    )
     print(
         f"{args.run_dir} step {result['step']}: validation NLL (nats/token) over "
         f"{result['scored_tokens']:,} tokens; {result['schedule']}"

@@ -47,6 +47,7 @@ def evaluate_run(
     batches: int | None = None,
     step: int | None = None,
     device: str | torch.device = "cpu",
+    *,
     data: str | None = None,
 ) -> dict[str, Any]:
     """Measure validation NLL of the checkpoint at `step` (default: the newest) at `depths`,
@@ -58,7 +59,7 @@ def evaluate_run(
     from fixedfirst.train.progress import Ticker
 
     require_data(open_run(run, data)[1], run, data)  # before the weights are read, verified
-    loaded = load_run(run, step, device, data)
+    loaded = load_run(run, step, device, data=data)
     config = loaded.config
     n_batches = batches or config.eval.batches
     batch_size = config.train.micro_batch

@@ -73,7 +73,7 @@ def load_served(
             int(config.get("default_depth", 1)),
             f"{path} (export of {source.get('run')} step {source.get('step')})",
         )
-    loaded = load_run(path, checkpoint, device, data)
+    loaded = load_run(path, checkpoint, device, data=data)
     tokenizer = run_tokenizer(
         loaded.config,
         loaded.checkpoint.meta.get("data"),

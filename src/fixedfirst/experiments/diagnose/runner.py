@@ -211,7 +211,7 @@ def run_diagnostic(
     """
     o = options or DiagnoseOptions()
     started = time.perf_counter()
-    state = open_run_state(run, o.checkpoint, o.device, o.data)
+    state = open_run_state(run, o.checkpoint, o.device, data=o.data)
     config, train = state.config, state.config.train
     max_u = o.updates[-1]
     if max_u >= state.remaining_steps:
