@@ -95,7 +95,7 @@ def fake_tensors() -> Iterator[None]:
         torch.nn.init.trunc_normal_ = draw
 
 
-def fake_fsdp_step(config: RunConfig, processes: int, depth: int) -> int:
+def fake_fsdp_step(config: RunConfig, processes: int, depth: int, checkpoint: bool) -> int:
     """One FSDP2 step of rank 0 of `processes`, on fake tensors and a fake process group."""
     import torch.distributed as dist
     import torch.distributed.device_mesh as device_mesh
@@ -111,7 +111,9 @@ def fake_fsdp_step(config: RunConfig, processes: int, depth: int) -> int:
     try:
         t = config.train
         rows = t.micro_batch_on(processes)
-        train = dataclasses.replace(t, batch_size=rows, micro_batch_size=rows)
+        train = dataclasses.replace(
+            t, batch_size=rows, micro_batch_size=rows, checkpoint_activations=checkpoint
+        )
         with fake_tensors():
             model = LoopedTransformer(config.model).train()
             world = World(0, processes, 0, launched=True)
@@ -191,11 +193,14 @@ def main() -> None:
         errors.append(row(what, k, checkpoint, "bf16", measured, model))
     lm1b = load_config("configs/lm-1b.toml")
     t = lm1b.train
-    measured = fake_fsdp_step(lm1b, 8, k)
     where = Placement("cpu", True, "fsdp", 8)
-    model = training_memory(lm1b.model, where, t.micro_batch, 1, t.seq_len, k).peak
-    what = f"lm-1b, FSDP2 over 8, micro-batch {t.micro_batch} (fake tensors)"
-    errors.append(row(what, k, False, "bf16", measured, model))
+    for checkpoint in (False, True):
+        measured = fake_fsdp_step(lm1b, 8, k, checkpoint)
+        model = training_memory(
+            lm1b.model, where, t.micro_batch, 1, t.seq_len, k, None, checkpoint
+        ).peak
+        what = f"lm-1b, FSDP2 over 8, micro-batch {t.micro_batch} (fake tensors)"
+        errors.append(row(what, k, checkpoint, "bf16", measured, model))
     worst = max(errors, key=abs)
     print(
         f"\nlargest error {100 * worst:+.1f}% over {len(errors)} rows; small models "

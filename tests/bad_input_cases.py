@@ -982,8 +982,9 @@ def config_cases() -> list[Case]:
 
 def all_cases() -> list[Case]:
     from tests.bad_input_edges import EDGE_CASES
+    from tests.bad_input_memory import MEMORY_CASES
 
-    return CASES + SWEEP_CASES + COMMAND_CASES + config_cases() + EDGE_CASES
+    return CASES + SWEEP_CASES + COMMAND_CASES + config_cases() + EDGE_CASES + MEMORY_CASES
 
 
 # -- prebuilt things and running a case ----------------------------------------------------------
