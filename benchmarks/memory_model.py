@@ -203,8 +203,9 @@ def main() -> None:
         errors.append(row(what, k, checkpoint, "bf16", measured, model))
     worst = max(errors, key=abs)
     print(
-        f"\nlargest error {100 * worst:+.1f}% over {len(errors)} rows; small models "
-        f"{small:.0f} s, paper scale {time.perf_counter() - started - small:.0f} s"
+        f"\nlargest error {100 * worst:+.1f}% over {len(errors)} rows; wall-clock: small models "
+        f"{small:.0f} s, paper scale {time.perf_counter() - started - small:.0f} s; "
+        f"{time.process_time():.0f} s of CPU in all"
     )
 
 

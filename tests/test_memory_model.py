@@ -87,7 +87,7 @@ def measured(overrides: dict, depth: int, checkpoint: bool, dtype: torch.dtype) 
 @pytest.mark.parametrize("checkpoint", [False, True])
 def test_peak_of_a_real_step_is_what_the_model_says(overrides, depth, checkpoint):
     """torch's MemTracker count of a real CPU step; the model is exact without checkpointing
-    and within the planner's 15% target with it (docs/design.md §16)."""
+    and within the planner's 15% target with it (docs/design.md §15)."""
     for dtype in (torch.float32, torch.bfloat16):
         where = Placement("cpu", bf16=dtype == torch.bfloat16)
         config = tiny_model_config(**overrides)

@@ -79,7 +79,7 @@ def test_plan_prints_the_table_the_verdict_and_the_wall_clock(tmp_path, capsys, 
     assert "2 x NVIDIA A100 40GB (SXM): 40.0 GiB and 312 TFLOP/s peak per GPU" in out
     assert "| DDP | off |" in out and "| FSDP2 | on |" in out
     assert "as configured (DDP, checkpointing off, micro-batches of 4): fits" in out
-    assert "wall-clock at MFU 0.581 (assumed:" in out
+    assert "MFU 0.581 is assumed: our step's at depth 16 on a CPU" in out
 
 
 def test_a_sweep_is_planned_run_by_run(tmp_path, capsys, monkeypatch):
@@ -107,3 +107,16 @@ def test_fp32_runs_are_planned_at_the_fp32_peak(tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit):
         main(["plan", "tiny.toml", "--gpu", "h100", "--set", "train.precision=fp32"])
     assert "and 67 TFLOP/s peak per GPU" in capsys.readouterr().out
+
+
+def test_the_assumed_mfu_is_the_measurement_the_readme_reports():
+    """ASSUMED_MFU quotes benchmarks/depth_eval.py's training MFU at depth 16 (README,
+    Benchmarks); when the benchmark is re-run and the README updated, this says to update it."""
+    from pathlib import Path
+
+    from fixedfirst.planning import ASSUMED_MFU
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme[readme.index("| training depth | median s/step |") :]
+    row = next(line for line in table.splitlines() if line.startswith("| 16 |"))
+    assert row.split("|")[-2].strip() == f"{100 * ASSUMED_MFU:.1f}%"

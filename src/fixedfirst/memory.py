@@ -1,6 +1,6 @@
 """The memory model: what one process holds while it trains a looped transformer at depth K.
 
-docs/design.md §16 derives every term and says how it was checked. In short, per process:
+docs/design.md §15 derives every term and says how it was checked. In short, per process:
 
 - parameters (fp32 master weights), gradients (fp32, plus DDP's reduce buckets) and AdamW's two
   moments, all divided by the number of processes under FSDP2;
@@ -191,7 +191,7 @@ def activations(
     grad_depth: int | None = None,
     checkpoint: bool = False,
 ) -> Activations:
-    """What a forward of `rows` sequences at `depth` keeps for its backward (docs/design.md §16)."""
+    """What a forward of `rows` sequences at `depth` keeps for its backward (docs/design.md §15)."""
     n, d, c = rows * seq_len, model.d_model, placement.compute
     concat = model.injection == "concat"
     # The residual stream starts as the embedding's output (fp32, or bf16 under FSDP2's bf16

@@ -207,9 +207,10 @@ def format_plan(plan, path: str) -> str:
     lines += [
         f"compute: {b.tokens:.4g} tokens in {b.total_steps:,} steps, {b.flops:.4g} modeled "
         "training FLOPs (`fixedfirst compute`)",
-        f"wall-clock at MFU {h.mfu:.3g} ({mfu_source(h.mfu)}): {duration(plan.seconds(False))} "
-        f"({rate:.3g} FLOP/s); with checkpointing, which runs the core's forward again "
-        f"(+{recompute:.0%} FLOPs): {duration(plan.seconds(True))}",
+        f"wall-clock at MFU {h.mfu:.3g} on {h.gpus} GPU(s) ({rate:.3g} FLOP/s): "
+        f"{duration(plan.seconds(False))}; with checkpointing (+{recompute:.0%} FLOPs, the "
+        f"core's forward again): {duration(plan.seconds(True))}",
+        mfu_source(h.mfu),
     ]
     return "\n".join(lines)
 
@@ -218,8 +219,11 @@ def mfu_source(mfu: float) -> str:
     from fixedfirst.planning import ASSUMED_MFU
 
     if mfu != ASSUMED_MFU:
-        return "--mfu"
-    return "assumed: our step's MFU at depth 16 on a CPU, benchmarks/depth_eval.py; --mfu sets it"
+        return f"MFU {mfu:.3g} from --mfu"
+    return (
+        f"MFU {mfu:.3g} is assumed: our step's at depth 16 on a CPU (benchmarks/depth_eval.py); "
+        "no GPU has been measured yet (benchmarks/gpu_check.py measures it); --mfu sets it"
+    )
 
 
 def format_sweep(plans: dict, path: str) -> str:
@@ -228,7 +232,7 @@ def format_sweep(plans: dict, path: str) -> str:
     h = first.hardware
     lines = [
         f"plan for {path} ({len(plans)} runs) on {hardware_line(h)}",
-        f"wall-clock at MFU {h.mfu:.3g} ({mfu_source(h.mfu)})",
+        mfu_source(h.mfu),
         "",
         "| run | schedule | deepest K | peak GiB as configured | fits | modeled FLOPs "
         "| wall-clock |",

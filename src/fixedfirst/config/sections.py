@@ -266,7 +266,7 @@ class TrainConfig:
     one more forward of the core per step."""
     check_memory: bool = True
     """Before the first step, estimate the memory a step needs at the deepest depth the schedule
-    can draw (parameters, gradients, AdamW, activations at the micro-batch; docs/design.md §16)
+    can draw (parameters, gradients, AdamW, activations at the micro-batch; docs/design.md §15)
     and refuse a run whose estimate exceeds 90% of the device's memory, naming what to change.
     `false`: train anyway (the estimate counts eager PyTorch's tensors; torch.compile's are not
     modeled)."""
