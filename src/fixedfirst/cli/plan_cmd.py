@@ -11,7 +11,7 @@ EPILOG = """\
 The GPU is a kind from the table below (memory and bf16 peak from vendors' datasheets), or
 --gpu-memory and --peak-flops for another; on a machine with a GPU the default is that GPU,
 with its peak measured. Memory is per GPU at the deepest depth the schedule draws; "fits" means
-at most 90%% of the GPU's memory (the rest is for the CUDA context and fragmentation). A sweep
+at most 90% of the GPU's memory (the rest is for the CUDA context and fragmentation). A sweep
 file (configs/sweeps/*.toml) is planned run by run.
 """
 
@@ -21,7 +21,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     kinds = "\n".join(f"  {k:10s} {a.name}" for k, a in ACCELERATORS.items())
-    parser.epilog = EPILOG + "\nGPU kinds:\n" + kinds.replace("%", "%%")
+    parser.epilog = EPILOG + "\nGPU kinds:\n" + kinds
     add_config_arguments(parser)
     parser.add_argument("--gpus", type=int, metavar="N", help="GPUs (default: 1, or all here)")
     parser.add_argument(
@@ -142,9 +142,11 @@ def changes(option, configured) -> str:
 
 
 def hardware_line(h) -> str:
+    from fixedfirst.memory import MARGIN
+
     return (
         f"{h.gpus} x {h.name}: {gib(h.memory)} GiB and {h.peak_flops / 1e12:,.0f} TFLOP/s peak "
-        f"per GPU; a step fits in {gib(h.usable)} GiB (90%)"
+        f"per GPU; a step fits in {gib(h.usable)} GiB ({1 - MARGIN:.0%})"
     )
 
 

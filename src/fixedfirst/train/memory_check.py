@@ -82,7 +82,7 @@ def check_training_memory(
     usable = (1 - MARGIN) * capacity
     if memory.peak <= usable:
         return
-    device = f"this {where.device}'s memory"
+    device = "this GPU's memory" if where.device == "cuda" else "this cpu's memory"
     sharded = f", sharded over {where.processes} processes" if where.shards > 1 else ""
     state = memory.parameters + memory.optimizer + memory.gradients
     if state > usable:
