@@ -12,8 +12,9 @@ ends in one line as well, instead of an allocator traceback.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 
@@ -30,9 +31,6 @@ from fixedfirst.memory import (
 from fixedfirst.model.memory import device_memory
 from fixedfirst.train.distributed import World
 from fixedfirst.train.interrupt import resume_command
-
-if TYPE_CHECKING:
-    from fixedfirst.train.trainer import Trainer
 
 
 def placement(
@@ -70,12 +68,15 @@ def check_training_memory(
     config: RunConfig, where: Placement, total_steps: int, capacity: int | None = None
 ) -> None:
     """Refuse, in one line, a run whose estimated step does not fit in (1 - MARGIN) of
-    `capacity` bytes (default: the device's memory; unknown: no check)."""
+    `capacity` bytes (default: the device's memory, a CPU's shared by the run's processes on
+    it; unknown: no check)."""
     t = config.train
     if not t.check_memory:
         return
     if capacity is None:
         capacity = device_memory(torch.device(where.device))
+        if capacity is not None and where.device == "cpu":  # the processes here share it
+            capacity //= int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     if capacity is None:
         return
     memory, depth = estimate(config, where, total_steps)
@@ -85,7 +86,7 @@ def check_training_memory(
     device = "this GPU's memory" if where.device == "cuda" else "this cpu's memory"
     sharded = f", sharded over {where.processes} processes" if where.shards > 1 else ""
     state = memory.parameters + memory.optimizer + memory.gradients
-    if state > usable:
+    if state > capacity:
         raise UserError(
             f"the model's weights, gradients and AdamW state alone need {state / GIB:,.1f} GiB "
             f"per process{sharded} (model.d_model = {config.model.d_model}, vocab_size = "
@@ -114,9 +115,10 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def explained(trainer: Trainer) -> Iterator[None]:
-    """Turn running out of memory during training into one line naming the step, the estimate
-    and what to change; the run's checkpoints are untouched, so it resumes with the change."""
+def explained(trainer: Any) -> Iterator[None]:
+    """Around a `Trainer`'s training: turn running out of memory into one line naming the step,
+    the estimate and what to change; the run's checkpoints are untouched, so it resumes with the
+    change."""
     try:
         yield
     except (RuntimeError, MemoryError) as error:
