@@ -1,4 +1,4 @@
-"""The GPU check: what to run, in one command, the day a GPU is lent (a few minutes on one GPU).
+"""The GPU check: what to run, in one command, the day a GPU is lent (meant to take minutes).
 
     .venv/bin/python benchmarks/gpu_check.py [--steps 5] [--no-compile]
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import resource
 import statistics
 import subprocess
 import sys
@@ -182,7 +183,9 @@ def main() -> int:
     print("| check | result |\n| --- | --- |")
     for check, result in rows:
         print(f"| {check} | {result} |")
-    print(f"\n{time.perf_counter() - started:.0f} s")
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = time.process_time() + children.ru_utime + children.ru_stime
+    print(f"\n{time.perf_counter() - started:.0f} s ({cpu:.0f} s of CPU, the tests' process too)")
     failed = any(r.startswith(("failed", "error", "did not run")) for _, r in rows)
     return 1 if failed else 0
 
