@@ -1021,6 +1021,7 @@ def all_cases() -> list[Case]:
     from tests.bad_input_cluster import CLUSTER_CASES
     from tests.bad_input_edges import EDGE_CASES
     from tests.bad_input_inspect import INSPECT_CASES
+    from tests.bad_input_memory import MEMORY_CASES
 
     return (
         CASES
@@ -1030,6 +1031,7 @@ def all_cases() -> list[Case]:
         + EDGE_CASES
         + INSPECT_CASES
         + CLUSTER_CASES
+        + MEMORY_CASES
     )
 
 

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("eval_cmd", "validation NLL of a run at many serving depths"),
     "diagnose": ("diagnose_cmd", "the update diagnostic (Figure 4): deep vs shallow updates"),
     "compute": ("compute_cmd", "modeled FLOPs of a configuration and its savings vs uniform"),
+    "plan": ("plan_cmd", "memory per GPU, what fits and the wall-clock of a run on GPUs"),
     "config-reference": ("reference_cmd", "print every configuration key with its default"),
     "prepare": ("prepare_cmd", "tokenize text, JSONL, Parquet or a HF dataset into token shards"),
     "sweep": ("sweep_cmd", "train, evaluate and tabulate a list of runs (the schedule table)"),

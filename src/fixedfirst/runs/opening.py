@@ -100,7 +100,7 @@ def load_run(
 ) -> LoadedRun:
     """The run's model with the weights of a checkpoint, in eval mode on `device`."""
     config, ckpt = find_checkpoint(run, step, data=data)
-    check_fits(config.model, torch.device("cpu"), training=False)  # built on the CPU first
+    check_fits(config.model, torch.device("cpu"))  # built on the CPU first
     model = LoopedTransformer(config.model)
     ckpt.load_model(model)
     return LoadedRun(Path(run), config, model.to(device).eval(), ckpt)

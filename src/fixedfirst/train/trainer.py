@@ -43,9 +43,8 @@ from fixedfirst.errors import UserError
 from fixedfirst.files import write_json_atomic
 from fixedfirst.hardware import choose_threads, measured_peak_flops, resolve_device, resolve_dtype
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.model.memory import check_fits
 from fixedfirst.schedules import Schedule, describe
-from fixedfirst.train import compilation, distributed
+from fixedfirst.train import compilation, distributed, memory_check
 from fixedfirst.train.auto_switch import META_KEY, AutoSwitch, switch_summary
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.train.counters import Counters
@@ -90,7 +89,8 @@ class Trainer:
         self.flops_model = flop_model(config.model, t.seq_len)
         self.device = distributed.process_device(self.world, resolve_device(t.device))
         self.dtype = resolve_dtype(t.precision, self.device)
-        check_fits(config.model, self.device, training=True)
+        self.memory_placement = memory_check.placement(config, self.device, self.dtype, self.world)
+        memory_check.check_training_memory(config, self.memory_placement, self.budget.total_steps)
         self.source: BatchSource = build_source(config)
         if self.source.vocab_size > config.model.vocab_size:
             raise UserError(
@@ -348,7 +348,7 @@ class Trainer:
         """Run to the end of the budget, or pause, checkpointed, after `stop_after` steps in all or
         at a stop signal (`TrainingInterrupted`); return the summary. Always releases the lock."""
         try:
-            with Interrupt(announce=self.is_main) as interrupt:
+            with Interrupt(announce=self.is_main) as interrupt, memory_check.explained(self):
                 return self._train(stop_after, interrupt)
         finally:
             self.run.close()
