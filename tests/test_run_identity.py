@@ -58,7 +58,9 @@ def test_identity_is_what_defines_the_run():
     assert not [k for k in keys if k.startswith(("eval.", "switch."))]
     auto = identity(tiny_config("schedule.switch=auto", "switch.rule=plateau"))
     assert "switch.rule" in auto and "train.log_every" in auto  # the losses the rule reads
-    changed = identity(tiny_config("train.lr=1e-3", "train.threads=1", "eval.every=8"))
+    changed = identity(
+        tiny_config("train.lr=1e-3", "train.threads=1", "train.check_memory=false", "eval.every=8")
+    )
     assert {k for k in keys if keys[k] != changed.get(k)} == {"train.lr"}
 
 

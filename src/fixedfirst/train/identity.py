@@ -5,8 +5,9 @@ seed, budgets, batch and sequence length, the optimizer and its learning-rate cu
 backprop; with `schedule.switch = "auto"` also the [switch] rule and `train.log_every`, whose
 logged losses the rule reads. The rest may change on resume: where and how the same arithmetic
 runs (device, precision, compilation, threads, strategy, micro-batches, activation
-checkpointing), what is logged and kept (log lines, checkpoints, snapshots, sinks) and
-evaluation. A key that MAY_CHANGE does not name defines the run, so a new setting is safe.
+checkpointing, the memory check before the first step), what is logged and kept (log lines,
+checkpoints, snapshots, sinks) and evaluation. A key that MAY_CHANGE does not name defines the
+run, so a new setting is safe.
 
 Every checkpoint stores the configuration it was trained with (meta.json's `config`, as
 config.toml stores it): the run's fingerprint, which an edited config.toml cannot change. A resume
@@ -30,6 +31,7 @@ MAY_CHANGE = frozenset(
         "precision",
         "compile",
         "checkpoint_activations",
+        "check_memory",
         "threads",
         "strategy",
         "log_every",
