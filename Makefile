@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# The main job: the bioS recall experiment (Figure 1) on its default preset, ~13 minutes on an idle
-# 2-core CPU. Finished runs in demo-output/ are reused, so a second `make demo` is quick.
+# The main job: the bioS recall experiment (Figure 1) on its default preset. How long it takes on
+# an idle 2-core CPU is measured in the README's worked example (benchmarks/demo_speed.py); beside
+# other work it takes longer. Finished runs in demo-output/ are reused: a second run is quick.
 demo: setup
 	$(VENV)/bin/fixedfirst bios --out demo-output
 

@@ -13,26 +13,28 @@ SwiGLU 4d, sandwich norm, tied embeddings, vocabulary 2048, batch 32 x 128, fp32
 - truncated (`train.grad_depth = 4`): gradients through the last 4 iterations only (a different
   training signal, not the same gradients; shown for its memory and time).
 
-Peak memory is torch's own count of the step's tensors (`torch.distributed._tools.mem_tracker.
-MemTracker`: parameters, gradients, AdamW state, activations, temporaries), measured on one
-step apart from the timed ones; step time is the median of `--repeats` steps, the three ways
+Peak memory is torch's own count of the step's tensors (`fixedfirst.train.peak_memory`,
+torch's MemTracker: parameters, gradients, AdamW state, activations, temporaries), measured on
+one step apart from the timed ones (benchmarks/memory_model.py holds the memory model to the same
+measurement); step time is the median of `--repeats` steps, the three ways
 alternating at each depth.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 
 import torch
-from torch.distributed._tools.mem_tracker import MemTracker
 
 from fixedfirst.config import ModelConfig, TrainConfig
 from fixedfirst.data.source import Batch
 from fixedfirst.hardware import choose_threads
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.train.optim import build_optimizer
+from fixedfirst.train.peak_memory import step_peak
 from fixedfirst.train.step import state_seeds, train_step
 
 VOCAB, BATCH, SEQ = 2048, 32, 128
@@ -86,11 +88,8 @@ def main() -> None:
     for depth in [int(v) for v in args.depths.split(",")]:
         memory, times = {}, {name: [] for name in WAYS}
         for name in WAYS:
-            tracker = MemTracker()
-            tracker.track_external(model, optimizer)
-            with tracker:
-                step(name, depth)
-            memory[name] = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+            run = functools.partial(step, name, depth)
+            memory[name] = step_peak(torch.device("cpu"), run, model, optimizer).tensors
         for _ in range(args.repeats):
             for name in WAYS:
                 t0 = time.perf_counter()

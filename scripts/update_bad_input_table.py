@@ -8,11 +8,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
 from tests.bad_input_cases import (  # noqa: E402
-    TABLE_HEADER,
     all_cases,
     build_assets,
     prepare_work,
     run_case,
+    table_header,
     table_row,
 )
 
@@ -34,5 +34,5 @@ with tempfile.TemporaryDirectory() as tmp:
                 f"case {case.id} does not hold: exit {outcome.code}, stderr {outcome.stderr!r}"
             )
         rows.append(table_row(number, case, lines[0]))
-DOC.write_text(TABLE_HEADER + "\n".join(rows) + "\n")
+DOC.write_text(table_header(len(rows)) + "\n".join(rows) + "\n")
 print(f"wrote {DOC} ({len(rows)} cases)")

@@ -359,7 +359,7 @@ CASES: list[Case] = [
         "command line",
         "`--resume` of a run directory that does not exist",
         ["train", "--out", "nowhere", "--resume"],
-        "--resume: nowhere holds no run (no config.toml)",
+        "run directory nowhere does not exist",
     ),
     Case(
         "out-is-a-file",
@@ -1018,10 +1018,21 @@ def config_cases() -> list[Case]:
 
 
 def all_cases() -> list[Case]:
+    from tests.bad_input_cluster import CLUSTER_CASES
     from tests.bad_input_edges import EDGE_CASES
     from tests.bad_input_inspect import INSPECT_CASES
+    from tests.bad_input_memory import MEMORY_CASES
 
-    return CASES + SWEEP_CASES + COMMAND_CASES + config_cases() + EDGE_CASES + INSPECT_CASES
+    return (
+        CASES
+        + SWEEP_CASES
+        + COMMAND_CASES
+        + config_cases()
+        + EDGE_CASES
+        + INSPECT_CASES
+        + CLUSTER_CASES
+        + MEMORY_CASES
+    )
 
 
 # -- prebuilt things and running a case ----------------------------------------------------------
@@ -1098,8 +1109,8 @@ class Outcome:
     stderr: str
 
 
-def _refuse_exec(*args, **kwargs):
-    raise AssertionError("a bad-input case tried to launch torchrun")
+def _refuse_launch(*args, **kwargs):
+    raise AssertionError("a bad-input case tried to start training processes (--nproc)")
 
 
 def _refuse_network(*args, **kwargs):
@@ -1109,11 +1120,12 @@ def _refuse_network(*args, **kwargs):
 def run_case(case: Case, work: Path) -> Outcome:
     """Run the case's command line in process inside `work`."""
     from fixedfirst.cli.main import main
+    from fixedfirst.train import launcher
 
     out, err = io.StringIO(), io.StringIO()
     code: int | str | None = 0
-    exec_before, connect_before = os.execv, socket.create_connection
-    os.execv = _refuse_exec
+    launch_before, connect_before = launcher.launch, socket.create_connection
+    launcher.launch = _refuse_launch
     socket.create_connection = _refuse_network  # a refusal must come before any network probe
     from tests.bad_input_edges import read_only, release_lock_holders
 
@@ -1128,30 +1140,38 @@ def run_case(case: Case, work: Path) -> Outcome:
     except SystemExit as e:
         code = e.code
     finally:
-        os.execv, socket.create_connection = exec_before, connect_before
+        launcher.launch, socket.create_connection = launch_before, connect_before
         release_lock_holders()
     return Outcome(code, out.getvalue(), err.getvalue())
 
 
 # -- the table -----------------------------------------------------------------------------------
 
+
+def table_header(cases: int) -> str:
+    """The page's introduction, which says how many cases (rows) it has."""
+    return TABLE_HEADER.format(cases=cases)
+
+
 TABLE_HEADER = """\
 # Bad input: what the user gets
 
-Every row is a test (`tests/test_bad_input.py`): the command runs in process on a fresh copy of
-what it needs; it must exit with status 2, print exactly one line on stderr (no traceback) and
-leave every file that was already on disk unchanged. The table is generated from the same case
-list by `python scripts/update_bad_input_table.py`, and the test fails when a row here differs
-from what the command prints now. Paths are relative to the directory the command ran in.
+{cases} cases, one row each. Every row is a test (`tests/test_bad_input.py`): the command runs
+in process on a fresh copy of what it needs; it must exit with status 2, print exactly one line
+on stderr (no traceback) and leave every file that was already on disk unchanged. The table and
+this count are generated from the same case list by `python scripts/update_bad_input_table.py`,
+and the test fails when a row here differs from what the command prints now. Paths are relative
+to the directory the command ran in.
 
 Read-only places: the tests run as root, whom permission bits do not stop, so an audit hook
 refuses every write below a read-only path with the kernel's EACCES (tests/bad_input_edges.py).
 A run another process is writing is held by a helper process that writes PID 4242 into the lock.
 
-Not in the table: `fixedfirst prepare`'s own bad inputs (tests/test_data_prepare.py), the
-`--set` syntax cases of tests/test_config.py, faults during a run (disk full while writing a
-checkpoint, a flipped byte followed by `--resume`: tests/test_faults.py; a killed process:
-tests/test_crash.py and tests/test_distributed.py).
+Not in the table: most of `fixedfirst prepare`'s own bad inputs (tests/test_data_prepare.py),
+the `--set` syntax cases of tests/test_config.py, faults during a run (a full disk while writing
+a checkpoint, an export or prepared data, a flipped byte followed by `--resume`:
+tests/test_faults.py; a killed process, SIGTERM and SIGUSR1: tests/test_crash.py,
+tests/test_hard_edges.py and tests/test_distributed.py).
 
 | # | area | the user gives | what they get (stderr, exit status 2) |
 | --- | --- | --- | --- |

@@ -304,7 +304,7 @@ EDGE_CASES: list[Case] = [
         "read-only",
         "`export --out ro/exported` below a read-only directory",
         ["export", "tokens-run", "--out", "ro/exported"],
-        "cannot write ro/exported (Permission denied)",
+        "cannot write ro/exported: Permission denied",
         needs=("tokens-run", "data"),
         setup=read_only_dir,
         read_only=RO,

@@ -18,6 +18,7 @@ from tests.bad_input_cases import (
     prepare_work,
     run_case,
     snapshot,
+    table_header,
     table_row,
 )
 
@@ -61,6 +62,8 @@ def test_bad_input(number, case, assets, tmp_path):
     )
 
 
-def test_the_table_has_one_row_per_case():
-    rows = [line for line in DOC.read_text().splitlines() if re.match(r"\| \d+ \|", line)]
+def test_the_table_has_one_row_per_case_and_says_how_many():
+    text = DOC.read_text()
+    rows = [line for line in text.splitlines() if re.match(r"\| \d+ \|", line)]
     assert len(rows) == len(NUMBERED), "run `python scripts/update_bad_input_table.py`"
+    assert text.startswith(table_header(len(NUMBERED))), "the introduction's count is stale"

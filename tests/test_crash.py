@@ -1,7 +1,9 @@
-"""A real crash: SIGKILL a training process mid-run (and mid-checkpoint), resume, same result."""
+"""A real crash: SIGKILL a training process mid-run (and mid-checkpoint), resume, same result;
+and a crash while a checkpoint of the same step is replaced, which keeps one loadable."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -9,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from tests.trainer_helpers import (
@@ -89,3 +92,65 @@ def test_sigkill_while_writing_a_checkpoint(tmp_path, tiny_run):
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read().decode()
     assert not partial.exists()
     assert_same_run(tiny_run.path, run)
+
+
+class Crash(BaseException):
+    """The process dying at this point: nothing after it runs (no except, no cleanup)."""
+
+
+def test_a_crash_while_a_checkpoint_of_the_same_step_is_replaced(tmp_path, monkeypatch):
+    """Saving a step again (the switch and the end at one step, a corrupt checkpoint saved
+    anew) must leave a loadable checkpoint of that step at every moment: here the process
+    dies after the old one was moved aside and before the new one is renamed in."""
+    from fixedfirst.train import checkpoint
+    from fixedfirst.train.checkpoint import CheckpointManager
+
+    manager = CheckpointManager(tmp_path / "checkpoints")
+    meta = {"metrics_bytes": 0}
+    manager.save(4, {"w": torch.zeros(3)}, {"state": 1}, meta, ["switch"])
+    replace = os.replace
+
+    def dies_before_the_new_one_is_in(source, target):
+        if Path(source).name.startswith(".tmp-"):
+            raise Crash
+        replace(source, target)
+
+    monkeypatch.setattr(checkpoint.os, "replace", dies_before_the_new_one_is_in)
+    with pytest.raises(Crash):
+        manager.save(4, {"w": torch.ones(3)}, {"state": 2}, meta, ["final"])
+    monkeypatch.undo()
+
+    found = manager.latest_valid()  # what eval and --resume read
+    assert found is not None and found.step == 4 and found.tags == ["switch"]
+    found.verify()
+    assert torch.equal(found.load_weights({"w": (3,)})["w"], torch.zeros(3))
+
+    manager.recover_interrupted_writes()  # what --resume does first
+    assert sorted(p.name for p in manager.directory.iterdir()) == ["step-0000004"]
+    assert manager.all()[0].tags == ["switch"]
+    again = manager.save(4, {"w": torch.ones(3)}, {"state": 2}, meta, ["final"])
+    assert again.tags == ["final", "switch"]
+    assert torch.equal(manager.latest_valid().load_weights({"w": (3,)})["w"], torch.ones(3))
+    assert sorted(p.name for p in manager.directory.iterdir()) == ["step-0000004"]
+
+
+def test_a_failed_rename_puts_the_replaced_checkpoint_back(tmp_path, monkeypatch):
+    from fixedfirst.errors import UserError
+    from fixedfirst.train import checkpoint
+    from fixedfirst.train.checkpoint import CheckpointManager
+
+    manager = CheckpointManager(tmp_path / "checkpoints")
+    manager.save(4, {"w": torch.zeros(3)}, {}, {"metrics_bytes": 0}, ["switch"])
+    replace = os.replace
+
+    def fails_for_the_new_one(source, target):
+        if Path(source).name.startswith(".tmp-"):
+            raise OSError(errno.EIO, os.strerror(errno.EIO), str(target))
+        replace(source, target)
+
+    monkeypatch.setattr(checkpoint.os, "replace", fails_for_the_new_one)
+    with pytest.raises(UserError, match=r"the previous checkpoint \(step-0000004\) is intact"):
+        manager.save(4, {"w": torch.ones(3)}, {}, {"metrics_bytes": 0}, ["final"])
+    monkeypatch.undo()
+    assert sorted(p.name for p in manager.directory.iterdir()) == ["step-0000004"]
+    assert torch.equal(manager.latest_valid().load_weights({"w": (3,)})["w"], torch.zeros(3))

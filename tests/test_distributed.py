@@ -7,7 +7,9 @@ What must hold (docs/design.md §8):
   the runs below log every step, with varying depths and truncated backprop);
 - checkpoints hold full state: a 2-process checkpoint resumes on 1 process, under DDP and FSDP2;
 - a killed rank stops the whole run without leaving a half-written checkpoint, and a resume
-  reproduces the uninterrupted run exactly.
+  reproduces the uninterrupted run exactly;
+- SIGUSR1 (or SIGTERM, Ctrl-C) to `--nproc 2` stops both ranks at the same step with one
+  checkpoint, exit status 75 and no traceback, and a resume reproduces the run exactly.
 """
 
 from __future__ import annotations
@@ -192,29 +194,99 @@ def test_fsdp_resumes_a_one_process_checkpoint_and_one_process_resumes_its(tmp_p
             assert b["nll_by_depth"][depth] == pytest.approx(nll, rel=TOLERANCE["rtol"])
 
 
-def test_killed_rank_stops_the_run_and_resume_is_exact(runs, tmp_path):
+# `fixedfirst train --nproc 2` whose processes run SLOW_STEPS (argv[1]) instead of the package.
+SLOW_LAUNCHER = """
+import sys
+from fixedfirst.train import launcher
+launcher.WORKER = (sys.executable, sys.argv[1])
+from fixedfirst.cli.main import main
+main(sys.argv[2:])
+"""
+
+
+def launch_slow(tmp_path: Path, args: list[str]) -> subprocess.Popen:
     script = tmp_path / "slow_train.py"
     script.write_text(SLOW_STEPS)
-    run = tmp_path / "killed"
-    proc = torchrun([str(script)], train_args(runs["config"], run))
-    step_8 = run / "checkpoints" / "step-0000008" / "meta.json"
+    command = [sys.executable, "-c", SLOW_LAUNCHER, str(script), *args, "--nproc", "2"]
+    return subprocess.Popen(
+        command, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def wait_for_step(proc: subprocess.Popen, run: Path, step: int) -> None:
+    meta = run / "checkpoints" / f"step-{step:07d}" / "meta.json"
     deadline = time.monotonic() + 180
-    while not step_8.exists():
+    while not meta.exists():
         assert proc.poll() is None, proc.communicate()[0]
         assert time.monotonic() < deadline, "timed out waiting for the run"
         time.sleep(0.02)
+
+
+def assert_same_as(reference: Path, run: Path) -> None:
+    wa, wb = final_weights(reference), final_weights(run)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert comparable(train_records(reference)) == comparable(train_records(run))
+
+
+def test_sigusr1_stops_every_process_with_a_checkpoint_and_resume_is_exact(runs, tmp_path):
+    """What `sbatch --signal=USR1@T` does ahead of a time limit, to `--nproc 2`: the ranks stop
+    at the same step, the checkpoint holds the whole run, one line says how to resume, and the
+    status asks for a requeue."""
+    run = tmp_path / "preempted"
+    proc = launch_slow(tmp_path, train_args(runs["config"], run))
+    wait_for_step(proc, run, 4)
+    proc.send_signal(signal.SIGUSR1)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 75, out
+    assert "Traceback" not in out
+    said = [line for line in out.splitlines() if line.startswith("fixedfirst")]
+    assert len(said) == 1, out  # rank 0 speaks for both
+    assert said[0].startswith("fixedfirst train: stopped by SIGUSR1: saved step-")
+    assert said[0].endswith(f"; resume with `fixedfirst train --resume --out {run} --nproc 2`")
+    saved = CheckpointManager(run / "checkpoints").all()[-1]
+    assert saved.tags == ["paused"] and 4 < saved.step < 24 and saved.meta["world_size"] == 2
+    resume = ["train", "--out", str(run), "--resume", "--quiet", "--nproc", "2"]
+    finish(subprocess.Popen([sys.executable, "-m", "fixedfirst", *resume], env=environment()))
+    assert_same_as(runs["ddp"], run)
+
+
+def test_ctrl_c_to_nproc_stops_every_process_with_one_line(runs, tmp_path):
+    """The terminal's Ctrl-C reaches the launcher only (its processes have sessions of their
+    own), which passes it on once: a checkpoint, status 130, no traceback."""
+    run = tmp_path / "interrupted"
+    proc = launch_slow(tmp_path, train_args(runs["config"], run))
+    wait_for_step(proc, run, 4)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out
+    said = [line for line in out.splitlines() if line.startswith("fixedfirst")]
+    assert len(said) == 1 and said[0].startswith("fixedfirst train: interrupted: saved step-")
+    saved = CheckpointManager(run / "checkpoints").all()[-1]
+    assert saved.tags == ["paused"] and saved.meta["world_size"] == 2
+    saved.verify()
+
+
+def test_killed_rank_stops_the_run_and_resume_is_exact(runs, tmp_path):
+    run = tmp_path / "killed"
+    proc = launch_slow(tmp_path, train_args(runs["config"], run))
+    wait_for_step(proc, run, 8)
     os.kill(worker_pid(proc.pid, rank=1), signal.SIGKILL)
     started = time.monotonic()
     out, _ = proc.communicate(timeout=120)  # the surviving rank must not hang
     assert proc.returncode != 0, out
     assert time.monotonic() - started < 90
+    resume = f"fixedfirst train --resume --out {run} --nproc 2"
+    assert (
+        "fixedfirst train: error: the process of rank 1 was killed by SIGKILL (out of memory?); "
+        f"the newest complete checkpoint is intact: resume with `{resume}`"
+    ) in out
     assert not (run / "summary.json").exists()
     for ckpt in CheckpointManager(run / "checkpoints").all():
         ckpt.verify()  # whatever is visible as complete is complete
+    script = tmp_path / "slow_train.py"
     finish(torchrun([str(script)], ["train", "--out", str(run), "--resume", "--quiet"]))
-    wa, wb = final_weights(runs["ddp"]), final_weights(run)
-    assert all(torch.equal(wa[k], wb[k]) for k in wa)
-    assert comparable(train_records(runs["ddp"])) == comparable(train_records(run))
+    assert_same_as(runs["ddp"], run)
 
 
 def worker_pid(agent_pid: int, rank: int) -> int:
@@ -284,26 +356,29 @@ def test_ranks_that_disagree_on_the_depth_stop_the_run(tmp_path, monkeypatch):
         Trainer(tiny_config(), tmp_path / "run", quiet=True).train(stop_after=2)
 
 
-def test_nproc_runs_torchrun_with_the_other_arguments(tmp_path, monkeypatch):
+def test_nproc_starts_the_processes_with_the_other_arguments(tmp_path, monkeypatch):
     from fixedfirst.cli.main import main
+    from fixedfirst.train import launcher
 
     config = write_tiny_config(tmp_path)
     launched = []
-
-    def execv(path, argv):
-        launched.append(argv)
-        raise SystemExit(0)
-
-    monkeypatch.setattr(os, "execv", execv)
+    monkeypatch.setattr(launcher, "launch", lambda *a: launched.append(a) or 0)
     run = tmp_path / "run"
     args = ["--out", str(run), "--set", "train.lr=0.002", "--stop-after", "3", "--quiet"]
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as info:
         main(["train", str(config), "--nproc", "2", *args])
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    assert launched == [
-        [*torchrun, "--nproc_per_node", "2", "-m", "fixedfirst", "train", str(config), *args]
-    ]
+    assert info.value.code == 0
+    resume = f"fixedfirst train --resume --out {run} --nproc 2"
+    assert launched == [(2, ["train", str(config), *args], resume)]
     assert not run.exists()  # the launching process writes nothing
+    env = launcher.worker_environment(1, 2, 29999)
+    assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"]) == (
+        "1",
+        "1",
+        "2",
+        "2",
+    )
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", "29999")
 
 
 def test_world_from_torchrun_environment(monkeypatch):

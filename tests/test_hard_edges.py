@@ -16,8 +16,11 @@ import time
 import pytest
 
 from fixedfirst.cli.main import main
+from fixedfirst.train.interrupt import REQUEUE_STATUS
+from fixedfirst.train.run_dir import CONFIG_MARK
+from fixedfirst.train.trainer import Trainer
 from tests.test_crash import ROOT, assert_same_run, start, wait_for
-from tests.trainer_helpers import TINY_TOML, train_records, write_tiny_config
+from tests.trainer_helpers import TINY_TOML, tiny_config, train_records, write_tiny_config
 
 
 def cli(capsys, *args) -> tuple[int, str, str]:
@@ -102,26 +105,6 @@ def start_slow(args: list[str]) -> subprocess.Popen:
     )
 
 
-def test_ctrl_c_saves_a_checkpoint_and_prints_the_resume_command(tmp_path, reference):
-    config = write_tiny_config(tmp_path)
-    run = tmp_path / "run"
-    proc = start_slow(["train", str(config), "--out", str(run), "--quiet"])
-    wait_for(lambda: (run / "checkpoints" / "step-0000004" / "meta.json").exists(), proc)
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=120) == 130
-    err = proc.stderr.read().decode()
-    assert "Traceback" not in err
-    last = err.strip().splitlines()[-1]
-    assert last.startswith("fixedfirst train: interrupted: saved step-")
-    assert last.endswith(f"; resume with `fixedfirst train --resume --out {run}`")
-    saved = json.loads((run / "checkpoints" / last.split()[4][:-1] / "meta.json").read_text())
-    assert "paused" in saved["tags"] and 4 < saved["step"] < 48
-    assert not (run / ".lock").exists()
-    resumed = start(["train", "--resume", "--out", str(run), "--quiet"])
-    assert resumed.wait(timeout=300) == 0, resumed.stderr.read().decode()
-    assert_same_run(reference, run)
-
-
 def test_a_second_ctrl_c_stops_at_once(tmp_path):
     config = write_tiny_config(tmp_path)
     run = tmp_path / "run"
@@ -136,6 +119,57 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path):
     assert err.strip().splitlines()[-1] == "fixedfirst train: interrupted"
     assert "Traceback" not in err
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before
+
+
+@pytest.mark.parametrize(
+    ("signum", "sent", "status", "reason"),
+    [
+        (signal.SIGINT, 1, 130, "interrupted"),
+        # A scheduler's preemption, reaching the process twice (a second Ctrl-C would stop at
+        # once; a second SIGTERM still waits for the checkpoint), then a requeue and a resume.
+        (signal.SIGTERM, 2, REQUEUE_STATUS, "stopped by SIGTERM"),
+    ],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_a_stop_signal_saves_a_checkpoint_and_prints_the_resume_command(
+    tmp_path, reference, signum, sent, status, reason
+):
+    config = write_tiny_config(tmp_path)
+    run = tmp_path / "run"
+    proc = start_slow(["train", str(config), "--out", str(run), "--quiet"])
+    wait_for(lambda: (run / "checkpoints" / "step-0000004" / "meta.json").exists(), proc)
+    for _ in range(sent):
+        proc.send_signal(signum)
+        time.sleep(0.05)  # within the same 0.3 s step
+    assert proc.wait(timeout=120) == status
+    err = proc.stderr.read().decode()
+    assert "Traceback" not in err
+    first, last = err.strip().splitlines()
+    assert first.endswith("stopping after this step to save a checkpoint") or "Ctrl-C" in first
+    assert last.startswith(f"fixedfirst train: {reason}: saved step-")
+    assert last.endswith(f"; resume with `fixedfirst train --resume --out {run}`")
+    step = last.split("saved ")[1].split(";")[0]
+    saved = json.loads((run / "checkpoints" / step / "meta.json").read_text())
+    assert "paused" in saved["tags"] and 4 < saved["step"] < 48
+    assert not (run / ".lock").exists()
+    resumed = start(["train", "--resume", "--out", str(run), "--quiet"])
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read().decode()
+    assert_same_run(reference, run)
+
+
+def test_a_stop_signal_before_training_starts_is_kept_for_the_first_step(tmp_path):
+    """A job preempted while it still sets up trains one step, saves it and stops."""
+    from fixedfirst.train.interrupt import TrainingInterrupted, stop_requests_kept
+
+    run = tmp_path / "run"
+    with stop_requests_kept(), pytest.raises(TrainingInterrupted) as info:
+        os.kill(os.getpid(), signal.SIGUSR1)  # before the trainer exists
+        Trainer(tiny_config(), run, quiet=True).train()
+    assert info.value.exit_status == REQUEUE_STATUS and info.value.reason == "stopped by SIGUSR1"
+    assert [r["step"] for r in train_records(run)] == [1]
+    saved = json.loads((run / "checkpoints" / "step-0000001" / "meta.json").read_text())
+    assert saved["tags"] == ["paused"]
+    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL  # handlers put back
 
 
 def test_an_incomplete_final_checkpoint_is_named_and_set_aside(tmp_path, capsys, reference):
@@ -161,7 +195,8 @@ def test_a_run_that_saved_no_checkpoint_starts_again_with_a_corrected_config(tmp
     config = write_tiny_config(tmp_path)
     run = tmp_path / "run"
     run.mkdir()
-    (run / "config.toml").write_text(TINY_TOML)  # an earlier attempt that failed before step 1
+    # an earlier attempt that failed before step 1
+    (run / "config.toml").write_text(CONFIG_MARK + TINY_TOML)
     (run / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\n')
     code, _, err = cli(capsys, "train", config, "--out", run, "--quiet", "--set", "train.lr=1e-3")
     assert code == 0, err
@@ -201,12 +236,14 @@ def test_nproc_splits_the_batch_without_a_micro_batch_size(tmp_path, monkeypatch
     """micro_batch_size unset means each rank's share, so 2 processes split a batch of 8."""
     config = tmp_path / "c.toml"
     config.write_text(TINY_TOML.replace("micro_batch_size = 4\n", ""))
+    from fixedfirst.train import launcher
+
     launched = []
-    monkeypatch.setattr(os, "execv", lambda path, command: launched.append(command))
+    monkeypatch.setattr(launcher, "launch", lambda nproc, *_: launched.append(nproc) or 0)
     main_args = ["train", str(config), "--out", str(tmp_path / "run"), "--nproc", "2"]
     with pytest.raises(SystemExit) as info:
         main(main_args)
-    assert info.value.code == 0 and launched and "--nproc_per_node" in launched[0]
+    assert info.value.code == 0 and launched == [2]
 
 
 def test_a_run_written_before_paths_were_absolute_still_finds_its_data(

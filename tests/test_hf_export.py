@@ -81,6 +81,20 @@ def new_tokens(ids: torch.Tensor, prompt_length: int) -> list[int]:
     return tokens[: tokens.index(EOD)] if EOD in tokens else tokens
 
 
+def test_every_exported_file_is_readable_by_others(text_run, tmp_path):
+    """safetensors creates its file 0600; on a shared system others must load the export."""
+    old = os.umask(0o022)
+    try:
+        with pytest.raises(SystemExit) as info:
+            main(["export", str(text_run / "run"), "--out", str(tmp_path / "e"), "--format", "hf"])
+    finally:
+        os.umask(old)
+    assert info.value.code == 0
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "e").iterdir()}
+    assert modes["model.safetensors"] == 0o644
+    assert set(modes.values()) == {0o644}
+
+
 def test_export_writes_a_self_contained_transformers_directory(exported):
     assert sorted(p.name for p in exported.iterdir()) == [
         "README.md",
@@ -150,6 +164,40 @@ def test_serving_depth_from_the_config_or_per_call(hf_model, served):
     torch.testing.assert_close(hf_model(x, depth=5).logits, served.model(x, 5), rtol=0, atol=1e-5)
     with pytest.raises(ValueError, match="depth must be an integer >= 1"):
         hf_model(x, depth=0)
+
+
+def test_depth_is_capped_as_in_fixedfirst(hf_model):
+    from fixedfirst.config.limits import MAX_DEPTH
+    from fixedfirst.serve.hf import modeling_fixedfirst
+
+    assert modeling_fixedfirst.MAX_DEPTH == MAX_DEPTH  # the file cannot import fixedfirst
+    x = torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match=f"depth must be <= MAX_DEPTH = {MAX_DEPTH}"):
+        hf_model(x, depth=MAX_DEPTH + 1)
+    try:
+        hf_model.config.depth = 100_000  # as if config.json said so
+        with pytest.raises(ValueError, match="got 100000"):
+            hf_model(x)
+        with pytest.raises(ValueError, match="got 100000"):
+            hf_model.generate(x, max_new_tokens=2)
+    finally:
+        hf_model.config.depth = 6
+
+
+def test_generation_past_the_positions_is_refused_before_the_first_token(hf_model):
+    limit = hf_model.config.max_position_embeddings
+    prompt = torch.full((1, limit - 5), 3, dtype=torch.long)
+    calls = []
+    hook = hf_model.register_forward_pre_hook(lambda module, args: calls.append(1))
+    try:
+        message = f"generating up to {limit + 1} positions .* ask for at most 5 new tokens"
+        with pytest.raises(ValueError, match=message):
+            hf_model.generate(prompt, max_new_tokens=6, depth=2)
+        assert calls == []  # nothing was computed
+        out = hf_model.generate(prompt, max_new_tokens=5, depth=2, do_sample=False)
+    finally:
+        hook.remove()
+    assert out.shape[1] == limit and len(calls) == 5
 
 
 def test_labels_give_fixedfirst_next_token_loss(hf_model, served):

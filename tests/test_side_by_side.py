@@ -100,7 +100,7 @@ def test_a_stop_request_is_a_first_ctrl_c_however_often_it_comes():
         with module.Interrupt(announce=False) as later:
             assert later.requested  # a request made before training began is kept
     finally:
-        module._stop_requested = False
+        module._stop_requested = None
 
 
 def test_plan_workers_shares_the_cores(monkeypatch):

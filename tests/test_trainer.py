@@ -236,7 +236,7 @@ def test_resume_with_changed_run_definition_names_the_keys(tmp_path, capsys):
             ]
         )
     err = capsys.readouterr().err
-    assert "model.d_model, schedule.k0 differ" in err
+    assert "model.d_model (32 in the run, 64 now), schedule.k0 (2 in the run, 3 now)" in err
     # Changing only how often to log is fine.
     main_ok = ["train", "--out", str(run), "--resume", "--quiet", "--set", "train.log_every=3"]
     with pytest.raises(SystemExit) as e:

@@ -292,3 +292,12 @@ def modeled_savings(
         Schedule(UNIFORM_REFERENCE, t.seed), fm, steps, t.tokens_per_step, t.grad_depth
     )
     return 1.0 - ours / ref
+
+
+def planned_schedule(config: RunConfig, total_steps: int) -> Schedule:
+    """The schedule a run of `total_steps` steps is planned on: an auto switch at its floor (the
+    most it may spend, as `plan_budget` plans it)."""
+    schedule = Schedule(config.schedule, config.train.seed)
+    if config.schedule.auto_switch:
+        schedule = schedule.switched_at(switch_bounds(config.switch, total_steps)[0])
+    return schedule

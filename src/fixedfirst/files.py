@@ -14,8 +14,10 @@ Every file a command writes goes through here, so that
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,10 +30,41 @@ MARK = "fixedfirst"
 FIGURE_FORMATS = (".png", ".pdf", ".svg")
 
 
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def remedy(error: OSError) -> str:
+    """What to do about a failed write, where the error says it: free space, fix permissions."""
+    if error.errno in DISK_FULL:
+        return "the disk is full: free space"
+    if error.errno == errno.EROFS:
+        return "the file system is read-only: write somewhere else"
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return "fix the permissions or write somewhere else"
+    return "fix the cause"
+
+
 def write_error(path: str | Path, error: OSError, what: str = "write") -> UserError:
-    """A one-line UserError for an OSError met while writing `path`."""
+    """A one-line UserError for an OSError met while writing `path` (a full disk said so)."""
     reason = error.strerror or str(error)
+    if error.errno in DISK_FULL:
+        reason += f"; {remedy(error)} and run the command again (nothing was left behind)"
     return UserError(f"cannot {what} {shown(path)}: {reason}")
+
+
+def os_error_behind(error: BaseException, path: str | Path) -> OSError | None:
+    """The system's error behind a library's failed write, or None when there is none.
+    safetensors reports it only in its message ("... (os error 28)"); torch.save into a file
+    object raises a RuntimeError while handling the OSError of the write."""
+    if isinstance(error, OSError):
+        return error
+    if isinstance(error.__context__, OSError):
+        return error.__context__
+    found = re.search(r"\(os error (\d+)\)", str(error))
+    if found is None:
+        return None
+    code = int(found.group(1))
+    return OSError(code, os.strerror(code), str(path))
 
 
 def _umask() -> int:

@@ -30,6 +30,14 @@ def add_set_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_data_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data",
+        metavar="PATH",
+        help="where the run's data is now, when it moved from the data.path the run stores",
+    )
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """The configuration file plus `--set` overrides, with its data kind and the kind's options
     checked (and their defaults filled in) before any command starts work."""

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fixedfirst import locks
-from fixedfirst.cli.arguments import parse_depths
+from fixedfirst.cli.arguments import add_data_argument, parse_depths
 from fixedfirst.config.limits import MAX_SEED
 from fixedfirst.errors import UserError
 from fixedfirst.files import write_atomic, write_json_atomic
@@ -164,6 +164,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="seed of the pair updates' initial-state draws and of the bootstrap",
     )
+    add_data_argument(parser)
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--out", metavar="DIR", help="output directory (default RUN/diagnose)")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
@@ -190,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
         resamples=args.resamples,
         seed=args.seed,
         device=args.device,
+        data=args.data,
     )
     out = Path(args.out) if args.out else Path(args.run_dir) / "diagnose"
     check_out_dir(out)

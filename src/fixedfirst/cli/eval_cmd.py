@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from fixedfirst import locks
-from fixedfirst.cli.arguments import format_depths, parse_depths
+from fixedfirst.cli.arguments import add_data_argument, format_depths, parse_depths
 from fixedfirst.train.evaluation import EVAL_DEPTHS
 
 DEFAULT_DEPTHS = format_depths(EVAL_DEPTHS)
@@ -18,6 +18,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=int, metavar="STEP", help="default: the newest")
     parser.add_argument("--depths", default=DEFAULT_DEPTHS, help=f"default {DEFAULT_DEPTHS}")
     parser.add_argument("--batches", type=int, help="validation batches (default: eval.batches)")
+    add_data_argument(parser)
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument(
         "--out", metavar="FILE", help="JSON output (default RUN/eval[-TASK]-step-STEP.json)"
@@ -54,7 +55,7 @@ def task_metric(args: argparse.Namespace, depths: list[int], device) -> dict:
         raise UserError(
             f"--task {args.task}: the data kind {args.task!r} has no task metric; use --task nll"
         )
-    loaded = load_run(args.run_dir, args.checkpoint, device)
+    loaded = load_run(args.run_dir, args.checkpoint, device, data=args.data)
     if loaded.config.data.kind != args.task:
         raise UserError(
             f"--task {args.task} needs a run trained on [data] kind = {args.task!r}; "
@@ -104,7 +105,9 @@ def evaluate(args: argparse.Namespace) -> int:
         write_json_atomic(out, result)
         print(f"wrote {out}")
         return 0
-    result = evaluate_run(args.run_dir, depths, args.batches, args.checkpoint, device)
+    result = evaluate_run(
+        args.run_dir, depths, args.batches, args.checkpoint, device, data=args.data
+    )
     print(
         f"{args.run_dir} step {result['step']}: validation NLL (nats/token) over "
         f"{result['scored_tokens']:,} tokens; {result['schedule']}"

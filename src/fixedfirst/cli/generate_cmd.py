@@ -13,6 +13,8 @@ import argparse
 import sys
 import time
 
+from fixedfirst.cli.arguments import add_data_argument
+
 DEFAULT_MAX_NEW_TOKENS = 200
 
 
@@ -71,6 +73,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
     parser.add_argument("--checkpoint", type=int, metavar="STEP", help="default: the newest")
+    add_data_argument(parser)
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.set_defaults(run=run)
 
@@ -94,9 +97,9 @@ def check_flags(args: argparse.Namespace):
         raise UserError(
             f"--exit {args.exit!r}: unknown exit rule; choose one of {', '.join(EXIT_RULES)}"
         )
-    for given in (args.depth, args.max_depth):
+    for flag, given in (("--depth", args.depth), ("--max-depth", args.max_depth)):
         if given is not None:
-            check_depth(given)
+            check_depth(given, flag)
     if args.exit is not None:  # a bad threshold is refused before the model is loaded
         exit_rule(args.exit, args.threshold, args.max_depth or 1)
     speculation = None
@@ -125,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     from fixedfirst.serve.speculative import SpeculationStats
 
     speculation = check_flags(args)
-    served = load_served(args.run_dir, args.checkpoint, resolve_device(args.device))
+    served = load_served(args.run_dir, args.checkpoint, resolve_device(args.device), data=args.data)
     depth = rule = None
     if args.exit is not None:
         max_depth = served.default_depth if args.max_depth is None else args.max_depth

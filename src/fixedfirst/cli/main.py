@@ -16,9 +16,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "chains": ("chains_cmd", "every schedule on a task where serving depth decides the answer"),
     "ablation": ("ablation_cmd", "architecture switches against fixed-depth collapse off depth"),
     "train": ("train_cmd", "train a looped transformer with a depth schedule"),
+    "branch": ("branch_cmd", "a new run from a run's checkpoint, with changed settings"),
     "eval": ("eval_cmd", "validation NLL of a run at many serving depths"),
     "diagnose": ("diagnose_cmd", "the update diagnostic (Figure 4): deep vs shallow updates"),
     "compute": ("compute_cmd", "modeled FLOPs of a configuration and its savings vs uniform"),
+    "plan": ("plan_cmd", "memory per GPU, what fits and the wall-clock of a run on GPUs"),
     "config-reference": ("reference_cmd", "print every configuration key with its default"),
     "prepare": ("prepare_cmd", "tokenize text, JSONL, Parquet or a HF dataset into token shards"),
     "sweep": ("sweep_cmd", "train, evaluate and tabulate a list of runs (the schedule table)"),
@@ -53,10 +55,12 @@ def one_line(error: Exception) -> str:
     disk, a read-only directory, a file that vanished), the path and the system's reason."""
     if isinstance(error, UserError) or not isinstance(error, OSError):
         return str(error)
+    from fixedfirst.files import DISK_FULL, remedy
     from fixedfirst.paths import shown
 
     where = f"{shown(error.filename)}: " if error.filename is not None else ""
-    return f"{where}{error.strerror or error}"
+    full = f" ({remedy(error)})" if error.errno in DISK_FULL else ""
+    return f"{where}{error.strerror or error}{full}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -70,9 +74,14 @@ def main(argv: list[str] | None = None) -> None:
             print(f"fixedfirst {args.command}: error: {one_line(e)}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt as e:
-        # Training stops at a step boundary with a checkpoint and says how to resume (str(e)).
+        # Training stops at a step boundary with a checkpoint and says how to resume (str(e));
+        # the status tells a scheduler whether to requeue it (train/interrupt.py).
+        from fixedfirst.train.interrupt import INTERRUPT_STATUS, TrainingInterrupted
+
+        stopped = isinstance(e, TrainingInterrupted)
         if os.environ.get("RANK", "0") == "0":
             detail = f": {e}" if str(e) else ""
-            print(f"fixedfirst {args.command}: interrupted{detail}", file=sys.stderr)
-        sys.exit(130)
+            reason = e.reason if stopped else "interrupted"
+            print(f"fixedfirst {args.command}: {reason}{detail}", file=sys.stderr)
+        sys.exit(e.exit_status if stopped else INTERRUPT_STATUS)
     sys.exit(code or 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from fixedfirst.cli.arguments import add_set_argument
 from fixedfirst.config import RunConfig, load_config
@@ -28,45 +29,55 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="STEPS",
         help="pause (checkpointed) once this many steps are done; continue later with --resume",
     )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="start in a directory that holds files fixedfirst did not write (they are never "
+        "touched; one named like a run's own file is still refused)",
+    )
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
     parser.add_argument(
         "--nproc",
         type=int,
         metavar="N",
-        help="train with N processes on this machine (one per GPU): runs `torchrun --standalone "
-        "--nproc_per_node N -m fixedfirst train` with the other arguments; DDP, or FSDP2 with "
-        "train.strategy = 'fsdp'",
+        help="train with N processes on this machine (one per GPU), started as `torchrun "
+        "--standalone --nproc_per_node N -m fixedfirst train` starts them, with the other "
+        "arguments; DDP, or FSDP2 with train.strategy = 'fsdp'",
     )
     parser.set_defaults(run=run)
 
 
-def torchrun_command(args: argparse.Namespace) -> list[str]:
-    """The torchrun command line that `--nproc N` stands for (the same arguments, minus it)."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += ["--nproc_per_node", str(args.nproc), "-m", "fixedfirst", "train"]
+def worker_arguments(args: argparse.Namespace) -> list[str]:
+    """The arguments every process of `--nproc N` gets: the same command, minus `--nproc`."""
+    arguments = ["train"]
     if args.config is not None:
-        command.append(args.config)
-    command += ["--out", args.out]
+        arguments.append(args.config)
+    arguments += ["--out", args.out]
     for override in args.overrides:
-        command += ["--set", override]
+        arguments += ["--set", override]
     if args.resume:
-        command.append("--resume")
+        arguments.append("--resume")
     if args.stop_after is not None:
-        command += ["--stop-after", str(args.stop_after)]
+        arguments += ["--stop-after", str(args.stop_after)]
+    if args.force:
+        arguments.append("--force")
     if args.quiet:
-        command.append("--quiet")
-    return command
+        arguments.append("--quiet")
+    return arguments
 
 
-def launch(args: argparse.Namespace, config: RunConfig) -> None:
-    """Replace this process by torchrun, after the checks that need no process group, so that a
-    bad configuration is one line here instead of one failure per process."""
+def launch(args: argparse.Namespace, config: RunConfig) -> int:
+    """Train in `--nproc` processes on this machine (`train/launcher.py`), after the checks
+    that need no process group, so that a bad configuration is one line here instead of one
+    failure per process; their exit status."""
     from fixedfirst.errors import UserError
+    from fixedfirst.train.interrupt import resume_command
+    from fixedfirst.train.launcher import launch as launch_processes
 
     if args.nproc < 1:
         raise UserError(f"--nproc must be >= 1, got {args.nproc}")
     if "LOCAL_RANK" in os.environ:
-        raise UserError("--nproc launches torchrun; under torchrun already, leave it out")
+        raise UserError("--nproc starts the processes itself; under torchrun, leave it out")
     t = config.train
     micro = t.micro_batch_on(args.nproc)
     if t.batch_size % args.nproc or (t.batch_size // args.nproc) % micro:
@@ -74,32 +85,33 @@ def launch(args: argparse.Namespace, config: RunConfig) -> None:
             f"train.batch_size = {t.batch_size} must split into {args.nproc} rank(s) of whole "
             f"micro-batches of {micro}"
         )
-    command = torchrun_command(args)
     sys.stdout.flush()
-    os.execv(command[0], command)
+    resume = resume_command(Path(args.out), args.nproc)
+    return launch_processes(args.nproc, worker_arguments(args), resume)
 
 
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.errors import UserError
     from fixedfirst.train import distributed
     from fixedfirst.train.counters import format_summary
+    from fixedfirst.train.interrupt import stop_requests_kept
     from fixedfirst.train.run_dir import RunDir
 
     if args.stop_after is not None and args.stop_after < 1:
         raise UserError(f"--stop-after must be >= 1, got {args.stop_after}")
+    if not args.out.strip():
+        raise UserError("--out is empty; name the run directory (it is made if missing)")
     if args.config is None:
         if not args.resume:
             raise UserError("give a CONFIG.toml (or --resume to continue RUN/config.toml)")
-        config_path = RunDir(args.out).config_path
-        if not config_path.is_file():
-            raise UserError(f"--resume: {args.out} holds no run (no config.toml)")
-        config = load_config(config_path, args.overrides)
+        config = RunDir(args.out).saved_config(args.overrides)
     else:
         config = load_config(args.config, args.overrides)
     if args.nproc is not None:
-        launch(args, config)
+        return launch(args, config)
     try:
-        summary, is_main = train(args, config)
+        with stop_requests_kept():  # a preemption while the run sets up is kept for it
+            summary, is_main = train(args, config)
         if is_main and not args.quiet:
             print(format_summary(summary))
     finally:
@@ -112,5 +124,5 @@ def train(args: argparse.Namespace, config: RunConfig) -> tuple[dict, bool]:
     model) lives only in here, so it is freed before the process group is destroyed."""
     from fixedfirst.train.trainer import Trainer
 
-    trainer = Trainer(config, args.out, resume=args.resume, quiet=args.quiet)
+    trainer = Trainer(config, args.out, resume=args.resume, quiet=args.quiet, force=args.force)
     return trainer.train(stop_after=args.stop_after), trainer.is_main

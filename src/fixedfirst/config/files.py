@@ -73,8 +73,10 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if p.is_dir():
         raise UserError(f"config file {str(p)!r} is a directory, not a TOML file")
-    if not p.is_file():
+    if not p.exists():
         raise UserError(f"config file {str(p)!r} does not exist")
+    if not (p.is_file() or p.is_fifo()):  # a pipe is read: `<(...)` in a shell
+        raise UserError(f"config file {str(p)!r} is not a regular file (a device or a socket)")
     try:
         text = p.read_text(encoding="utf-8")
         if text.startswith("\ufeff"):

@@ -8,6 +8,7 @@ possible. `field_docs` reads the attribute docstrings, which are the configurati
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import math
 import types
@@ -22,6 +23,14 @@ def require(ok: bool, key: str, message: str) -> None:
     """Raise `UserError("key: message")` unless `ok`."""
     if not ok:
         raise UserError(f"{key}: {message}")
+
+
+def shown(value: Any) -> str:
+    """A raw value as a message shows it: Python's repr, but a TOML date or time (what an
+    unquoted 1979-05-27 is) as the text the user typed."""
+    if isinstance(value, (datetime.date, datetime.time)):  # a datetime is a date too
+        return f"the date-time {value.isoformat()} (quote it for a string)"
+    return repr(value)
 
 
 def coerce(value: Any, annotation: Any, key: str) -> Any:
@@ -42,35 +51,35 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
                 if _same_kind(value, alternative):  # e.g. inf for float | Literal["auto"]
                     raise
                 continue
-        raise UserError(f"{key}: expected {' or '.join(map(describe, inner))}, got {value!r}")
+        raise UserError(f"{key}: expected {' or '.join(map(describe, inner))}, got {shown(value)}")
     if origin is Literal:
         if value not in args:
             choices = ", ".join(repr(a) for a in args)
-            raise UserError(f"{key}: {value!r} is not one of {choices}")
+            raise UserError(f"{key}: {shown(value)} is not one of {choices}")
         return value
     if origin is list:
         if not isinstance(value, list):
-            raise UserError(f"{key}: expected a list, got {value!r}")
+            raise UserError(f"{key}: expected a list, got {shown(value)}")
         return [coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
     if annotation is bool:
         if not isinstance(value, bool):
-            raise UserError(f"{key}: expected true or false, got {value!r}")
+            raise UserError(f"{key}: expected true or false, got {shown(value)}")
         return value
     if annotation is int:
         if isinstance(value, float) and value.is_integer() and math.isfinite(value):
             return int(value)
         if not isinstance(value, int) or isinstance(value, bool):
-            raise UserError(f"{key}: expected an integer, got {value!r}")
+            raise UserError(f"{key}: expected an integer, got {shown(value)}")
         return value
     if annotation is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise UserError(f"{key}: expected a number, got {value!r}")
+            raise UserError(f"{key}: expected a number, got {shown(value)}")
         if not math.isfinite(value):
-            raise UserError(f"{key}: must be a finite number, got {value!r}")
+            raise UserError(f"{key}: must be a finite number, got {shown(value)}")
         return float(value)
     if annotation is str:
         if not isinstance(value, str):
-            raise UserError(f"{key}: expected a string, got {value!r}")
+            raise UserError(f"{key}: expected a string, got {shown(value)}")
         return value
     raise TypeError(f"unsupported annotation {annotation!r} for {key}")  # a bug, not user input
 

@@ -264,6 +264,12 @@ class TrainConfig:
     recompute the iteration in the backward. Memory then grows with depth by one (batch,
     seq_len, d_model) state per iteration instead of all of the core's activations, for about
     one more forward of the core per step."""
+    check_memory: bool = True
+    """Before the first step, estimate the memory a step needs at the deepest depth the schedule
+    can draw (parameters, gradients, AdamW, activations at the micro-batch; docs/design.md §15)
+    and refuse a run whose estimate exceeds 90% of the device's memory, naming what to change.
+    `false`: train anyway (the estimate counts eager PyTorch's tensors; torch.compile's are not
+    modeled)."""
     threads: int | None = None
     """Torch CPU threads per process. Default: OMP_NUM_THREADS when set, else the cores that
     are idle when the run starts (shared among a run's processes on this machine, at least 1):

@@ -229,16 +229,25 @@ def _write_splits(
     }
 
 
-def _check_splits(splits: dict[str, dict[str, Any]], inputs: list[DocumentInput], f: float):
+def _check_splits(
+    splits: dict[str, dict[str, Any]], inputs: list[DocumentInput], f: float, by_bytes: bool
+) -> None:
     documents = sum(s["documents"] for s in splits.values())
     if documents == 0:
         names = ", ".join(i.name for i in inputs[:3]) + (" ..." if len(inputs) > 3 else "")
         raise UserError(f"empty input: no text in {names or 'the given directories'}")
     for split in SPLITS:
+        if splits[split]["documents"] == 0 and by_bytes:  # the end of each document held out
+            text = sum(s["bytes"] for s in splits.values())
+            raise UserError(
+                f"{text} bytes of text are too little to split into training and validation "
+                "text (each part needs words of its own, and a document is cut only at a "
+                "space); add text"
+            )
         if splits[split]["documents"] == 0:
             raise UserError(
                 f"the {split} split is empty: {documents} documents with --val-fraction {f} "
-                "leave none for it; change --val-fraction or add documents"
+                "leave none for it; lower --val-fraction or add documents"
             )
 
 
@@ -287,7 +296,7 @@ def _write(
     progress: bool,
 ) -> PrepareResult:
     """Tokenize into `tmp`, then rename it to `out`: by documents, or (too few of them to
-    hold any out) by bytes."""
+    hold any out, or just one) by bytes."""
     for by_bytes in (False, True):
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
@@ -296,9 +305,11 @@ def _write(
         else:
             tokenizer = ByteTokenizer()
         splits = _write_splits(tmp, inputs, tokenizer, options, by_bytes, progress)
-        if splits["val"]["documents"] or not splits["train"]["documents"]:
+        # By bytes when no document was held out, or the whole corpus is one document.
+        documents = sum(split["documents"] for split in splits.values())
+        if documents != 1 and (splits["val"]["documents"] or not documents):
             break
-    _check_splits(splits, inputs, options.val_fraction)
+    _check_splits(splits, inputs, options.val_fraction, by_bytes)
     tokenizer.save(tmp / TOKENIZER_DIR)
     text_bytes = sum(s["bytes"] for s in splits.values())
     text_tokens = sum(s["tokens"] - s["documents"] for s in splits.values())

@@ -39,6 +39,12 @@ def how_to_prepare(path: str | Path) -> str:
 def read_meta(path: str | Path) -> dict[str, Any]:
     """The meta.json of a prepared DATA directory, checked to be one this version can read."""
     path = Path(path)
+    if path.exists() and not path.is_dir():
+        parent = f" (its directory {shown(path.parent)}?)" if path.name == META_FILE else ""
+        raise UserError(
+            f"{shown(path)} is a file; the data path names the directory that `fixedfirst "
+            f"prepare INPUT... --out DIR` wrote{parent}"
+        )
     if not path.is_dir():
         raise UserError(f"{shown(path)}: no such data directory; {how_to_prepare(path)}")
     meta_file = path / META_FILE
@@ -60,6 +66,15 @@ def read_meta(path: str | Path) -> dict[str, Any]:
             f"fixedfirst reads version {FORMAT_VERSION}; prepare the data again"
         )
     return meta
+
+
+def is_prepared(path: str | Path) -> bool:
+    """Whether `path` is a directory `fixedfirst prepare` wrote (its meta.json says so)."""
+    try:
+        meta = json.loads((Path(path) / META_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") == FORMAT
 
 
 def data_vocab_size(path: str | Path) -> int:

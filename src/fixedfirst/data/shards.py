@@ -53,11 +53,13 @@ def dtype_for_vocab(vocab_size: int, requested: str = "auto") -> np.dtype:
 
 
 def write_shard(path: Path, tokens: np.ndarray, dtype: np.dtype) -> None:
-    """Write one shard holding `tokens` (any integer array whose values fit `dtype`)."""
-    tokens = np.asarray(tokens)
+    """Write one shard holding `tokens` (any integer array whose values fit `dtype`). Through
+    Python's file object, not numpy's `tofile`, whose short write on a full disk is an OSError
+    without the system's reason ("N requested and M written")."""
+    tokens = np.ascontiguousarray(np.asarray(tokens).astype(dtype, copy=False))
     with open(path, "wb") as f:
         f.write(HEADER.pack(MAGIC, VERSION, dtype.itemsize, tokens.size))
-        tokens.astype(dtype, copy=False).tofile(f)
+        f.write(memoryview(tokens).cast("B"))
 
 
 def read_header(path: Path) -> tuple[np.dtype, int]:

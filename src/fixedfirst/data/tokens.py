@@ -37,8 +37,10 @@ from fixedfirst.paths import shown
 class _Windows:
     """The windows of seq_len + 1 tokens (stride seq_len) over the shards of one split."""
 
-    def __init__(self, root: Path, split: dict[str, Any], seq_len: int) -> None:
+    def __init__(self, root: Path, split: dict[str, Any], seq_len: int, vocab_size: int) -> None:
+        self.root = root
         self.seq_len = seq_len
+        self.vocab_size = vocab_size
         self.shards = []
         for entry in split["shards"]:
             tokens = open_shard(root / entry["file"])
@@ -62,6 +64,12 @@ class _Windows:
 
     def batch(self, indices) -> Batch:
         rows = np.stack([self[int(i)] for i in indices]).astype(np.int64)
+        if rows.size and int(rows.max()) >= self.vocab_size:  # one pass over a small batch
+            raise UserError(
+                f"{shown(self.root)}: token id {int(rows.max())} is outside the data's vocabulary "
+                f"({self.vocab_size} ids in meta.json); the shards or meta.json were changed "
+                "after `fixedfirst prepare` wrote them: prepare the data again"
+            )
         data = torch.from_numpy(rows)
         return Batch(data[:, :-1].contiguous(), data[:, 1:].contiguous())
 
@@ -75,8 +83,15 @@ class TokenSource(BatchSource):
         self.vocab_size = int(self.meta["vocab_size"])
         self.seq_len = seq_len
         self.seed = seed
-        self.train = _Windows(self.path, self.meta["splits"]["train"], seq_len)
-        self.val = _Windows(self.path, self.meta["splits"]["val"], seq_len)
+        described = self.meta.get("tokenizer", {}).get("vocab_size")
+        if described is not None and described != self.vocab_size:
+            raise UserError(
+                f"{shown(self.path / 'meta.json')}: vocab_size = {self.vocab_size} but its "
+                f"tokenizer has {described} ids; the file was changed after `fixedfirst "
+                "prepare` wrote it: prepare the data again"
+            )
+        self.train = _Windows(self.path, self.meta["splits"]["train"], seq_len, self.vocab_size)
+        self.val = _Windows(self.path, self.meta["splits"]["val"], seq_len, self.vocab_size)
         if len(self.train) == 0:
             raise UserError(
                 f"{shown(self.path)}: the training split has {self.train.tokens} tokens, fewer "

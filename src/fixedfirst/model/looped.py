@@ -41,14 +41,14 @@ from fixedfirst.model.shared_prefix import (
 )
 
 
-def check_depth(depth: object) -> int:
+def check_depth(depth: object, name: str = "depth") -> int:
     """Depth must be an integer >= 1 (K = 0 would skip the core entirely) and at most
-    MAX_DEPTH (the cost is linear in it)."""
+    MAX_DEPTH (the cost is linear in it); `name` is what the user gave it as (`--max-depth`)."""
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise UserError(f"depth must be an integer >= 1, got {depth!r}")
+        raise UserError(f"{name} must be an integer >= 1, got {depth!r}")
     if depth > MAX_DEPTH:
         raise UserError(
-            f"depth must be <= {MAX_DEPTH:,} (the cost grows linearly with depth), got {depth:,}"
+            f"{name} must be <= {MAX_DEPTH:,} (the cost grows linearly with depth), got {depth:,}"
         )
     return depth
 

@@ -1,10 +1,9 @@
-"""Whether a model fits in memory, decided before a single weight is allocated.
+"""Whether a model's weights fit in memory for serving, decided before a single one is allocated.
 
 A configuration with a typo (d_model = 655360) would otherwise ask torch for terabytes and fail
 with an allocator traceback, or swap the machine to a halt. The parameters are counted on the
-meta device (no memory), and weights, gradients and AdamW's two moments (16 bytes a parameter
-in fp32) are compared with the device's memory: a lower bound on what training needs, so the
-refusal is never wrong, only sometimes late (activations come on top).
+meta device (no memory) and their fp32 bytes compared with the device's memory. Training asks
+more (gradients, AdamW, activations): train/memory_check.py checks it with the memory model.
 """
 
 from __future__ import annotations
@@ -15,12 +14,10 @@ import torch
 
 from fixedfirst.config import ModelConfig
 from fixedfirst.errors import UserError
+from fixedfirst.memory import GIB
 
-BYTES_TRAINING = 16
-"""fp32 weights, gradients and two AdamW moments, per parameter."""
 BYTES_SERVING = 4
 """fp32 weights, per parameter."""
-GIB = 1 << 30
 
 
 def parameter_count(config: ModelConfig) -> int:
@@ -40,17 +37,16 @@ def device_memory(device: torch.device) -> int | None:
         return None
 
 
-def check_fits(config: ModelConfig, device: torch.device, training: bool) -> None:
-    """Refuse, in one line, a model whose parameters alone do not fit on `device`."""
+def check_fits(config: ModelConfig, device: torch.device) -> None:
+    """Refuse, in one line, a model whose weights alone do not fit on `device`."""
     available = device_memory(torch.device(device))
     if available is None:
         return
     count = parameter_count(config)
-    need = count * (BYTES_TRAINING if training else BYTES_SERVING)
+    need = count * BYTES_SERVING
     if need > available:
-        what = "weights, gradients and optimizer state" if training else "weights"
         raise UserError(
             f"the model has {count / 1e9:,.2f}B parameters (model.d_model = {config.d_model}, "
-            f"vocab_size = {config.vocab_size}); its {what} alone need {need / GIB:,.0f} GiB, "
+            f"vocab_size = {config.vocab_size}); its weights alone need {need / GIB:,.0f} GiB, "
             f"more than this {torch.device(device).type}'s memory; make the model smaller"
         )

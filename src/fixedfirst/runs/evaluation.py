@@ -36,7 +36,7 @@ from fixedfirst import locks
 from fixedfirst.data.source import Batch
 from fixedfirst.files import write_json_atomic
 from fixedfirst.paths import shown
-from fixedfirst.runs.opening import find_checkpoint, load_run
+from fixedfirst.runs.opening import find_checkpoint, load_run, open_run, require_data
 from fixedfirst.schedules import describe
 from fixedfirst.train.checkpoint import MODEL_FILE
 
@@ -56,16 +56,20 @@ def evaluate_run(
     step: int | None = None,
     device: str | torch.device = "cpu",
     validation_seed: int | None = None,
+    *,
+    data: str | None = None,
 ) -> dict[str, Any]:
     """Measure validation NLL of the checkpoint at `step` (default: the newest) at `depths`,
     over `batches` validation batches (default: the run's eval.batches): the held-out set's
-    first rows, or those `validation_seed` draws (`BatchSource.validation_batches`)."""
+    first rows, or those `validation_seed` draws (`BatchSource.validation_batches`); `data`:
+    where the run's data is now, when it moved."""
     from fixedfirst.data.registry import build_source
     from fixedfirst.hardware import resolve_dtype
     from fixedfirst.train.evaluation import mean_serving_nll, validation_nll
     from fixedfirst.train.progress import Ticker
 
-    loaded = load_run(run, step, device)
+    require_data(open_run(run, data)[1], run, data)  # before the weights are read, verified
+    loaded = load_run(run, step, device, data=data)
     config = loaded.config
     n_batches = batches or config.eval.batches
     batch_size = config.train.micro_batch

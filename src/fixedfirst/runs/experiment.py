@@ -120,7 +120,7 @@ def run_all(
             outcome = run_one(planned, root, quiet)
         except TrainingInterrupted as e:
             raise TrainingInterrupted(
-                f"{e}, or run the same command again: it resumes interrupted runs"
+                f"{e}, or run the same command again: it resumes interrupted runs", e.signum
             ) from None
         if not quiet and outcome.reused:
             print(f"  reusing the finished run in {outcome.path}", flush=True)

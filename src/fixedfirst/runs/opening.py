@@ -6,7 +6,7 @@ or recency and verified against its checksums, and the model with that checkpoin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -15,6 +15,7 @@ from fixedfirst.config import RunConfig
 from fixedfirst.errors import UserError
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.model.memory import check_fits
+from fixedfirst.paths import absolute, shown
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager, warn
 from fixedfirst.train.run_dir import RunDir
 
@@ -27,20 +28,42 @@ class LoadedRun:
     checkpoint: Checkpoint
 
 
-def open_run(run: str | Path) -> tuple[RunDir, RunConfig, CheckpointManager]:
-    """A run directory's saved configuration and its checkpoints; refuses what is not a run."""
+def open_run(
+    run: str | Path, data: str | None = None
+) -> tuple[RunDir, RunConfig, CheckpointManager]:
+    """A run directory's saved configuration and its checkpoints; refuses what is not a run.
+    `data` (--data) is where the run's data is now, when it moved from its stored data.path."""
     run_dir = RunDir(run)
     if not run_dir.path.is_dir():
         raise UserError(f"run directory {run_dir.path} does not exist")
-    return run_dir, run_dir.saved_config(), CheckpointManager(run_dir.checkpoints_path)
+    config = run_dir.saved_config()
+    if data is not None:
+        if not data.strip():
+            raise UserError("--data is empty; name the data directory")
+        config = replace(config, data=replace(config.data, path=absolute(data)))
+    return run_dir, config, CheckpointManager(run_dir.checkpoints_path)
+
+
+def require_data(config: RunConfig, run: str | Path, data: str | None = None) -> None:
+    """Refuse, before anything is loaded, a run whose data is not where it says (or where
+    --data `data` says)."""
+    path = config.data.path
+    if path is None or Path(path).exists():
+        return
+    if data is not None:
+        raise UserError(f"--data {shown(data)}: no such data directory")
+    raise UserError(
+        f"the data of {shown(run)} is not at {shown(path)} (its data.path) any more: pass "
+        f"--data PATH where it is now, or prepare it there again"
+    )
 
 
 def find_checkpoint(
-    run: str | Path, step: int | None = None, tag: str | None = None
+    run: str | Path, step: int | None = None, tag: str | None = None, data: str | None = None
 ) -> tuple[RunConfig, Checkpoint]:
     """The run's configuration and a verified checkpoint: the one at `step`, or the newest
     tagged `tag`, or (neither given) the newest valid one."""
-    run_dir, config, manager = open_run(run)
+    run_dir, config, manager = open_run(run, data)
     if tag is not None:
         found = manager.with_tag(tag)
         if found is None:
@@ -70,11 +93,14 @@ def find_checkpoint(
 
 
 def load_run(
-    run: str | Path, step: int | None = None, device: str | torch.device = "cpu"
+    run: str | Path,
+    step: int | None = None,
+    device: str | torch.device = "cpu",
+    data: str | None = None,
 ) -> LoadedRun:
     """The run's model with the weights of a checkpoint, in eval mode on `device`."""
-    config, ckpt = find_checkpoint(run, step)
-    check_fits(config.model, torch.device("cpu"), training=False)  # built on the CPU first
+    config, ckpt = find_checkpoint(run, step, data=data)
+    check_fits(config.model, torch.device("cpu"))  # built on the CPU first
     model = LoopedTransformer(config.model)
     ckpt.load_model(model)
     return LoadedRun(Path(run), config, model.to(device).eval(), ckpt)

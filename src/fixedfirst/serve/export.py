@@ -10,10 +10,12 @@ import contextlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from fixedfirst.errors import UserError
+from fixedfirst.files import write_error
 from fixedfirst.serve.exported import (
     CONFIG_FILE,
     EXPORT_FORMAT,
@@ -74,23 +76,34 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None) -> dic
         for k, v in loaded.model.state_dict().items()
         if k not in aliases
     }
+
+    def fill(directory: Path) -> None:
+        save_weights(weights, directory / WEIGHTS_FILE)
+        if tokenizer is not None:
+            tokenizer.save(directory / TOKENIZER_DIR)
+        (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+
+    write_directory(out, fill)
+    return config
+
+
+def write_directory(out: Path, fill: Callable[[Path], None]) -> None:
+    """Run `fill(tmp)` on a temporary directory beside `out`, then rename it to `out` (an empty
+    directory, or none: `check_out_dir`). A failed write (a full disk) is one line, and leaves
+    neither the temporary directory nor the parents made for it."""
     tmp = out.with_name(f".tmp-{out.name}")
     made = [p for p in (out.parent, *out.parent.parents) if not p.exists()]
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        save_weights(weights, tmp / WEIGHTS_FILE)
-        if tokenizer is not None:
-            tokenizer.save(tmp / TOKENIZER_DIR)
-        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+        fill(tmp)
         if out.is_dir():
-            out.rmdir()  # empty (checked above)
+            out.rmdir()  # empty (checked by check_out_dir)
         os.replace(tmp, out)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         for parent in made:  # parents made for this export, innermost first
             with contextlib.suppress(OSError):
                 parent.rmdir()
-        raise UserError(f"cannot write {out} ({e.strerror or e})") from None
-    return config
+        raise write_error(out, e) from None

@@ -47,12 +47,16 @@ def load_served(
     checkpoint: int | None = None,
     device: str | torch.device = "cpu",
     require_tokenizer: bool = True,
+    data: str | None = None,
 ) -> Served:
-    """A run directory (at `checkpoint`, default the newest) or an export directory."""
+    """A run directory (at `checkpoint`, default the newest) or an export directory; `data`:
+    where a run's data is now, when it moved (needed only by a run without RUN/tokenizer)."""
     path = Path(path)
     if is_export(path):
         if checkpoint is not None:
             raise UserError(f"{path} is an export of one checkpoint; --checkpoint does not apply")
+        if data is not None:
+            raise UserError(f"{path} is an export (it holds its tokenizer); --data does not apply")
         config = read_export(path)
         model = load(path, device)
         tokenizer = None
@@ -69,12 +73,13 @@ def load_served(
             int(config.get("default_depth", 1)),
             f"{path} (export of {source.get('run')} step {source.get('step')})",
         )
-    loaded = load_run(path, checkpoint, device)
+    loaded = load_run(path, checkpoint, device, data=data)
     tokenizer = run_tokenizer(
         loaded.config,
         loaded.checkpoint.meta.get("data"),
         required=require_tokenizer,
         run_dir=path,
+        data=data,
     )
     return Served(
         loaded.model,

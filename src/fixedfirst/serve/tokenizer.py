@@ -20,6 +20,7 @@ from fixedfirst.config import RunConfig
 from fixedfirst.data.registry import build_source
 from fixedfirst.data.tokenizer import TOKENIZER_DIR, Tokenizer, load_tokenizer
 from fixedfirst.errors import UserError
+from fixedfirst.runs.opening import require_data
 
 
 def run_tokenizer(
@@ -27,6 +28,7 @@ def run_tokenizer(
     data_state: dict[str, Any] | None = None,
     required: bool = True,
     run_dir: str | Path | None = None,
+    data: str | None = None,
 ) -> Tokenizer | None:
     """The tokenizer of a run: the copy in RUN/tokenizer (written when the run started, so
     serving needs nothing outside the run), or for a run without one (older runs, or data
@@ -35,6 +37,8 @@ def run_tokenizer(
     if run_dir is not None and (Path(run_dir) / TOKENIZER_DIR).is_dir():
         tokenizer: Tokenizer | None = load_tokenizer(run_dir)
     else:
+        if run_dir is not None:
+            require_data(config, run_dir, data)  # `data`: --data, when given
         source = build_source(config)
         if data_state is not None:
             source.load_state_dict(data_state)  # refuses other data than the run trained on

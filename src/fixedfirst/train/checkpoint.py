@@ -10,13 +10,18 @@ Each checkpoint directory holds
 
 Only rank 0 writes checkpoints; what they hold does not depend on the number of processes.
 It is written into `.tmp-step-NNNNNNN/`, flushed to disk, then renamed into place; a directory
-without a valid meta.json is never considered. A crash at any moment therefore leaves the previous
-checkpoint loadable, and a flipped byte is caught by the checksum. Periodic checkpoints beyond
-`keep` are deleted oldest first; tagged ones (the switch point, FLOP snapshots, the end) are kept.
+without a valid meta.json is never considered. A checkpoint saved again at the same step is
+renamed to `.replaced-step-NNNNNNN/` before the new one is renamed in, and deleted only after,
+and a replaced checkpoint counts while its step has no other. A crash at any moment therefore
+leaves a loadable checkpoint (the previous one, or the one being replaced), and a flipped byte is
+caught by the checksum. A failed write (a full disk) is one line naming the cause and leaves no
+temporary directory behind. Periodic checkpoints beyond `keep` are deleted oldest first; tagged
+ones (the switch point, FLOP snapshots, the end) are kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -34,10 +39,13 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from fixedfirst.errors import UserError
-from fixedfirst.files import readable_like_the_rest
+from fixedfirst.files import os_error_behind, readable_like_the_rest, remedy
 
 FORMAT_VERSION = 1
 MODEL_FILE, TRAINER_FILE, META_FILE = "model.safetensors", "trainer.pt", "meta.json"
+TMP, REPLACED = ".tmp-", ".replaced-"
+"""Prefixes of a checkpoint directory being written, and of one being replaced by a new
+checkpoint of the same step."""
 
 
 def warn(line: str) -> None:
@@ -69,9 +77,24 @@ def _write_file(path: Path, write: Callable[[Path], None]) -> str:
 
 
 def save_weights(weights: dict[str, torch.Tensor], path: Path) -> None:
-    """model.safetensors, readable like every other file (safetensors creates it 0600)."""
-    save_file({k: v.contiguous() for k, v in weights.items()}, str(path), metadata={"format": "pt"})
+    """model.safetensors, readable like every other file (safetensors creates it 0600). A
+    failed write (a full disk) is the OSError behind safetensors' own error."""
+    tensors = {k: v.contiguous() for k, v in weights.items()}
+    try:
+        save_file(tensors, str(path), metadata={"format": "pt"})
+    except SafetensorError as e:
+        raise (os_error_behind(e, path) or e) from None
     readable_like_the_rest(path)
+
+
+def save_trainer_state(state: dict[str, Any], path: Path) -> None:
+    """trainer.pt. Written through a Python file, so that a failed write (a full disk) is the
+    OSError behind torch's RuntimeError."""
+    try:
+        with open(path, "wb") as f:
+            torch.save(state, f)
+    except RuntimeError as e:
+        raise (os_error_behind(e, path) or e) from None
 
 
 @dataclass
@@ -161,6 +184,11 @@ def tied_aliases(model: nn.Module) -> dict[str, str]:
     return aliases
 
 
+def _replacement(replaced: Path) -> Path:
+    """Where the checkpoint that replaces `.replaced-step-N` goes: `step-N`."""
+    return replaced.with_name(replaced.name.removeprefix(REPLACED))
+
+
 def read_checkpoint(path: Path) -> Checkpoint | None:
     """The checkpoint at `path`, or None when it is not a complete one (no/unreadable meta)."""
     try:
@@ -178,11 +206,15 @@ class CheckpointManager:
         self.keep = keep
 
     def all(self) -> list[Checkpoint]:
-        """Complete checkpoints, oldest first (not verified: see `latest_valid`)."""
+        """Complete checkpoints, oldest first (not verified: see `latest_valid`). A checkpoint
+        being replaced by one of the same step counts while the new one is not in place."""
         if not self.directory.is_dir():
             return []
         found = []
-        for p in self.directory.glob("step-*"):
+        paths = list(self.directory.glob("step-*"))
+        replaced = self.directory.glob(f"{REPLACED}step-*")
+        paths += [p for p in replaced if not _replacement(p).exists()]
+        for p in paths:
             ckpt = read_checkpoint(p) if p.is_dir() else None
             if ckpt is not None:
                 found.append(ckpt)
@@ -247,11 +279,19 @@ class CheckpointManager:
             return ckpt
         return None
 
-    def remove_partial(self) -> None:
-        """Delete leftovers of checkpoints whose writing was interrupted."""
-        if self.directory.is_dir():
-            for p in self.directory.glob(".tmp-step-*"):
+    def recover_interrupted_writes(self) -> None:
+        """Undo what an interrupted save left: delete half-written checkpoints, and put back a
+        checkpoint whose replacement by one of the same step did not complete (or delete it,
+        when the replacement is in place)."""
+        if not self.directory.is_dir():
+            return
+        for p in self.directory.glob(f"{TMP}step-*"):
+            shutil.rmtree(p, ignore_errors=True)
+        for p in self.directory.glob(f"{REPLACED}step-*"):
+            if _replacement(p).exists():
                 shutil.rmtree(p, ignore_errors=True)
+            else:
+                os.replace(p, _replacement(p))
 
     def save(
         self,
@@ -262,45 +302,90 @@ class CheckpointManager:
         tags: list[str],
     ) -> Checkpoint:
         """Write a checkpoint of full `weights` (name -> tensor, each tied tensor once)."""
+
+        def write(tmp: Path) -> dict[str, str]:
+            return {
+                MODEL_FILE: _write_file(tmp / MODEL_FILE, lambda p: save_weights(weights, p)),
+                TRAINER_FILE: _write_file(
+                    tmp / TRAINER_FILE, lambda p: save_trainer_state(trainer_state, p)
+                ),
+            }
+
+        return self._install(step, write, meta, tags)
+
+    def copy_in(self, source: Checkpoint, meta: dict[str, Any], tags: list[str]) -> Checkpoint:
+        """A copy of another run's checkpoint (its files, `meta` for its metadata): a branch."""
+
+        def write(tmp: Path) -> dict[str, str]:
+            files = {}
+            for name in (MODEL_FILE, TRAINER_FILE):
+                files[name] = _write_file(
+                    tmp / name, lambda p: shutil.copyfile(source.path / p.name, p)
+                )
+            return files
+
+        return self._install(source.step, write, meta, tags)
+
+    def _install(
+        self,
+        step: int,
+        write: Callable[[Path], dict[str, str]],
+        meta: dict[str, Any],
+        tags: list[str],
+    ) -> Checkpoint:
+        """`write(tmp)` the files (returning their digests) into a temporary directory, add
+        meta.json, then rename it into place (see the module docstring)."""
         name = f"step-{step:07d}"
         final = self.directory / name
         existing = read_checkpoint(final) if final.is_dir() else None
         if existing is not None:  # same step saved again (e.g. switch and end): merge the tags
             tags = sorted(set(existing.tags) | set(tags))
-        tmp = self.directory / f".tmp-{name}"
+        tmp, replaced = self.directory / f"{TMP}{name}", self.directory / f"{REPLACED}{name}"
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
-            files = {
-                MODEL_FILE: _write_file(tmp / MODEL_FILE, lambda p: save_weights(weights, p)),
-                TRAINER_FILE: _write_file(
-                    tmp / TRAINER_FILE, lambda p: torch.save(trainer_state, p)
-                ),
-            }
             full_meta = {
                 "format": FORMAT_VERSION,
                 **meta,
                 "step": step,
                 "tags": sorted(set(tags)),
-                "files": files,
+                "files": write(tmp),
             }
             _write_file(tmp / META_FILE, lambda p: p.write_text(json.dumps(full_meta, indent=2)))
             _fsync_dir(tmp)
             if existing is not None:
-                shutil.rmtree(final)
+                # Renamed aside, not deleted: until the new one is in place the old one is
+                # what `all` finds at this step (and what a resume puts back after a crash).
+                shutil.rmtree(replaced, ignore_errors=True)
+                os.replace(final, replaced)
             elif final.exists():  # incomplete: never loaded, but it would block the rename
                 self.set_aside_incomplete()
             os.replace(tmp, final)
             _fsync_dir(self.directory)
         except OSError as e:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise UserError(
-                f"cannot write checkpoint {final} ({e.strerror or e}); the previous checkpoint "
-                "is intact; free disk space or fix permissions, then resume with --resume"
-            ) from None
+            if replaced.is_dir() and not final.exists():
+                with contextlib.suppress(OSError):  # else `all` still finds it where it is
+                    os.replace(replaced, final)
+            raise self._write_failed(final, step, e) from None
+        shutil.rmtree(replaced, ignore_errors=True)
         self._prune()
         return Checkpoint(final, full_meta)
+
+    def _write_failed(self, final: Path, step: int, error: OSError) -> UserError:
+        """The one line for a checkpoint that could not be written: why, what is left, what
+        to do."""
+        earlier = [c for c in self.all() if c.step <= step]
+        kept = (
+            f"the previous checkpoint ({earlier[-1].path.name}) is intact"
+            if earlier
+            else "no checkpoint of this run was saved yet"
+        )
+        return UserError(
+            f"cannot write checkpoint {final} ({error.strerror or error}); {kept}; "
+            f"{remedy(error)}, then resume with --resume"
+        )
 
     def _prune(self) -> None:
         periodic = [c for c in self.all() if set(c.tags) <= {"periodic", "paused"}]

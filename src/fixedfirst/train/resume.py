@@ -1,4 +1,5 @@
-"""Checks that a checkpoint's trainer state (optimizer moments, data position) fits this run.
+"""Checks that a checkpoint fits the run resuming from it: the configuration it was trained with
+(`identity.py`), its trainer state (optimizer moments, data position).
 
 Run on rank 0 before anything is broadcast, so that a checkpoint of another model, optimizer or
 data is refused in one line, naming what does not fit, instead of failing inside
@@ -7,14 +8,26 @@ data is refused in one line, naming what does not fit, instead of failing inside
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from fixedfirst.config import RunConfig
 from fixedfirst.data.source import BatchSource
 from fixedfirst.errors import UserError
+from fixedfirst.paths import shown
 from fixedfirst.train.checkpoint import Checkpoint
+from fixedfirst.train.identity import check_same_run, stored_config
 from fixedfirst.train.parallel import ParallelModel
+
+
+def check_same_config(ckpt: Checkpoint, config: RunConfig, run: Path) -> None:
+    """Refuse a configuration that changes what defines the run the checkpoint is of (an
+    edited config.toml included); checkpoints written before they stored it are not checked."""
+    saved = stored_config(ckpt.meta, f"checkpoint {shown(ckpt.path)}")
+    if saved is not None:
+        check_same_run(saved, config, ckpt.path.name, shown(run))
 
 
 def check_trainer_state(

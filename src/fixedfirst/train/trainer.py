@@ -43,23 +43,22 @@ from fixedfirst.errors import UserError
 from fixedfirst.files import write_json_atomic
 from fixedfirst.hardware import choose_threads, measured_peak_flops, resolve_device, resolve_dtype
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.model.memory import check_fits
 from fixedfirst.schedules import Schedule, describe
-from fixedfirst.train import compilation, distributed
+from fixedfirst.train import compilation, distributed, memory_check
 from fixedfirst.train.auto_switch import META_KEY, AutoSwitch, switch_summary
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.train.counters import Counters
 from fixedfirst.train.distributed import World, on_main
 from fixedfirst.train.divergence import diverged
 from fixedfirst.train.evaluation import mean_serving_nll, validation_nll
-from fixedfirst.train.interrupt import Interrupt, TrainingInterrupted, resume_command
+from fixedfirst.train.interrupt import Interrupt
 from fixedfirst.train.metrics import MetricsLog, read_metrics
 from fixedfirst.train.optim import build_optimizer, lr_at
 from fixedfirst.train.parallel import ParallelModel
 from fixedfirst.train.pending import PendingStep, host_values
 from fixedfirst.train.progress import Progress
-from fixedfirst.train.resume import check_trainer_state
-from fixedfirst.train.run_dir import RunDir
+from fixedfirst.train.resume import check_same_config, check_trainer_state
+from fixedfirst.train.run_dir import RunDir, config_record
 from fixedfirst.train.sinks import check_packages, open_sinks
 from fixedfirst.train.step import state_seeds, train_step
 
@@ -71,6 +70,7 @@ class Trainer:
         out: str,
         resume: bool = False,
         quiet: bool = False,
+        force: bool = False,
     ) -> None:
         # The data kind's options complete, as config.toml stores them (a later change of a
         # default cannot change a saved run); an unknown kind or option is refused here.
@@ -89,7 +89,8 @@ class Trainer:
         self.flops_model = flop_model(config.model, t.seq_len)
         self.device = distributed.process_device(self.world, resolve_device(t.device))
         self.dtype = resolve_dtype(t.precision, self.device)
-        check_fits(config.model, self.device, training=True)
+        self.memory_placement = memory_check.placement(config, self.device, self.dtype, self.world)
+        memory_check.check_training_memory(config, self.memory_placement, self.budget.total_steps)
         self.source: BatchSource = build_source(config)
         if self.source.vocab_size > config.model.vocab_size:
             raise UserError(
@@ -113,7 +114,7 @@ class Trainer:
 
         distributed.start(self.world, self.device)
         # One writer per run (rank 0 holds the lock); released when training returns or fails.
-        restart = on_main(self.world, lambda: self.run.open_for_writing(config, resume))
+        restart = on_main(self.world, lambda: self.run.open_for_writing(config, resume, force))
         try:
             self._prepare(resume, restart)
         except BaseException:
@@ -186,6 +187,7 @@ class Trainer:
                 "metrics_bytes": self.metrics.size(),
                 "world_size": self.world_size,
                 "schedule": describe(self.config.schedule),
+                **config_record(self.config),  # the run's fingerprint (identity.py)
                 # Also here (small JSON), so that eval can refuse other data without trainer.pt.
                 "data": self.source.state_dict(),
             }
@@ -203,7 +205,7 @@ class Trainer:
         loaded: dict[str, Any] = {}
 
         def pick() -> Checkpoint | None:
-            self.checkpoints.remove_partial()
+            self.checkpoints.recover_interrupted_writes()
             self.checkpoints.set_aside_incomplete(warn=self._warn)
             self.written_before = self.metrics.complete_records()
             ckpt = self.checkpoints.latest_valid(warn=self._warn)
@@ -217,6 +219,7 @@ class Trainer:
                 self._say(f"resume: {self.run.path} has no checkpoint yet; starting from step 0")
                 return None
             loaded["weights"] = ckpt.load_weights(self.parallel.parameter_shapes())
+            check_same_config(ckpt, self.config, self.run.path)
             state = ckpt.load_trainer_state()
             check_trainer_state(ckpt, state, self.source, self.parallel, self.optimizer)
             loaded.update(state)
@@ -342,11 +345,10 @@ class Trainer:
         return tags
 
     def train(self, stop_after: int | None = None) -> dict[str, Any]:
-        """Run to the end of the budget (or pause, checkpointed, after `stop_after` steps in
-        total, or at the first Ctrl-C: `TrainingInterrupted`); return the closing summary.
-        The run's lock is released however this ends."""
+        """Run to the end of the budget, or pause, checkpointed, after `stop_after` steps in all or
+        at a stop signal (`TrainingInterrupted`); return the summary. Always releases the lock."""
         try:
-            with Interrupt(announce=self.is_main) as interrupt:
+            with Interrupt(announce=self.is_main) as interrupt, memory_check.explained(self):
                 return self._train(stop_after, interrupt)
         finally:
             self.run.close()
@@ -394,8 +396,8 @@ class Trainer:
                 )
                 due = self.auto is not None and self.auto.due(c.step)
                 flush = c.step % t.log_every == 0 or bool(tags) or bool(evaluate) or due
-                interrupted = c.step < total and interrupt.agreed(self.world, flush)
-                if interrupted and "paused" not in tags:
+                stop_signal = interrupt.agreed(self.world, flush) if c.step < total else None
+                if stop_signal is not None and "paused" not in tags:
                     tags.append("paused")
                     flush = True
                 if flush:
@@ -425,9 +427,8 @@ class Trainer:
                     progress.write(f"eval at step {c.step}: NLL {shown}")
                 if tags:
                     saved = self._save(tags)
-                if interrupted:
-                    resume = resume_command(self.run.path, self.world_size)
-                    raise TrainingInterrupted(f"saved {saved.path.name}; resume with `{resume}`")
+                if stop_signal is not None:
+                    raise interrupt.stopped(saved.path.name, self.run.path, self.world_size)
                 if flush:  # the next interval's throughput excludes logging, eval and saving
                     interval_start, interval_tokens, interval_flops = time.perf_counter(), 0, 0.0
         finally:

@@ -23,7 +23,7 @@ from fixedfirst.data.source import Batch, BatchSource
 from fixedfirst.errors import UserError
 from fixedfirst.hardware import resolve_device, resolve_dtype
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.runs.opening import find_checkpoint, open_run
+from fixedfirst.runs.opening import find_checkpoint, open_run, require_data
 from fixedfirst.schedules import Schedule, describe
 from fixedfirst.train.auto_switch import checkpoint_schedule
 from fixedfirst.train.checkpoint import TRAINER_FILE, Checkpoint
@@ -43,11 +43,13 @@ HOW_TO_GET_A_SWITCH_CHECKPOINT = (
 
 
 def find_diagnosis_checkpoint(
-    run: str | Path, which: str = SWITCH_TAG
+    run: str | Path, which: str = SWITCH_TAG, data: str | None = None
 ) -> tuple[RunConfig, Checkpoint]:
     """The run's configuration and the checkpoint named by `which`: a tag (default the switch
-    point) or a step number. Every refusal says what to do instead."""
-    run_dir, config, manager = open_run(run)
+    point) or a step number; `data`: where the run's data is now, when it moved. Every refusal
+    says what to do instead."""
+    run_dir, config, manager = open_run(run, data)
+    require_data(config, run, data)
     if which == SWITCH_TAG and manager.with_tag(SWITCH_TAG) is None:
         schedule = describe(config.schedule)
         if config.schedule.kind != "fixed-first":
@@ -63,10 +65,10 @@ def find_diagnosis_checkpoint(
             f"{run_dir.path}`"
         )
     if which.isdigit():
-        config, ckpt = find_checkpoint(run, step=int(which))
+        config, ckpt = find_checkpoint(run, step=int(which), data=data)
     else:
         try:
-            config, ckpt = find_checkpoint(run, tag=which)
+            config, ckpt = find_checkpoint(run, tag=which, data=data)
         except UserError as e:
             raise UserError(f"{e}; pass a tag or a step number") from None
     if TRAINER_FILE not in ckpt.meta.get("files", {}):
@@ -102,9 +104,11 @@ class RunState:
         return self.total_steps - self.step
 
 
-def open_run_state(run: str | Path, which: str = SWITCH_TAG, device: str = "auto") -> RunState:
+def open_run_state(
+    run: str | Path, which: str = SWITCH_TAG, device: str = "auto", data: str | None = None
+) -> RunState:
     """Load the checkpoint `which` of `run` into a live model, optimizer and data source."""
-    config, ckpt = find_diagnosis_checkpoint(run, which)
+    config, ckpt = find_diagnosis_checkpoint(run, which, data)
     dev = resolve_device(device)
     dtype = resolve_dtype(config.train.precision, dev)
     model = LoopedTransformer(config.model).to(dev)

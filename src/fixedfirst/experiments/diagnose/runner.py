@@ -88,6 +88,8 @@ class DiagnoseOptions:
     """Seed of the pair updates' initial-state draws (the finishing steps use the run's own)
     and of the bootstrap's draws."""
     device: str = "auto"
+    data: str | None = None
+    """Where the run's data is now, when it moved from its data.path (--data)."""
 
     def __post_init__(self) -> None:
         self.updates = sorted(set(self.updates))
@@ -139,7 +141,7 @@ def run_diagnostic(
     """
     o = options or DiagnoseOptions()
     started = time.perf_counter()
-    state = open_run_state(run, o.checkpoint, o.device)
+    state = open_run_state(run, o.checkpoint, o.device, data=o.data)
     config, train = state.config, state.config.train
     max_u = o.updates[-1]
     if max_u >= state.remaining_steps:

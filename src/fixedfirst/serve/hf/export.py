@@ -23,16 +23,12 @@ model, and the tests hold its logits and generations to fixedfirst's.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from safetensors.torch import save_file
-
 from fixedfirst.errors import UserError
-from fixedfirst.serve.export import check_out_dir
+from fixedfirst.serve.export import check_out_dir, write_directory
 from fixedfirst.serve.exported import is_export
 from fixedfirst.serve.hf.tokenizer import hf_tokenizer_files
 from fixedfirst.serve.loading import load_served
@@ -112,7 +108,7 @@ def export_hf(run: str | Path, out: str | Path, step: int | None = None) -> dict
     `out`; return its config.json."""
     from fixedfirst import __version__
     from fixedfirst.schedules import describe
-    from fixedfirst.train.checkpoint import MODEL_FILE, tied_aliases
+    from fixedfirst.train.checkpoint import MODEL_FILE, save_weights, tied_aliases
 
     out = Path(out)
     check_out_dir(out)
@@ -154,17 +150,11 @@ def export_hf(run: str | Path, out: str | Path, step: int | None = None) -> dict
     files["generation_config.json"] = json.dumps(generation, indent=2) + "\n"
     files[MODELING_FILE] = (resources.files("fixedfirst.serve.hf") / MODELING_FILE).read_text()
     files["README.md"] = model_card(config)
-    tmp = out.with_name(f".tmp-{out.name}")
-    try:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+
+    def fill(directory: Path) -> None:
+        save_weights(weights, directory / "model.safetensors")
         for name, text in files.items():
-            (tmp / name).write_text(text, encoding="utf-8")
-        if out.is_dir():
-            out.rmdir()  # empty (checked above)
-        os.replace(tmp, out)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise UserError(f"cannot write {out} ({e.strerror or e})") from None
+            (directory / name).write_text(text, encoding="utf-8")
+
+    write_directory(out, fill)
     return config

@@ -103,9 +103,19 @@ class FixedFirstConfig(PretrainedConfig):
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
 
 
+MAX_DEPTH = 1024
+"""fixedfirst's cap on core iterations (config/limits.py; a test holds the two equal): the cost
+grows linearly with depth, so a slip in config.json or a call would run for minutes."""
+
+
 def _check_depth(depth):
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
+    if depth > MAX_DEPTH:
+        raise ValueError(
+            f"depth must be <= MAX_DEPTH = {MAX_DEPTH} (the cost grows linearly with depth), "
+            f"got {depth}"
+        )
     return depth
 
 
@@ -391,6 +401,27 @@ class FixedFirstForCausalLM(FixedFirstPreTrainedModel, GenerationMixin):
                 loss = loss / num_items_in_batch
         output = CausalLMOutputWithPast(loss=loss, logits=logits, **{_CACHE_FIELD: cache})
         return output.to_tuple() if return_dict is False else output
+
+    def generate(self, inputs=None, generation_config=None, **kwargs):
+        """transformers' generate, refusing before the first token a length beyond
+        max_position_embeddings (positions past it have no rotary angle and no initial state)
+        and a depth beyond MAX_DEPTH."""
+        ids = inputs if inputs is not None else kwargs.get("input_ids")
+        embeds = kwargs.get("inputs_embeds")
+        prompt = ids.shape[-1] if ids is not None else embeds.shape[1] if embeds is not None else 1
+        config = generation_config if generation_config is not None else self.generation_config
+        new = kwargs.get("max_new_tokens", config.max_new_tokens)
+        total = prompt + new if new is not None else kwargs.get("max_length", config.max_length)
+        limit = self.config.max_position_embeddings
+        if total is not None and total > limit:
+            raise ValueError(
+                f"generating up to {total} positions ({prompt} in the prompt) passes "
+                f"max_position_embeddings = {limit}; ask for at most {max(limit - prompt, 0)} "
+                "new tokens"
+            )
+        depth = kwargs.get("depth")
+        _check_depth(self.config.depth if depth is None else depth)
+        return super().generate(inputs, generation_config, **kwargs)
 
     def _prepare_cache(self, cache, depth):
         """The number of positions the cache holds; give it an entry for every layer application

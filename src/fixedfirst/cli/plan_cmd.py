@@ -1,0 +1,262 @@
+"""`fixedfirst plan`: will a run fit on these GPUs, with which settings, and how long will it
+take?"""
+
+from __future__ import annotations
+
+import argparse
+
+from fixedfirst.cli.arguments import add_config_arguments
+
+EPILOG = """\
+The GPU is a kind from the table below (memory and bf16 peak from vendors' datasheets), or
+--gpu-memory and --peak-flops for another; on a machine with a GPU the default is that GPU,
+with its peak measured. Memory is per GPU at the deepest depth the schedule draws; "fits" means
+at most 90% of the GPU's memory (the rest is for the CUDA context and fragmentation). A sweep
+file (configs/sweeps/*.toml) is planned run by run.
+"""
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    from fixedfirst.accelerators import ACCELERATORS
+
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    kinds = "\n".join(f"  {k:10s} {a.name}" for k, a in ACCELERATORS.items())
+    parser.epilog = EPILOG + "\nGPU kinds:\n" + kinds
+    add_config_arguments(parser)
+    parser.add_argument("--gpus", type=int, metavar="N", help="GPUs (default: 1, or all here)")
+    parser.add_argument(
+        "--gpu", metavar="KIND", help="GPU kind (default: this machine's GPU, else h100)"
+    )
+    parser.add_argument("--gpu-memory", type=float, metavar="GIB", help="memory per GPU (GiB)")
+    parser.add_argument(
+        "--peak-flops", type=float, metavar="TFLOPS", help="peak matmul rate per GPU (TFLOP/s)"
+    )
+    parser.add_argument(
+        "--mfu", type=float, metavar="F", help="model FLOP utilisation for the wall-clock"
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fixedfirst.config import read_toml
+    from fixedfirst.planning import plan_run
+
+    configs = run_configs(args, is_sweep="runs" in read_toml(args.config))
+    hardware = hardware_from_args(args, next(iter(configs.values())))
+    plans = {name: plan_run(config, hardware) for name, config in configs.items()}
+    if len(plans) == 1 and None in plans:
+        print(format_plan(plans[None], args.config))
+    else:
+        print(format_sweep(plans, args.config))  # type: ignore[arg-type]
+    return 0
+
+
+def run_configs(args: argparse.Namespace, is_sweep: bool) -> dict:
+    """name -> configuration: one unnamed for a run file, one per run of a sweep file, each with
+    the `--set` overrides applied."""
+    from fixedfirst.cli.arguments import config_from_args
+    from fixedfirst.config import RunConfig, apply_overrides
+    from fixedfirst.data.registry import resolve_data
+    from fixedfirst.experiments.sweep import load_sweep
+
+    if not is_sweep:
+        return {None: config_from_args(args)}
+    runs = load_sweep(args.config).runs
+    return {
+        r.name: resolve_data(
+            RunConfig.from_dict(apply_overrides(r.config.to_dict(), args.overrides))
+        )
+        for r in runs
+    }
+
+
+def hardware_from_args(args: argparse.Namespace, config):
+    """The GPUs to plan for: a kind from the table, this machine's GPU, or the flags' numbers
+    (which also override a kind's)."""
+    import torch
+
+    from fixedfirst.accelerators import accelerator
+    from fixedfirst.errors import UserError
+    from fixedfirst.memory import GIB
+    from fixedfirst.planning import ASSUMED_MFU, MAX_GPUS, Hardware
+
+    bf16 = config.train.precision != "fp32"
+    here = torch.cuda.is_available() and args.gpu is None
+    gpus = args.gpus if args.gpus is not None else (torch.cuda.device_count() if here else 1)
+    if not 1 <= gpus <= MAX_GPUS:
+        raise UserError(f"--gpus must be in 1..{MAX_GPUS}, got {gpus}")
+    for flag, value in (("--gpu-memory", args.gpu_memory), ("--peak-flops", args.peak_flops)):
+        if value is not None and not 0 < value < float("inf"):
+            raise UserError(f"{flag} must be a positive number, got {value}")
+    mfu = ASSUMED_MFU if args.mfu is None else args.mfu
+    if not 0 < mfu <= 1:
+        raise UserError(f"--mfu must be in (0, 1], got {mfu}")
+    if here:
+        from fixedfirst.hardware import measured_peak_flops
+
+        name = f"{torch.cuda.get_device_name(0)} (this machine's; peak measured)"
+        memory = torch.cuda.get_device_properties(0).total_memory
+        peak = measured_peak_flops("cuda", torch.bfloat16 if bf16 else torch.float32)
+    elif args.gpu is None and args.gpu_memory is not None and args.peak_flops is not None:
+        name, memory, peak = "GPU", 0, 0.0
+    else:
+        kind = accelerator(args.gpu or "h100")
+        name, memory, peak = kind.name, kind.memory, kind.peak_flops(bf16)
+    if args.gpu_memory is not None:
+        memory = round(args.gpu_memory * GIB)
+    if args.peak_flops is not None:
+        peak = args.peak_flops * 1e12
+    flags = (("--gpu-memory", args.gpu_memory), ("--peak-flops", args.peak_flops))
+    given = [flag for flag, value in flags if value is not None]
+    if given and name != "GPU":
+        name += f", with {' and '.join(given)}"
+    return Hardware(name, gpus, memory, peak, mfu)
+
+
+STRATEGY = {"single": "one GPU", "ddp": "DDP", "fsdp": "FSDP2"}
+
+
+def gib(n: float) -> str:
+    from fixedfirst.memory import GIB
+
+    return f"{n / GIB:,.1f}"
+
+
+def duration(seconds: float) -> str:
+    hours = seconds / 3600
+    if hours < 1:
+        return f"{seconds / 60:.0f} min"
+    return f"{hours:,.1f} h" if hours < 48 else f"{hours / 24:,.1f} days"
+
+
+def changes(option, configured) -> str:
+    """What to set to train as `option` instead of as configured."""
+    parts = []
+    if option.strategy != configured.strategy:
+        parts.append(f'train.strategy = "{option.strategy}"')
+    if option.checkpoint != configured.checkpoint:
+        parts.append(f"train.checkpoint_activations = {str(option.checkpoint).lower()}")
+    if not option.fits:
+        parts.append(f"train.micro_batch_size = {option.largest_micro_batch}")
+    return ", ".join(parts)
+
+
+def hardware_line(h) -> str:
+    from fixedfirst.memory import MARGIN
+
+    return (
+        f"{h.gpus} x {h.name}: {gib(h.memory)} GiB and {h.peak_flops / 1e12:,.0f} TFLOP/s peak "
+        f"per GPU; a step fits in {gib(h.usable)} GiB ({1 - MARGIN:.0%})"
+    )
+
+
+def verdict(plan) -> list[str]:
+    """What the configuration as given does, and what would fit if it does not."""
+    c = plan.configured
+    mine = f"{STRATEGY[c.strategy]}, checkpointing {'on' if c.checkpoint else 'off'}"
+    head = f"as configured ({mine}, micro-batches of {plan.micro_batch}): "
+    if c.fits:
+        return [head + f"fits, peak {gib(c.memory.peak)} GiB per GPU"]
+    lines = [head + f"does not fit, peak {gib(c.memory.peak)} GiB per GPU; what would:"]
+    for o in plan.options:
+        if o.largest_micro_batch is None:
+            continue
+        up_to = f" (up to micro-batches of {o.largest_micro_batch})" if o.fits else ""
+        lines.append(f"  {changes(o, c)}{up_to}")
+    if plan.gpus_needed is not None:
+        lines.append(
+            f"  nothing fits on {plan.hardware.gpus} GPU(s); FSDP2 with checkpointing and "
+            f"micro-batches of 1 fits on {plan.gpus_needed} (--gpus {plan.gpus_needed})"
+        )
+    elif all(o.largest_micro_batch is None for o in plan.options):
+        lines.append(
+            "  nothing: not even one sequence at this depth fits with FSDP2 and checkpointing "
+            "on any number of GPUs; shorten train.seq_len or the schedule's deepest depth"
+        )
+    return lines
+
+
+def format_plan(plan, path: str) -> str:
+    """The plan of one run: hardware, memory options, the verdict, FLOPs and wall-clock."""
+    from fixedfirst.schedules import describe
+
+    t, h, b = plan.config.train, plan.hardware, plan.budget
+    local = t.batch_size // h.gpus
+    precision = "fp32" if t.precision == "fp32" else "bf16"
+    lines = [
+        f"plan for {path} on {hardware_line(h)}",
+        f"schedule: {describe(plan.config.schedule)}; deepest training depth {plan.depth}",
+        f"batch: {t.batch_size} x {t.seq_len} tokens per step, {local} per GPU in micro-batches "
+        f"of {plan.micro_batch}; {precision}",
+        "",
+        f"memory per GPU at depth {plan.depth} (GiB; eager PyTorch, torch.compile not modeled):",
+        "",
+        "| strategy | checkpointing | parameters | gradients | AdamW | activations | peak "
+        f"| fits at micro-batch {plan.micro_batch} | largest micro-batch that fits |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for o in plan.options:
+        m = o.memory
+        largest = "none" if o.largest_micro_batch is None else str(o.largest_micro_batch)
+        lines.append(
+            f"| {STRATEGY[o.strategy]} | {'on' if o.checkpoint else 'off'} | "
+            f"{gib(m.parameters)} | {gib(m.gradients)} | {gib(m.optimizer)} | "
+            f"{gib(m.activations)} | {gib(m.peak)} | {'yes' if o.fits else 'no'} | {largest} |"
+        )
+    lines += ["", *verdict(plan), ""]
+    rate = h.gpus * h.peak_flops * h.mfu
+    recompute = plan.recompute_flops / b.flops
+    lines += [
+        f"compute: {b.tokens:.4g} tokens in {b.total_steps:,} steps, {b.flops:.4g} modeled "
+        "training FLOPs (`fixedfirst compute`)",
+        f"wall-clock at MFU {h.mfu:.3g} on {h.gpus} GPU(s) ({rate:.3g} FLOP/s): "
+        f"{duration(plan.seconds(False))}; with checkpointing (+{recompute:.0%} FLOPs, the "
+        f"core's forward again): {duration(plan.seconds(True))}",
+        mfu_source(h.mfu),
+    ]
+    return "\n".join(lines)
+
+
+def mfu_source(mfu: float) -> str:
+    from fixedfirst.planning import ASSUMED_MFU
+
+    if mfu != ASSUMED_MFU:
+        return f"MFU {mfu:.3g} from --mfu"
+    return (
+        f"MFU {mfu:.3g} is assumed: our step's at depth 16 on a CPU (benchmarks/depth_eval.py); "
+        "no GPU has been measured yet (benchmarks/gpu_check.py measures it); --mfu sets it"
+    )
+
+
+def format_sweep(plans: dict, path: str) -> str:
+    """One line per run of a sweep: its deepest depth, memory as configured, FLOPs, wall-clock."""
+    first = next(iter(plans.values()))
+    h = first.hardware
+    lines = [
+        f"plan for {path} ({len(plans)} runs) on {hardware_line(h)}",
+        mfu_source(h.mfu),
+        "",
+        "| run | schedule | deepest K | peak GiB as configured | fits | modeled FLOPs "
+        "| wall-clock |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    from fixedfirst.schedules import describe
+
+    total = 0.0
+    for name, plan in plans.items():
+        c = plan.configured
+        seconds = plan.seconds(c.checkpoint)
+        total += seconds
+        lines.append(
+            f"| {name} | {describe(plan.config.schedule)} | {plan.depth} | {gib(c.memory.peak)} "
+            f"| {'yes' if c.fits else 'no'} | {plan.budget.flops:.3g} | {duration(seconds)} |"
+        )
+    lines += ["", f"all runs one after another: {duration(total)}"]
+    runs_by_verdict: dict[tuple[str, ...], list[str]] = {}
+    for name, plan in plans.items():
+        if not plan.configured.fits:
+            runs_by_verdict.setdefault(tuple(verdict(plan)), []).append(name)
+    for said, names in runs_by_verdict.items():
+        who = "every run" if len(names) == len(plans) else ", ".join(names)
+        lines += [f"{who}: {said[0]}", *said[1:]]
+    return "\n".join(lines)
