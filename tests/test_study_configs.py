@@ -17,11 +17,15 @@ from tests.test_sweep import corpus, run_cli  # noqa: F401 (corpus is a fixture)
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def probe_table_module():
-    spec = importlib.util.spec_from_file_location("probe_table", ROOT / "scripts/probe_table.py")
+def script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def probe_table_module():
+    return script("probe_table")
 
 
 def shrunk(path: Path, divide_tokens: int, lines: dict[str, str], data: Path | None) -> str:
@@ -78,6 +82,19 @@ def test_the_language_model_table_runs_end_to_end(tmp_path, corpus, capsys):  # 
     assert len(results["claims"]) == 15
     assert all(c["n"] == 2 for c in results["claims"])
     assert "The K0=2 gap (switch 0.67) to uniform training at 1/16 of the tokens" in claims
+
+    # The length study's gaps: each seed's ratio first, then their mean (two seeds here).
+    lengths = script("gap_by_length")
+    rows, missing = lengths.gap_rows(results, "ff-k2-s0.67-uniform", "uniform", [1, 0.25, 0.0625])
+    assert missing == [] and [r["tokens"] for r in rows] == [512, 128, 32]
+    for row, suffix in zip(rows, ("", "-x0.25", "-x0.0625"), strict=True):
+        ratios = [
+            runs[f"ff-k2-s0.67-uniform{suffix}-seed{s}"]["mean_serving_nll"]
+            / runs[f"uniform{suffix}-seed{s}"]["mean_serving_nll"]
+            - 1
+            for s in (0, 1)
+        ]
+        assert row["seeds"] == 2 and row["gap"].mean == pytest.approx(sum(ratios) / 2, rel=1e-12)
 
 
 def test_the_bios_probe_and_its_table(tmp_path, capsys):
