@@ -12,6 +12,7 @@ import torch
 
 from fixedfirst.cli.main import main
 from fixedfirst.compute import flop_model
+from fixedfirst.config import load_config
 from fixedfirst.experiments.bios.experiment import load_preset, recall_job, snapshot_checkpoint
 from fixedfirst.experiments.bios.recall import RecallReport
 from fixedfirst.runs.experiment import run_one
@@ -212,3 +213,46 @@ def test_eval_task_bios_matches_the_experiment(smoke_dir, capsys):
     got = {r["depth"]: r["bits_per_person"] for r in saved["by_depth"]}
     assert {d: got[d] for d in (1, 4)} == {d: expected[d] for d in (1, 4)}
     assert "| 64 |" in capsys.readouterr().out
+
+
+def test_the_loop_preset_runs_end_to_end_shrunk(tmp_path, monkeypatch):
+    """`--preset loop` (the regime where recall runs through the loop) at a few seconds' size:
+    its five arms train on the core alone (no prelude or coda), the WSD arm under its own
+    learning-rate schedule, every run within one step below the budget, and the report carries
+    the regime verdict and each fixed-first arm's learning rate at the switch."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "loop"
+    shrink = [
+        "experiment.flops=2e10",
+        "experiment.seeds=[0]",
+        "experiment.depths=[1, 4, 8]",
+        "experiment.snapshots=[0.5]",
+        "data.bios.people=12",
+        "model.d_model=32",
+        "train.batch_size=8",
+    ]
+    with pytest.raises(SystemExit) as e:
+        main(
+            ["bios", "--preset", "loop", "--out", str(out), "--quiet", "--jobs", "1"]
+            + [a for s in shrink for a in ("--set", s)]
+        )
+    assert e.value.code == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["preset"] == "loop" and results["people"] == 12
+    assert sorted(r["schedule"] for r in results["runs"].values()) == sorted(
+        load_preset("loop").experiment.schedules
+    )
+    for name, run in results["runs"].items():
+        config = load_config(out / "runs" / name / "config.toml")
+        assert config.model.n_prelude == 0 and config.model.n_coda == 0
+        deepest_step = flop_model(config.model, 52).train(16) * 8 * 52
+        assert 2e10 - deepest_step < run["flops"] <= 2e10
+    rates = results["analysis"]["learning_rate"]
+    assert rates["fixed-first-4-0.8-wsd-seed0"]["lr_schedule"] == "wsd"
+    assert rates["fixed-first-4-0.8-seed0"]["lr_schedule"] == "cosine"
+    # Under WSD the switch (at 80%) is before the decay ends, so the rate there is higher.
+    assert (
+        rates["fixed-first-4-0.8-wsd-seed0"]["at_switch"]
+        > rates["fixed-first-4-0.8-seed0"]["at_switch"]
+    )
+    assert "The regime (fixed K=4 at the full budget" in (out / "report.md").read_text()
