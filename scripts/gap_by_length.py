@@ -2,6 +2,8 @@
 
     python scripts/gap_by_length.py runs/lm-code-cpu --pair ff-k2-s0.67-uniform:uniform \
         --lengths 1,0.25,0.0625 --out docs/figures/lm-code-gap-by-length
+    python scripts/gap_by_length.py docs/figures/lm-code-results.json \
+        --pair ff-k4-s0.67-uniform:uniform --paper 0.09 --out docs/figures/lm-code-gap-by-length-k4
 
 For each length L the entries are A (L = 1) or A-xL and B or B-xL; the gap is A's mean serving NLL
 over B's, minus 1, paired by seed, with its 95% t-interval over the seeds both finished
@@ -64,7 +66,7 @@ def markdown(rows: list[dict], a: str, b: str, params: int, missing: list[str]) 
     return "\n".join(lines) + "\n"
 
 
-def draw(rows: list[dict], a: str, b: str, params: int, path: Path) -> None:
+def draw(rows: list[dict], a: str, b: str, params: int, paper: float, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -77,7 +79,7 @@ def draw(rows: list[dict], a: str, b: str, params: int, path: Path) -> None:
     high = [100 * (r["gap"].high - r["gap"].mean) for r in rows]
     ax.errorbar(tokens, mean, yerr=[low, high], marker="o", capsize=4, label="mean, 95% interval")
     ax.axhline(0.0, color="grey", lw=0.8)
-    ax.axhline(0.5, color="tab:red", ls=":", lw=1, label="the paper's 0.5%")
+    ax.axhline(paper, color="tab:red", ls=":", lw=1, label=f"the paper's {paper:g}%")
     ax.set_xscale("log")
     ax.set_xlabel("training tokens")
     ax.set_ylabel(f"{a} / {b} - 1, mean serving NLL (%)")
@@ -92,22 +94,26 @@ def draw(rows: list[dict], a: str, b: str, params: int, path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sweep_dir", type=Path, help="a sweep directory with results.json")
+    parser.add_argument(
+        "results", type=Path, help="a sweep directory, or its results.json (e.g. a committed copy)"
+    )
     parser.add_argument("--config", type=Path, default=Path("configs/sweeps/lm-code-cpu.toml"))
     parser.add_argument("--pair", default="ff-k2-s0.67-uniform:uniform", help="A:B entries")
     parser.add_argument("--lengths", default="1,0.25,0.0625", help="token multiples of A and B")
+    parser.add_argument("--paper", type=float, default=0.5, help="the paper's gap in %% (a line)")
     parser.add_argument("--out", type=Path, required=True, help="OUT.md and OUT.png")
     args = parser.parse_args()
     a, b = args.pair.split(":")
     lengths = [float(x) for x in args.lengths.split(",")]
-    results = json.loads((args.sweep_dir / "results.json").read_text())
+    path = args.results / "results.json" if args.results.is_dir() else args.results
+    results = json.loads(path.read_text())
     spec = load_sweep(args.config)
     params = parameters(spec.runs[0].config.model).total
     rows, missing = gap_rows(results, a, b, lengths)
     text = markdown(rows, a, b, params, missing)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".md").write_text(text)
-    draw(rows, a, b, params, args.out.with_suffix(".png"))
+    draw(rows, a, b, params, args.paper, args.out.with_suffix(".png"))
     print(text, end="")
 
 

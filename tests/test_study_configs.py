@@ -68,7 +68,7 @@ def test_the_language_model_table_runs_end_to_end(tmp_path, corpus, capsys):  # 
     )
     code, stdout, err = run_cli(capsys, "sweep", sweep, "--out", tmp_path / "out", "--jobs", 1)
     assert code == 0, err
-    assert "trained 34 run(s), reused 0; 34 in the table" in stdout
+    assert "trained 38 run(s), reused 0; 38 in the table" in stdout
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     runs = {r["name"]: r for r in results["runs"]}
     # The compute-matched uniform run's budget is the fixed-first run's modeled FLOPs.
@@ -79,7 +79,7 @@ def test_the_language_model_table_runs_end_to_end(tmp_path, corpus, capsys):  # 
         assert matched["steps"] < runs[f"uniform-seed{seed}"]["steps"]
     assert runs["uniform-x0.0625-seed0"]["steps"] == 1 and runs["uniform-seed0"]["steps"] == 16
     claims = (tmp_path / "out" / "claims.md").read_text()
-    assert len(results["claims"]) == 15
+    assert len(results["claims"]) == 17
     assert all(c["n"] == 2 for c in results["claims"])
     assert "The K0=2 gap (switch 0.67) to uniform training at 1/16 of the tokens" in claims
 
@@ -154,3 +154,28 @@ def test_committed_probe_tables_are_made_from_the_results_beside_them(kind, name
     results = json.loads((ROOT / "docs/probes" / f"{name}.json").read_text())
     made = probe_table_module().table(kind, results, ceiling=38.95 if kind == "bios" else None)
     assert made in table, f"docs/probes/{name}.md differs from what probe_table.py makes"
+
+
+def test_committed_language_model_tables_are_made_from_the_results_beside_them():
+    """docs/figures/lm-code-{table,claims,gap-by-length*}.md, which the README quotes, are what
+    the sweep's report and scripts/gap_by_length.py make of docs/figures/lm-code-results.json
+    (the sweep's results.json, committed)."""
+    from fixedfirst.experiments.sweep.claims import claims_markdown, evaluate_claims
+    from fixedfirst.experiments.sweep.seed_table import seed_groups, seed_table_markdown
+    from fixedfirst.experiments.sweep.spec import load_sweep
+
+    figures = ROOT / "docs/figures"
+    results = json.loads((figures / "lm-code-results.json").read_text())
+    spec = load_sweep(ROOT / "configs/sweeps/lm-code-cpu.toml")
+    groups = seed_groups(results["runs"], spec.reference_group, spec.metric)
+    over_seeds = seed_table_markdown(groups, spec.reference_group, spec.metric, None)
+    assert over_seeds in (figures / "lm-code-table.md").read_text()
+    claims = evaluate_claims(spec.claims, results["runs"], spec.metric, None)
+    assert claims_markdown(claims, spec.metric) == (figures / "lm-code-claims.md").read_text()
+
+    lengths = script("gap_by_length")
+    params = 312_064  # d = 128, one core layer, 257 bytes (README)
+    for pair, name in (("ff-k2-s0.67-uniform", ""), ("ff-k4-s0.67-uniform", "-k4")):
+        rows, missing = lengths.gap_rows(results, pair, "uniform", [1, 0.25, 0.0625])
+        made = lengths.markdown(rows, pair, "uniform", params, missing)
+        assert made == (figures / f"lm-code-gap-by-length{name}.md").read_text()

@@ -49,7 +49,11 @@ def write_report(
         write_text(out / "claims.md", claims_markdown(document["claims"], spec.metric))
         files.append(out / "claims.md")
     write_results(out, document, table)
-    files.append(plot_nll_by_depth(rows, spec.reference, out / "nll_by_depth.png"))
+    if same_seed:
+        figure = plot_nll_by_depth(rows, spec.reference_group, out / "nll_by_depth.png", True)
+    else:
+        figure = plot_nll_by_depth(rows, spec.reference, out / "nll_by_depth.png")
+    files.append(figure)
     if spec.figure3 is not None and any(r["name"] == spec.figure3 for r in rows):
         figure3_run = run_directory(out, spec.figure3).path
         files.append(plot_figure3(figure3_run, out / "figure3.png"))
