@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -226,3 +228,66 @@ def test_an_exit_rule_in_its_own_package_decides_each_tokens_depth(own_package):
         fixed = model(tokens, depth=3)  # every position stopping at 3 is a depth-3 forward
     torch.testing.assert_close(logits, fixed)
     assert rule.describe() == "stop-at exit (threshold 3, max depth 6)"
+
+
+SCHEDULE_RECIPE = [
+    (
+        "config/sections.py",
+        'kind: Literal["fixed", ',
+        'kind: Literal["two-step", "fixed", ',
+    ),
+    (
+        "schedules.py",
+        '        elif c.kind == "progressive":\n',
+        '        elif c.kind == "two-step":\n'
+        "            half = total_steps // 2\n"
+        "            stages = [\n"
+        '                Stage(0, half, Fixed(c.k_min), "low"),\n'
+        '                Stage(half, total_steps, Fixed(c.k_max), "high"),\n'
+        "            ]\n"
+        '        elif c.kind == "progressive":\n',
+    ),
+    (
+        "schedules.py",
+        "    c = config\n",
+        "    c = config\n"
+        '    if c.kind == "two-step":\n'
+        '        return f"two-step {c.k_min}, {c.k_max}"\n',
+    ),
+]
+"""docs/design.md §16's steps for a schedule kind, applied to a copy of the package: the kind in
+ScheduleConfig, its stages in `Schedule._build_stages`, its name in `describe`."""
+
+
+def test_a_schedule_added_as_the_docs_say_trains(tmp_path):
+    """A schedule kind is part of the validated configuration, so it is added in the package
+    itself: here in a copy, to check that the documented edits are all it takes."""
+    import shutil
+    import subprocess
+
+    copy = tmp_path / "packages" / "fixedfirst"
+    source = Path(importlib.import_module("fixedfirst").__file__).parent
+    shutil.copytree(source, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    for name, anchor, replacement in SCHEDULE_RECIPE:
+        text = (copy / name).read_text()
+        assert text.count(anchor) == 1, (name, anchor)
+        (copy / name).write_text(text.replace(anchor, replacement))
+    config = tmp_path / "two-step.toml"
+    config.write_text(TINY_TOML.replace('kind = "fixed-first"', 'kind = "two-step"'))
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "packages"), "OMP_NUM_THREADS": "1"}
+    check = (
+        "import sys, fixedfirst\n"
+        f"assert fixedfirst.__file__.startswith({str(copy)!r}), fixedfirst.__file__\n"
+        "from fixedfirst.cli.main import main\n"
+        "main(sys.argv[1:])\n"
+    )
+    args = [sys.executable, "-c", check, "train", str(config), "--out", str(run), "--quiet"]
+    done = subprocess.run(
+        [*args, "--set", "train.tokens=1280"], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if r.get("kind") == "train"]
+    assert [(r["depth"], r["phase"]) for r in steps] == [(1, "low")] * 5 + [(6, "high")] * 5
+    assert json.loads((run / "summary.json").read_text())["schedule"] == "two-step 1, 6"
