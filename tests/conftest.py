@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import fixedfirst.experiments  # noqa: F401  (registers the tasks' data kinds, as the CLI does)
 from fixedfirst.config import ModelConfig
 from fixedfirst.model import LoopedTransformer
 

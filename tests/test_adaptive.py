@@ -30,9 +30,9 @@ def build(**overrides) -> LoopedTransformer:
 
 
 class _SubstitutingLayer:
-    """Stands in for a LayerCache in a full-sequence pass (length 0: attention is causal over
-    the whole sequence); positions that stopped before this iteration show the keys/values of
-    the iteration they stopped at."""
+    """Stands in for a layer's AttentionCache in a full-sequence pass (length 0: attention is
+    causal over the whole sequence); positions that stopped before this iteration show the
+    keys/values of the iteration they stopped at."""
 
     length = 0
     padding = None
@@ -66,14 +66,14 @@ def reference_exit(model, tokens: torch.Tensor, earlier: list[int], rule: KLExit
     T = tokens.shape[1]
     depths = [*earlier, rule.max_depth]  # the last position's own entries are never read
     cache = _ReferenceCache(depths)
-    e = model._prelude(tokens)
-    state = model._initial_state(e, 0, deterministic=True)
+    e = model.encode(tokens)
+    state = model.initial_state(e, 0, deterministic=True)
     exit_states = state.clone()
     initial = state[:, -1].clone()
-    injection = model._injection(e)
+    injection = model.injection(e)
     last = []
     for k in range(1, rule.max_depth + 1):
-        state = model._iteration(state, injection, k - 1, cache)
+        state = model.iterate(state, injection, k - 1, cache)
         for t in range(T - 1):
             if depths[t] == k:
                 exit_states[:, t] = state[:, t]
@@ -84,7 +84,7 @@ def reference_exit(model, tokens: torch.Tensor, earlier: list[int], rule: KLExit
     for k in range(1, rule.max_depth + 1):
         x = exit_states.clone()
         x[:, -1] = last[k - 1]
-        logits = model._readout(x)[:, -1]
+        logits = model.readout(x)[:, -1]
         logprobs = F.log_softmax(logits.float(), -1)
         if bool(tracker.update(torch.tensor([0]), last[k - 1], logprobs)) or k == rule.max_depth:
             return k, logits

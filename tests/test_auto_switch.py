@@ -145,13 +145,13 @@ def test_a_flop_budget_fits_wherever_the_rule_switches():
     schedule = Schedule(config.schedule, t.seed)
     floor, ceiling = switch_bounds(config.switch, budget.total_steps)
     costs = [
-        realised_flops(schedule.switched_at(s), fm, budget.total_steps, t.tokens_per_step)
+        realised_flops(schedule.with_switch_step(s), fm, budget.total_steps, t.tokens_per_step)
         for s in range(floor, ceiling + 1)
     ]
     assert max(costs) == pytest.approx(budget.flops) and budget.flops <= 2e9
     longer = plan_budget(config).total_steps + 1
     floor, _ = switch_bounds(config.switch, longer)
-    assert realised_flops(schedule.switched_at(floor), fm, longer, t.tokens_per_step) > 2e9
+    assert realised_flops(schedule.with_switch_step(floor), fm, longer, t.tokens_per_step) > 2e9
 
 
 def test_switch_records_reach_tensorboard_and_wandb_as_scalars():

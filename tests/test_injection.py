@@ -36,7 +36,7 @@ def concat_form_logits(
     e = model.embed(tokens)
     for block in model.prelude:
         e = block(e, model.rotary)
-    state = model._initial_state(e, 0, not model.training, seeds)
+    state = model.initial_state(e, 0, not model.training, seeds)
 
     def iteration(s: torch.Tensor) -> torch.Tensor:
         s = model.adapter(torch.cat([s, e], dim=-1))

@@ -148,7 +148,7 @@ def hand_unrolled_logits(model, tokens, depth, free, seeds):
     for block in model.prelude:
         x = block(x, model.rotary)
     e = x
-    state = model._initial_state(e, 0, deterministic=False, state_seeds=seeds)
+    state = model.initial_state(e, 0, deterministic=False, state_seeds=seeds)
 
     def iteration(s):
         s = model.adapter(torch.cat([s, e], dim=-1)) if model.adapter is not None else s + e

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fixedfirst.data.registry import KINDS, DataKind, data_kind
 from fixedfirst.errors import UserError
 from fixedfirst.runs.side_by_side import Job, plan_workers, run_jobs, run_progress
 
@@ -50,6 +51,25 @@ def test_jobs_run_in_workers_and_wait_until_ready(tmp_path):
     pids = {r.split()[0] for r in results.values()}
     assert str(os.getpid()) not in pids  # the work happened in worker processes
     assert {r.split()[1] for r in results.values()} == {"1"}  # each with the threads it was given
+
+
+def no_source(config):
+    raise AssertionError("never built")
+
+
+PARENT_ONLY = DataKind(name="parent-only", summary="registered in the parent only", build=no_source)
+"""A data kind whose module does not register it on import: a worker knows it only from its
+parent."""
+
+
+def kind_summary(name: str) -> str:
+    return data_kind(name).summary
+
+
+def test_workers_know_the_data_kinds_their_parent_registered(monkeypatch):
+    monkeypatch.setitem(KINDS, PARENT_ONLY.name, PARENT_ONLY)
+    results = run_jobs([Job("probe", kind_summary, (PARENT_ONLY.name,))], 1, 1, quiet=True)
+    assert results == {"probe": PARENT_ONLY.summary}
 
 
 def test_a_failing_job_stops_the_experiment_with_its_error(tmp_path):

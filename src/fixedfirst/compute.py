@@ -201,7 +201,7 @@ def dearest_switch_flops(
     1 against K0 = 2), so the dearest switch is usually, not always, the floor."""
     t = config.train
     floor, ceiling = switch_bounds(config.switch, total_steps)
-    at_floor = schedule.switched_at(floor)
+    at_floor = schedule.with_switch_step(floor)
     cost = realised_flops(at_floor, flops, total_steps, t.tokens_per_step, t.grad_depth)
     k0 = flops.train(config.schedule.k0, t.grad_depth)
     extra = dearest = 0.0
@@ -239,7 +239,9 @@ def plan_budget(config: RunConfig) -> Budget:
         # Planned to fit the budget wherever the rule fires (docs/design.md §14).
         steps = _plan(
             lambda n: dearest_switch_flops(config, schedule, fm, n),
-            schedule_flops(schedule.switched_at(0), fm, MAX_STEPS, t.tokens_per_step, t.grad_depth),
+            schedule_flops(
+                schedule.with_switch_step(0), fm, MAX_STEPS, t.tokens_per_step, t.grad_depth
+            ),
             t.flops,
             t.tokens_per_step,
         )
@@ -261,7 +263,7 @@ def plan_budget(config: RunConfig) -> Budget:
     if auto:  # the most it may spend, and the expectation at the floor
         check_window(config.switch, steps, t.log_every)
         realised = dearest_switch_flops(config, schedule, fm, steps)
-        schedule = schedule.switched_at(switch_bounds(config.switch, steps)[0])
+        schedule = schedule.with_switch_step(switch_bounds(config.switch, steps)[0])
     else:
         realised = realised_flops(schedule, fm, steps, t.tokens_per_step, t.grad_depth)
     return Budget(
@@ -274,18 +276,18 @@ def plan_budget(config: RunConfig) -> Budget:
 
 
 def modeled_savings(
-    config: RunConfig, total_steps: int | None = None, switch_at: int | None = None
+    config: RunConfig, total_steps: int | None = None, switch_step: int | None = None
 ) -> float:
     """1 - cost(schedule) / cost(uniform 1..16), both over the same token budget. An auto switch
-    is costed at `switch_at`, the step its run switched at (by default its floor, where it
+    is costed at `switch_step`, the step its run switched at (by default its floor, where it
     saves the least)."""
     t = config.train
     steps = total_steps if total_steps is not None else plan_budget(config).total_steps
     fm = flop_model(config.model, t.seq_len)
     schedule = Schedule(config.schedule, t.seed)
     if config.schedule.auto_switch:
-        schedule = schedule.switched_at(
-            switch_at if switch_at is not None else switch_bounds(config.switch, steps)[0]
+        schedule = schedule.with_switch_step(
+            switch_step if switch_step is not None else switch_bounds(config.switch, steps)[0]
         )
     ours = schedule_flops(schedule, fm, steps, t.tokens_per_step, t.grad_depth)
     ref = schedule_flops(
@@ -299,5 +301,5 @@ def planned_schedule(config: RunConfig, total_steps: int) -> Schedule:
     most it may spend, as `plan_budget` plans it)."""
     schedule = Schedule(config.schedule, config.train.seed)
     if config.schedule.auto_switch:
-        schedule = schedule.switched_at(switch_bounds(config.switch, total_steps)[0])
+        schedule = schedule.with_switch_step(switch_bounds(config.switch, total_steps)[0])
     return schedule

@@ -20,7 +20,7 @@ Kinds:
   fixed-first(K0, switch)  K0 while step < switch * total_steps, then the finish distribution
                            (uniform k_min..k_max, or Poisson-lognormal with `mean`). With
                            switch = "auto" the run decides the switch step as it trains
-                           (docs/design.md §14) and hands it over as `switch_at`.
+                           (docs/design.md §14) and hands it over (`with_switch_step`).
 """
 
 from __future__ import annotations
@@ -194,26 +194,28 @@ class Stage:
 
 def fraction_step(fraction: float, total_steps: int) -> int:
     """The first step at or after `fraction` of a run: ceil(fraction * total_steps), with a guard
-    against float round-off (0.67 * 100 = 67.00000000000001 is step 67)."""
+    against float round-off (0.07 * 100 = 7.000000000000001 in doubles, and is step 7)."""
     return min(total_steps, math.ceil(fraction * total_steps - 1e-9))
 
 
 class Schedule:
     """A depth schedule built from its configuration and the run's seed."""
 
-    def __init__(self, config: ScheduleConfig, seed: int = 0, switch_at: int | None = None) -> None:
-        """switch_at: for `switch = "auto"`, the first finishing step the run decided on (None:
-        not decided yet, so every step so far trains at K0; docs/design.md §14)."""
+    def __init__(
+        self, config: ScheduleConfig, seed: int = 0, decided_switch_step: int | None = None
+    ) -> None:
+        """decided_switch_step: for `switch = "auto"`, the first finishing step the run decided
+        on (None: not decided yet, so every step so far trains at K0; docs/design.md §14)."""
         self.config = config
         self.seed = seed
-        self.switch_at = switch_at
+        self.decided_switch_step = decided_switch_step
         self._stages: dict[int, list[Stage]] = {}
         self._draws: dict[tuple[DepthDistribution, int], int] = {}
 
     def __repr__(self) -> str:
         return f"Schedule({describe(self.config)}, seed={self.seed})"
 
-    def switched_at(self, step: int) -> Schedule:
+    def with_switch_step(self, step: int) -> Schedule:
         """This auto-switch schedule with its switch decided: steps from `step` on finish. Every
         depth is still drawn from (seed, step), so they are the depths a fixed switch at the
         same step draws."""
@@ -226,11 +228,13 @@ class Schedule:
         auto switch not decided yet)."""
         if self.config.kind != "fixed-first":
             return None
-        if self.config.auto_switch:
-            return None if self.switch_at is None else min(total_steps, self.switch_at)
-        # Step t trains at K0 while t < switch * total_steps; the guard absorbs float round-off
-        # such as 0.67 * 100 = 67.00000000000001.
-        return fraction_step(self.config.switch, total_steps)  # type: ignore[arg-type]
+        fraction = self.config.switch_fraction
+        if fraction is None:  # auto: the run's decision, if any
+            decided = self.decided_switch_step
+            return None if decided is None else min(total_steps, decided)
+        # Step t trains at K0 while t < switch * total_steps (fraction_step's guard absorbs
+        # round-off such as 0.07 * 100 = 7.000000000000001).
+        return fraction_step(fraction, total_steps)
 
     def _finish(self) -> DepthDistribution:
         c = self.config
@@ -358,5 +362,5 @@ def describe(config: ScheduleConfig) -> str:
     if c.kind == "progressive":
         return f"progressive to mean {c.mean_depth:g} ({c.ramp}, {c.warmup:g})"
     finish = f"uniform {c.k_min}..{c.k_max}" if c.finish == "uniform" else "poisson-lognormal"
-    switch = "auto" if c.switch == "auto" else f"{c.switch:g}"
+    switch = "auto" if c.switch_fraction is None else f"{c.switch_fraction:g}"
     return f"fixed-first K0={c.k0} switch {switch} -> {finish}"

@@ -44,8 +44,8 @@ def report(config) -> dict:
     auto = None
     if config.schedule.auto_switch:  # shown at the floor, its dearest switch as a rule
         floor, ceiling = switch_bounds(config.switch, budget.total_steps)
-        schedule = schedule.switched_at(floor)
-        at_ceiling = schedule.switched_at(ceiling)
+        schedule = schedule.with_switch_step(floor)
+        at_ceiling = schedule.with_switch_step(ceiling)
         auto = {
             "rule": config.switch.rule,
             "floor_step": floor,

@@ -66,6 +66,8 @@ def one_line(error: Exception) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
+    import fixedfirst.experiments  # noqa: F401  (registers the tasks' data kinds)
+
     try:
         code = args.run(args)
     except (UserError, OSError) as e:

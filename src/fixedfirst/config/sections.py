@@ -167,7 +167,7 @@ class ScheduleConfig:
             f"{self.k_max} is below k_min = {self.k_min}",
         )
         require(
-            self.switch == "auto" or 0.0 <= self.switch <= 1.0,  # type: ignore[operator]
+            self.switch_fraction is None or 0.0 <= self.switch_fraction <= 1.0,
             f"{s}.switch",
             f"must be in [0, 1] or 'auto', got {self.switch}",
         )
@@ -197,9 +197,15 @@ class ScheduleConfig:
             )
 
     @property
+    def switch_fraction(self) -> float | None:
+        """`switch` as the fraction of the run trained at k0; None for `auto` (the schema lets
+        no other string through)."""
+        return None if isinstance(self.switch, str) else self.switch
+
+    @property
     def auto_switch(self) -> bool:
         """fixed-first whose run decides the switch step (docs/design.md §14)."""
-        return self.kind == "fixed-first" and self.switch == "auto"
+        return self.kind == "fixed-first" and self.switch_fraction is None
 
     @property
     def mean_depth(self) -> float:

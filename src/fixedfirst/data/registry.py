@@ -1,16 +1,18 @@
-"""Data kinds: the one place that names every source of batches a run can train on.
+"""Data kinds: every source of batches a run can train on, as the modules defining them register
+them.
 
-`[data] kind = "NAME"` picks an entry of KINDS: the module that defines `KIND`, a `DataKind`
-saying how to build the source from a run configuration, which options dataclass checks the
-kind's own table `[data.NAME]`, and (for a task) how to score a checkpoint with the task's own
-metric (`fixedfirst eval --task NAME`). Modules are named as strings and imported on first use,
-so the library never imports an experiment: adding a task is a package under `experiments/`
-plus one line here.
+`[data] kind = "NAME"` picks the `DataKind` registered under NAME: how to build the source from
+a run configuration, which options dataclass checks the kind's own table `[data.NAME]`, and (for
+a task) how to score a checkpoint with the task's own metric (`fixedfirst eval --task NAME`).
+A module defines its kind and calls `register_kind` when it is imported. The library's own kinds
+(`synthetic`, `tokens`) are imported by `fixedfirst.data`; a task's kind is registered when its
+package is imported (the `fixedfirst` command imports the experiments before it runs a command),
+so this module names no task, and a new task is a package that registers itself
+(docs/design.md §16).
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -18,14 +20,6 @@ from typing import Any
 from fixedfirst.config import RunConfig, build_section
 from fixedfirst.data.source import BatchSource
 from fixedfirst.errors import UserError
-
-KINDS: dict[str, str] = {
-    "synthetic": "fixedfirst.data.synthetic",
-    "tokens": "fixedfirst.data.tokens",
-    "bios": "fixedfirst.experiments.bios.task",
-    "chains": "fixedfirst.experiments.chains.task",
-}
-"""kind -> the module defining its `KIND: DataKind`."""
 
 
 @dataclass
@@ -81,13 +75,26 @@ class DataKind:
     the next tokens (chains labels every word with its chain's value); None: the next tokens."""
 
 
+KINDS: dict[str, DataKind] = {}
+"""The registered data kinds by name, in the order they were registered (`register_kind`)."""
+
+
+def register_kind(kind: DataKind) -> DataKind:
+    """Make `[data] kind = kind.name` build batches with `kind`; returns it (`KIND =
+    register_kind(DataKind(...))`). Registering the same kind again does nothing; another kind
+    under a name already taken is refused, so two tasks cannot shadow each other."""
+    existing = KINDS.get(kind.name)
+    if existing is not None and existing != kind:
+        raise ValueError(f"a different data kind is already registered as {kind.name!r}")
+    KINDS[kind.name] = kind
+    return kind
+
+
 def data_kind(name: str) -> DataKind:
-    """The data kind `name`, its module imported on first use."""
+    """The registered data kind `name`."""
     if name not in KINDS:
         raise UserError(f"data.kind = {name!r} is not a known data kind; choose one of {known()}")
-    kind = importlib.import_module(KINDS[name]).KIND
-    assert kind.name == name, f"{KINDS[name]}.KIND is named {kind.name!r}, registered as {name!r}"
-    return kind
+    return KINDS[name]
 
 
 def known() -> str:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from fixedfirst.config import RunConfig
-from fixedfirst.data.registry import DataKind
+from fixedfirst.data.registry import DataKind, register_kind
 from fixedfirst.data.source import Batch, BatchSource, held_out_rows, in_batches, rank_rows
 
 _VALIDATION_OFFSET = 1 << 40  # validation sequences live far away from training indices
@@ -77,3 +77,4 @@ KIND = DataKind(
     summary="a seeded toy language (a sparse random transition table) for tests and smoke runs",
     build=_build,
 )
+register_kind(KIND)

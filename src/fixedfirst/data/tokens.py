@@ -26,7 +26,7 @@ import torch
 
 from fixedfirst.config import RunConfig
 from fixedfirst.data.prepared import check_model_vocab, read_meta
-from fixedfirst.data.registry import DataKind
+from fixedfirst.data.registry import DataKind, register_kind
 from fixedfirst.data.shards import open_shard
 from fixedfirst.data.source import Batch, BatchSource, held_out_rows, in_batches, rank_rows
 from fixedfirst.data.tokenizer import TOKENIZER_DIR, Tokenizer, load_tokenizer
@@ -194,3 +194,4 @@ KIND = DataKind(
     summary="token shards written by `fixedfirst prepare` at data.path (your own text)",
     build=TokenSource.from_config,
 )
+register_kind(KIND)

@@ -1,0 +1,12 @@
+"""The experiments, above the library: bios (Figure 1), sweep, diagnose, chains, ablation.
+
+Importing this package registers the tasks' data kinds (`bios`, `chains`) with
+`fixedfirst.data.registry`; the `fixedfirst` command imports it before it runs a command, and a
+script that trains or scores a task from Python imports it (or the task's package) first. A new
+task adds its package's `task` module here (docs/design.md §16).
+"""
+
+from fixedfirst.experiments.bios import task as bios_task
+from fixedfirst.experiments.chains import task as chains_task
+
+__all__ = ["bios_task", "chains_task"]

@@ -18,11 +18,44 @@ poisons a weighted sum even at weight zero.
 Row subsets. Adaptive exit runs the remaining iterations only for the rows that still iterate
 (`RowSubset`): their new entries go into the full cache's column, and the rows that stopped get
 copies of their last entry afterwards (serve/adaptive.py).
+
+Two small protocols say what the model asks of a cache: attention takes an `AttentionCache` (one
+layer application's keys and values), the model's pieces take `LayerCaches` (which hands out the
+`AttentionCache` of a named layer application). This module's caches, the row subsets and the
+shared prefixes of model/shared_prefix.py each satisfy one of them.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
+
+
+class AttentionCache(Protocol):
+    """What attention needs from a cache: the columns already held, the padding (None: every
+    column valid, the unpadded paths), and where the new keys and values go."""
+
+    @property
+    def length(self) -> int:
+        """Columns held before this call's keys: where their positions start."""
+        ...
+
+    @property
+    def padding(self) -> Padding | None: ...
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Take the new (B, H, T, hd) keys and values; return every key and value the new
+        queries attend to (held ones first)."""
+        ...
+
+
+class LayerCaches(Protocol):
+    """What the model's pieces (`LoopedTransformer.encode`, `iterate`, `readout`) take as
+    `cache`: the cache of each layer application, named ("prelude", layer),
+    ("core", iteration, layer) or ("coda", layer)."""
+
+    def layer(self, *key: object) -> AttentionCache: ...
 
 
 class Padding:
@@ -91,7 +124,8 @@ class Padding:
 
 
 class LayerCache:
-    """Keys and values of one layer application, grown along the time axis."""
+    """Keys and values of one layer application, grown along the time axis (an
+    `AttentionCache`)."""
 
     def __init__(self, owner: KVCache | None = None) -> None:
         self.keys: torch.Tensor | None = None
@@ -124,7 +158,7 @@ class LayerCache:
 
 
 class KVCache:
-    """All layer caches of one decoding session.
+    """All layer caches of one decoding session (`LayerCaches`).
 
     pad: (B,) leading pad columns per row of a left-padded batch, or None; a batch without
     padding takes the unpadded attention paths (an all-zero `pad` is dropped).
@@ -201,7 +235,8 @@ class _LayerRows:
 
 class RowSubset:
     """A KVCache of a `batch`-row batch restricted to the rows `rows` (a 1-D index tensor), for
-    running some rows through a layer application without computing the others."""
+    running some rows through a layer application without computing the others
+    (`LayerCaches`)."""
 
     def __init__(self, cache: KVCache, rows: torch.Tensor, batch: int) -> None:
         self.cache, self.rows, self.batch = cache, rows, batch

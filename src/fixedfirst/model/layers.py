@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fixedfirst.config import ModelConfig
-from fixedfirst.model.kv_cache import LayerCache
+from fixedfirst.model.kv_cache import AttentionCache
 
 
 class RMSNorm(nn.Module):
@@ -97,7 +97,7 @@ class CausalSelfAttention(nn.Module):
         self.out = nn.Linear(config.d_model, config.d_model, bias=False)
 
     def forward(
-        self, x: torch.Tensor, rotary: RotaryEmbedding, cache: LayerCache | None = None
+        self, x: torch.Tensor, rotary: RotaryEmbedding, cache: AttentionCache | None = None
     ) -> torch.Tensor:
         B, T, D = x.shape
         # unbind, not slices: its backward writes the qkv gradient in one pass (a slice's fills
@@ -161,7 +161,7 @@ class Block(nn.Module):
             self.mlp_post_norm = RMSNorm(config.d_model)
 
     def forward(
-        self, x: torch.Tensor, rotary: RotaryEmbedding, cache: LayerCache | None = None
+        self, x: torch.Tensor, rotary: RotaryEmbedding, cache: AttentionCache | None = None
     ) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x), rotary, cache)
         if self.sandwich:

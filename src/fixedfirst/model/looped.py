@@ -6,7 +6,7 @@
     logits = head(norm(coda(norm(s_K))))
 
 The adapter's weight is W = [W_s W_e] (d x 2d), so W [s; e] = W_s s + W_e e, and e is the same in
-every iteration: W_e e is computed once per forward (`_injection`) and each iteration adds it to
+every iteration: W_e e is computed once per forward (`injection`) and each iteration adds it to
 W_s s in one fused matmul-add (docs/design.md §1). The saved weight stays the (d, 2d) matrix of
 the concat form; the halves are views of it at compute time.
 
@@ -30,15 +30,10 @@ from torch.utils.checkpoint import checkpoint as checkpoint_call
 from fixedfirst.config import ModelConfig
 from fixedfirst.config.limits import MAX_DEPTH
 from fixedfirst.errors import UserError
-from fixedfirst.model.kv_cache import KVCache
+from fixedfirst.model.kv_cache import KVCache, LayerCaches
 from fixedfirst.model.layers import Block, RMSNorm, RotaryEmbedding
 from fixedfirst.model.loss import next_token_loss
-from fixedfirst.model.shared_prefix import (
-    AtDepth,
-    LayerSource,
-    PrefixRows,
-    SharedPrefix,
-)
+from fixedfirst.model.shared_prefix import AtDepth, PrefixRows, SharedPrefix
 
 
 def check_depth(depth: object, name: str = "depth") -> int:
@@ -95,15 +90,20 @@ class LoopedTransformer(nn.Module):
                 std /= math.sqrt(2 * n_layers)
             nn.init.normal_(p, mean=0.0, std=std)
 
-    # -- the four pieces -------------------------------------------------------------------------
+    # -- the pieces of a forward: what decoding rules and analyses compose ---------------------
+    # A forward is encode, initial_state, injection, `depth` times iterate, readout. Decoding
+    # rules that stop or branch between iterations (serve/adaptive.py, serve/speculative.py)
+    # call these pieces themselves; `cache` names the layer applications (model/kv_cache.py).
 
-    def _prelude(self, tokens: torch.Tensor, cache: LayerSource | None = None) -> torch.Tensor:
+    def encode(self, tokens: torch.Tensor, cache: LayerCaches | None = None) -> torch.Tensor:
+        """Token ids (B, T) -> the prelude's output e (B, T, d): the embedding and the untied
+        prelude blocks, run once per forward whatever the depth."""
         x = self.embed(tokens)
         for i, block in enumerate(self.prelude):
             x = block(x, self.rotary, cache.layer("prelude", i) if cache is not None else None)
         return x
 
-    def _initial_state(
+    def initial_state(
         self,
         e: torch.Tensor,
         start: int,
@@ -111,7 +111,11 @@ class LoopedTransformer(nn.Module):
         state_seeds: Sequence[int] | None = None,
         positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """positions: (B, T) each row's own positions in a padded batch (model/kv_cache.py);
+        """The recurrence's state s_0 for the prelude output e of positions start..start+T-1:
+        zeros, the fixed evaluation draw (`deterministic`, so the same tokens always score the
+        same), or a random draw (training; per row from `state_seeds` when given).
+
+        positions: (B, T) each row's own positions in a padded batch (model/kv_cache.py);
         the evaluation state is drawn per position, so a row starts from what it would alone."""
         if self.config.state_init == "zeros":
             return torch.zeros_like(e)
@@ -134,22 +138,23 @@ class LoopedTransformer(nn.Module):
             torch.nn.init.trunc_normal_(row, std=std, a=-3 * std, b=3 * std, generator=generator)
         return s.to(e.dtype)
 
-    def _injection(self, e: torch.Tensor) -> torch.Tensor:
+    def injection(self, e: torch.Tensor) -> torch.Tensor:
         """What every iteration adds from the prelude output e, computed once per forward: the
         prelude half of the adapter W_e e (`concat`), or e itself (`add`)."""
         if self.adapter is None:
             return e
         return F.linear(e, self.adapter.weight[:, self.config.d_model :])
 
-    def _iteration(
+    def iterate(
         self,
         state: torch.Tensor,
         injection: torch.Tensor,
         index: int,
-        cache: LayerSource | None = None,
+        cache: LayerCaches | None = None,
     ) -> torch.Tensor:
-        """One application of the core block to the state plus the injection (`_injection` of
-        the prelude output): W_s s + W_e e for `concat`, s + e for `add`."""
+        """One iteration s_k = core(W_s s_{k-1} + W_e e) (`concat`; s + e for `add`), given
+        `injection` = `injection(e)`; `index` is k - 1, which names the iteration's cache
+        entries (each iteration keeps its own keys and values)."""
         if self.adapter is None:
             x = state + injection
         else:
@@ -160,10 +165,10 @@ class LoopedTransformer(nn.Module):
             x = block(x, self.rotary, cache.layer("core", index, i) if cache is not None else None)
         return x
 
-    def _readout(
+    def readout(
         self,
         state: torch.Tensor,
-        cache: LayerSource | None = None,
+        cache: LayerCaches | None = None,
         positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits from a state; at `positions` (B, P) only, when given: the coda still runs on
@@ -175,7 +180,7 @@ class LoopedTransformer(nn.Module):
             x = x.gather(1, positions.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
         return self.head(self.out_norm(x))
 
-    # -- public API ------------------------------------------------------------------------------
+    # -- whole forwards, evaluation and decoding ----------------------------------------------
 
     def forward(
         self,
@@ -199,20 +204,20 @@ class LoopedTransformer(nn.Module):
         the core (docs/design.md §1); costs one more forward of the core per iteration.
         """
         check_depth(depth)
-        e = self._prelude(tokens)
-        state = self._initial_state(e, 0, not self.training, state_seeds)
-        injection = self._injection(e)
+        e = self.encode(tokens)
+        state = self.initial_state(e, 0, not self.training, state_seeds)
+        injection = self.injection(e)
         n_free = 0 if grad_depth is None else max(0, depth - grad_depth)
         if n_free:
             with torch.no_grad():
                 for i in range(n_free):
-                    state = self._iteration(state, injection, i)
+                    state = self.iterate(state, injection, i)
         recompute = checkpoint and torch.is_grad_enabled()
         for i in range(n_free, depth):
             if recompute:
                 # No randomness inside an iteration, so no RNG state to save and restore.
                 state = checkpoint_call(
-                    self._iteration,
+                    self.iterate,
                     state,
                     injection,
                     i,
@@ -220,8 +225,8 @@ class LoopedTransformer(nn.Module):
                     preserve_rng_state=False,
                 )
             else:
-                state = self._iteration(state, injection, i)
-        return self._readout(state)
+                state = self.iterate(state, injection, i)
+        return self.readout(state)
 
     @torch.no_grad()
     def logits_by_depth(
@@ -249,15 +254,15 @@ class LoopedTransformer(nn.Module):
         if not wanted:
             raise UserError("logits_by_depth needs at least one depth")
         start = 0 if after is None else after.length
-        e = self._prelude(tokens, after)
-        state = self._initial_state(e, start, deterministic=True)
-        injection = self._injection(e)
+        e = self.encode(tokens, after)
+        state = self.initial_state(e, start, deterministic=True)
+        injection = self.injection(e)
         targets = set(wanted)
         for i in range(wanted[-1]):
-            state = self._iteration(state, injection, i, after)
+            state = self.iterate(state, injection, i, after)
             if i + 1 in targets:
                 coda = None if after is None else AtDepth(after, i + 1)
-                yield i + 1, self._readout(state, coda, positions)
+                yield i + 1, self.readout(state, coda, positions)
 
     @torch.no_grad()
     def prefill_shared(self, prefix: torch.Tensor, depths: Iterable[int]) -> SharedPrefix:
@@ -267,13 +272,13 @@ class LoopedTransformer(nn.Module):
         if not wanted or prefix.dim() != 2 or prefix.shape[1] == 0:
             raise UserError("prefill_shared needs (groups, length >= 1) prefixes and a depth")
         cache = KVCache()
-        e = self._prelude(prefix, cache)
-        state = self._initial_state(e, 0, deterministic=True)
-        injection = self._injection(e)
+        e = self.encode(prefix, cache)
+        state = self.initial_state(e, 0, deterministic=True)
+        injection = self.injection(e)
         for i in range(wanted[-1]):
-            state = self._iteration(state, injection, i, cache)
+            state = self.iterate(state, injection, i, cache)
             if i + 1 in wanted:  # the coda's keys at this depth; its logits are not needed
-                self._readout(
+                self.readout(
                     state, AtDepth(cache, i + 1), positions=prefix.new_zeros(len(prefix), 0)
                 )
         return SharedPrefix(cache, prefix.shape[1], len(prefix))
@@ -295,12 +300,12 @@ class LoopedTransformer(nn.Module):
         """Process the next tokens (B, T) after what `cache` holds; return their logits."""
         start = cache.length
         positions = cache.positions(tokens.shape[1])
-        e = self._prelude(tokens, cache)
-        state = self._initial_state(e, start, deterministic=True, positions=positions)
-        injection = self._injection(e)
+        e = self.encode(tokens, cache)
+        state = self.initial_state(e, start, deterministic=True, positions=positions)
+        injection = self.injection(e)
         for i in range(depth):
-            state = self._iteration(state, injection, i, cache)
-        logits = self._readout(state, cache)
+            state = self.iterate(state, injection, i, cache)
+        logits = self.readout(state, cache)
         cache.length += tokens.shape[1]
         return logits
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from fixedfirst.model.kv_cache import KVCache, LayerCache, RowSubset
+from fixedfirst.model.kv_cache import AttentionCache, KVCache, LayerCache, LayerCaches
 
 
 class SharedPrefix:
@@ -43,11 +43,9 @@ class SharedPrefix:
 
 
 class PrefixRows:
-    """A read-only cache for a batch of continuations: layer applications as `KVCache.layer`
-    names them, each holding its groups' prefix keys; nothing the continuation computes is kept
-    (every continuation is scored in one call)."""
-
-    padding = None
+    """A read-only cache for a batch of continuations (`LayerCaches`): layer applications as
+    `KVCache.layer` names them, each holding its groups' prefix keys; nothing the continuation
+    computes is kept (every continuation is scored in one call)."""
 
     def __init__(self, prefix: SharedPrefix, groups: torch.Tensor) -> None:
         self.prefix = prefix
@@ -64,7 +62,8 @@ class PrefixRows:
 
 
 class _PrefixLayer:
-    """One layer application: the prefix keys of each row's group, then the row's own."""
+    """One layer application (an `AttentionCache`): the prefix keys of each row's group, then
+    the row's own."""
 
     padding = None
 
@@ -81,14 +80,9 @@ class AtDepth:
     """The coda's layer applications at readout depth `depth`: a prefix keeps one coda entry per
     readout depth, since the coda reads the state of that depth."""
 
-    def __init__(self, cache: KVCache | PrefixRows, depth: int) -> None:
+    def __init__(self, cache: LayerCaches, depth: int) -> None:
         self.cache = cache
         self.depth = depth
-        self.padding = cache.padding
 
-    def layer(self, *key: object) -> LayerCache | _PrefixLayer:
+    def layer(self, *key: object) -> AttentionCache:
         return self.cache.layer("readout", self.depth, *key)
-
-
-LayerSource = KVCache | RowSubset | PrefixRows | AtDepth
-"""What the model's pieces take as `cache`: anything naming layer applications (`layer(*key)`)."""

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fixedfirst.data.registry import KINDS, DataKind, register_kind
 from fixedfirst.errors import UserError
 from fixedfirst.runs.experiment import PlannedRun, finished_summary, run_directory, run_one
 from fixedfirst.train.interrupt import TrainingInterrupted
@@ -87,8 +88,13 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def _start_worker(threads: int) -> None:
+def _start_worker(threads: int, kinds: list[DataKind]) -> None:
     from fixedfirst.train.interrupt import request_stop
+
+    # A spawned worker imports only what it unpickles: it knows the parent's data kinds once
+    # they are registered here (unpickling them imports the modules that define them).
+    for kind in kinds:
+        register_kind(kind)
 
     # Ctrl-C reaches every process of the terminal's group: a worker must not die of it with a
     # traceback, nor lose it while a run sets up; a training run's own handler takes over while
@@ -126,7 +132,9 @@ def run_jobs(
     results: dict[str, Any] = {}
     started = last_status = time.monotonic()
     context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(workers, context, initializer=_start_worker, initargs=(threads,))
+    pool = ProcessPoolExecutor(
+        workers, context, initializer=_start_worker, initargs=(threads, list(KINDS.values()))
+    )
     try:
         while waiting or running:
             for job in list(waiting):  # readiness read from disk only while a worker is free

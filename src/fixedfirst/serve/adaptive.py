@@ -122,9 +122,9 @@ def adaptive_step(
                 f"{rule.max_depth}: build it with this rule (or decode_step at max_depth)"
             )
     positions = cache.positions(1)
-    e = model._prelude(tokens, cache)
-    state = model._initial_state(e, start, deterministic=True, positions=positions)
-    injection = model._injection(e)
+    e = model.encode(tokens, cache)
+    state = model.initial_state(e, start, deterministic=True, positions=positions)
+    injection = model.injection(e)
     tracker = rule.tracker(state[:, -1], model.config.vocab_size)
     coda = [cache.layer("coda", i) for i in range(model.config.n_coda)]
     depths = torch.zeros(B, dtype=torch.long, device=tokens.device)
@@ -133,12 +133,12 @@ def adaptive_step(
     for k in range(1, rule.max_depth + 1):
         whole = rows.numel() == B
         view = cache if whole else RowSubset(cache, rows, B)
-        active = model._iteration(
+        active = model.iterate(
             state if whole else state[rows], injection if whole else injection[rows], k - 1, view
         )
         logprobs = None
         if rule.reads_out:
-            logits = model._readout(active, view)[:, -1]
+            logits = model.readout(active, view)[:, -1]
             logprobs = F.log_softmax(logits.float(), dim=-1)
         stop = tracker.update(rows, active[:, -1], logprobs)
         if k == rule.max_depth:
@@ -148,7 +148,7 @@ def adaptive_step(
             if not rule.reads_out:  # read out the stopping rows only
                 everyone = stopping.numel() == B
                 readout_view = cache if everyone else RowSubset(cache, stopping, B)
-                logits = model._readout(active[stop], readout_view)[:, -1]
+                logits = model.readout(active[stop], readout_view)[:, -1]
             else:
                 logits = logits[stop]
             kept.keep(stopping, logits, coda, start)

@@ -132,15 +132,15 @@ def _draft(
     inputs, states, injections = [token], [], []
     for i in range(n + 1):
         positions = cache.positions(1)
-        e = model._prelude(inputs[-1], cache)
-        state = model._initial_state(e, cache.length, deterministic=True, positions=positions)
-        injection = model._injection(e)
+        e = model.encode(inputs[-1], cache)
+        state = model.initial_state(e, cache.length, deterministic=True, positions=positions)
+        injection = model.injection(e)
         for j in range(depth):
-            state = model._iteration(state, injection, j, cache)
+            state = model.iterate(state, injection, j, cache)
         states.append(state)
         injections.append(injection)
         if i < n:
-            logits = model._readout(state, cache)[:, -1]
+            logits = model.readout(state, cache)[:, -1]
             inputs.append(logits.argmax(-1, keepdim=True))
         cache.length += 1
     return inputs, torch.cat(states, 1), torch.cat(injections, 1)
@@ -222,8 +222,8 @@ def _round(
         for i in range(model.config.n_coda):  # the draft's readouts are not kept
             cache.layer("coda", i).truncate(start)
         for j in range(draft_depth, depth):
-            states = model._iteration(states, injections, j, cache)
-        logits = model._readout(states, cache)
+            states = model.iterate(states, injections, j, cache)
+        logits = model.readout(states, cache)
         stats.reused_iterations += draft_depth * chunk.numel()
         stats.verified_iterations += (depth - draft_depth) * chunk.numel()
     else:

@@ -145,7 +145,7 @@ class AutoSwitch:
         self.policy.load_state_dict(state["policy"])
         self.probes = int(state["probes"])
         decision = self.policy.decision
-        return schedule if decision is None else schedule.switched_at(decision.step)
+        return schedule if decision is None else schedule.with_switch_step(decision.step)
 
     def summary(self) -> dict[str, Any]:
         decision = self.policy.decision
@@ -188,4 +188,4 @@ def checkpoint_schedule(config: RunConfig, meta: dict[str, Any]) -> Schedule:
     step its run decided on by then (not switched yet: every step so far at K0)."""
     schedule = Schedule(config.schedule, config.train.seed)
     decision = (meta.get(META_KEY) or {}).get("policy", {}).get("decision")
-    return schedule.switched_at(int(decision["step"])) if decision else schedule
+    return schedule.with_switch_step(int(decision["step"])) if decision else schedule

@@ -327,7 +327,7 @@ class Trainer:
             self.metrics.write(records)
         if decision is None:
             return []
-        self.schedule = self.schedule.switched_at(decision.step)
+        self.schedule = self.schedule.with_switch_step(decision.step)
         return ["switch", decision.tag]
 
     def _checkpoint_tags(self, done: int, flops_before: float) -> list[str]:

@@ -4,7 +4,7 @@ task's own metric (`fixedfirst eval RUN --task bios`)."""
 from __future__ import annotations
 
 from fixedfirst.config import RunConfig
-from fixedfirst.data.registry import DataKind, TaskReport, kind_options
+from fixedfirst.data.registry import DataKind, TaskReport, kind_options, register_kind
 from fixedfirst.experiments.bios.example import biography_example
 from fixedfirst.experiments.bios.recall import evaluate_recall
 from fixedfirst.experiments.bios.source import BiosSource
@@ -38,3 +38,4 @@ KIND = DataKind(
     evaluate=evaluate_task,
     example=biography_example,
 )
+register_kind(KIND)

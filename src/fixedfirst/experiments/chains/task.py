@@ -4,7 +4,7 @@ by serving depth and difficulty as the task's own metric (`fixedfirst eval RUN -
 from __future__ import annotations
 
 from fixedfirst.config import RunConfig
-from fixedfirst.data.registry import DataKind, TaskReport, kind_options
+from fixedfirst.data.registry import DataKind, TaskReport, kind_options, register_kind
 from fixedfirst.experiments.chains.accuracy import correctness_by_depth
 from fixedfirst.experiments.chains.bands import bands_of
 from fixedfirst.experiments.chains.example import evaluation_example, label_words
@@ -63,3 +63,4 @@ KIND = DataKind(
     example=evaluation_example,
     label=label_words,
 )
+register_kind(KIND)

@@ -96,7 +96,7 @@ def figure3_data(run: str | Path) -> dict[str, Any]:
         "switch_fraction": (
             round(switch_step / total_steps, 3)
             if config.schedule.auto_switch
-            else config.schedule.switch
+            else config.schedule.switch_fraction
         ),
         "switch_tokens": switch_step * config.train.tokens_per_step,
         "log_every": config.train.log_every,

@@ -51,7 +51,7 @@ def result_row(
     config = planned.config
     switch = summary.get("switch")
     probe_flops = (switch or {}).get("probe_flops", 0.0)
-    switch_at = switch["step"] if switch and switch.get("auto") else None
+    switch_step = switch["step"] if switch and switch.get("auto") else None
     return {
         "name": planned.name,
         "group": group or planned.name,
@@ -65,7 +65,7 @@ def result_row(
         "modeled_flops": summary["flops"],
         "expected_flops": summary.get("expected_flops"),
         "flop_budget": summary.get("flop_budget"),
-        "modeled_savings": modeled_savings(config, summary["total_steps"], switch_at),
+        "modeled_savings": modeled_savings(config, summary["total_steps"], switch_step),
         "switch": switch,
         "probe_flops": probe_flops,
         "compute": summary["flops"] + probe_flops,

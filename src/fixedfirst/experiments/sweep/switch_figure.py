@@ -35,7 +35,9 @@ def plot_switch_study(arms: list[Arm], metric: str, metric_name: str, path: str 
     fig = Figure(figsize=(19, 5.6), layout="constrained")
     left, middle, right = fig.subplots(1, 3)
     for k0 in k0s:
-        fixed = sorted((a for a in arms if a.k0 == k0 and a.rule is None), key=lambda a: a.switch)
+        fixed = sorted(
+            (a for a in arms if a.k0 == k0 and a.rule is None), key=lambda a: a.switch_fraction
+        )
         if fixed:
             left.plot(
                 [a.compute for a in fixed],
@@ -53,7 +55,7 @@ def plot_switch_study(arms: list[Arm], metric: str, metric_name: str, path: str 
         for arm in (a for a in arms if a.k0 == k0):
             depths = sorted(arm.by_depth)
             style = (
-                {"ls": "-", "lw": 1.3, "alpha": 0.25 + 0.75 * (arm.switch or 0.0)}
+                {"ls": "-", "lw": 1.3, "alpha": 0.25 + 0.75 * (arm.switch_fraction or 0.0)}
                 if arm.rule is None
                 else {"ls": "--", "lw": 1.6, "marker": RULE_MARKERS.get(arm.rule, "x"), "ms": 5}
             )
@@ -118,9 +120,9 @@ def _label(ax, arm: Arm, x: float, y: float, colour: str) -> None:
     """A fixed arm's fraction above its point, an auto arm's switch fractions below (an auto
     run that reached its ceiling sits on the fixed fraction of the same value)."""
     text = (
-        f"{arm.switch:g}"
+        f"{arm.switch_fraction:g}"
         if arm.rule is None
-        else "@" + "/".join(f"{f:.2f}" for f in arm.switched_at)
+        else "@" + "/".join(f"{f:.2f}" for f in arm.realised_fractions)
     )
     ax.annotate(
         text,
@@ -135,7 +137,9 @@ def _label(ax, arm: Arm, x: float, y: float, colour: str) -> None:
 def _draw_paired(ax, arms: list[Arm], best: Arm, colour: str) -> None:
     """Each arm's same-seed differences to `best`: seeds as faint dots, their mean as the
     marker; fixed fractions joined in order of the fraction."""
-    fixed = sorted((a for a in arms if a.rule is None and paired(a, best)), key=lambda a: a.switch)
+    fixed = sorted(
+        (a for a in arms if a.rule is None and paired(a, best)), key=lambda a: a.switch_fraction
+    )
     ax.plot(
         [a.compute for a in fixed],
         [sum(paired(a, best)) / len(paired(a, best)) for a in fixed],

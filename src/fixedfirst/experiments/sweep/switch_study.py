@@ -24,7 +24,7 @@ from fixedfirst.experiments.sweep.results import by_depth, headline
 class Arm:
     group: str
     k0: int
-    switch: float | None
+    switch_fraction: float | None
     """The fixed switch fraction, or None for an auto rule."""
     rule: str | None = None
     seeds: list[int] = field(default_factory=list)
@@ -32,7 +32,7 @@ class Arm:
     computes: list[float] = field(default_factory=list)
     training_flops: list[float] = field(default_factory=list)
     probe_flops: list[float] = field(default_factory=list)
-    switched_at: list[float] = field(default_factory=list)
+    realised_fractions: list[float] = field(default_factory=list)
     """Realised switch fraction of each seed's run."""
     reasons: list[str | None] = field(default_factory=list)
     by_depth: dict[int, float] = field(default_factory=dict)
@@ -40,7 +40,7 @@ class Arm:
 
     @property
     def label(self) -> str:
-        return f"switch {self.switch:g}" if self.rule is None else f"auto ({self.rule})"
+        return f"switch {self.switch_fraction:g}" if self.rule is None else f"auto ({self.rule})"
 
     @property
     def mean(self) -> float:
@@ -73,7 +73,7 @@ def arms_of(rows: list[dict[str, Any]], metric: str) -> list[Arm]:
         arm.computes.append(row["compute"])
         arm.training_flops.append(row["modeled_flops"])
         arm.probe_flops.append(row["probe_flops"])
-        arm.switched_at.append(row["switch"]["fraction"])
+        arm.realised_fractions.append(row["switch"]["fraction"])
         arm.reasons.append(row["switch"].get("reason"))
     for arm in arms.values():
         group_rows = [by_depth(r, metric) for r in rows if r["group"] == arm.group]
@@ -144,7 +144,7 @@ def _fractions(arm: Arm) -> str:
     marks = {"ceiling": " (ceiling)", "rule": ""}
     return ", ".join(
         f"{f:.3f}{marks.get(r or '', '')}"
-        for f, r in zip(arm.switched_at, arm.reasons, strict=True)
+        for f, r in zip(arm.realised_fractions, arm.reasons, strict=True)
     )
 
 
@@ -157,7 +157,9 @@ def study_markdown(arms: list[Arm], metric: str, metric_name: str) -> str:
         "| spread | vs best fixed, same seed | switched at (per seed) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for arm in sorted(arms, key=lambda a: (a.k0, a.rule is not None, a.switch or 0, a.rule or "")):
+    for arm in sorted(
+        arms, key=lambda a: (a.k0, a.rule is not None, a.switch_fraction or 0, a.rule or "")
+    ):
         label = f"**{arm.label}** (best fixed)" if (arm.k0, arm.label) in best else arm.label
         probes = sum(arm.probe_flops) / len(arm.probe_flops)
         compute = f"{arm.compute:.3e}" + (f" (probes {probes:.2e})" if probes else "")
