@@ -72,7 +72,7 @@ def evaluate_run(
     loaded = load_run(run, step, device, data=data)
     config = loaded.config
     n_batches = batches or config.eval.batches
-    batch_size = config.train.micro_batch
+    batch_size = config.train.micro_batch()
     source = build_source(config)
     data_state = loaded.checkpoint.meta.get("data")
     if data_state is not None:  # refuses other data than the run trained on (another tokenizer)
@@ -150,7 +150,7 @@ def cached_evaluation(
         saved.get("weights_sha256") == ckpt.meta["files"][MODEL_FILE]
         and saved.get("depths") == list(depths)
         and saved.get("batches") == n_batches
-        and saved.get("batch_size") == config.train.micro_batch
+        and saved.get("batch_size") == config.train.micro_batch()
         and saved.get("validation_seed") == validation_seed
     ):
         return saved, True

@@ -98,14 +98,14 @@ class Trainer:
                 f"vocabulary ({self.source.vocab_size}); set model.vocab_size >= "
                 f"{self.source.vocab_size}"
             )
-        self.val_batches = self.source.validation_batches(config.eval.batches, t.micro_batch)
+        self.val_batches = self.source.validation_batches(config.eval.batches, t.micro_batch())
         place = (self.world, self.device, self.dtype)
         self.auto = AutoSwitch.for_run(
             config, self.budget.total_steps, self.flops_model, self.source, *place
         )
         check_packages(t.log_to)
         local = t.batch_size // self.world_size
-        micro = t.micro_batch_on(self.world_size)
+        micro = t.micro_batch(self.world_size)
         if t.batch_size % self.world_size or local % micro:
             raise UserError(
                 f"train.batch_size = {t.batch_size} must split into {self.world_size} rank(s) "
