@@ -1,11 +1,9 @@
 """An experiment's work in several worker processes at once: runs and evaluations side by side.
 
-A small model uses many threads poorly: on the project's 2-core CPU the bios demo's three d = 128
-runs and their recall take 274 s in one process of two threads and 219 s in two processes of one
-(benchmarks/demo_speed.py). Workers of one thread each keep every core busy with its own run, and
-an evaluation that waits for a checkpoint (bios recall at 15% of the budget) starts as soon as
-the checkpoint is on disk, in whichever worker is free, instead of after every run has finished
-(docs/design.md §10).
+A small model uses many threads poorly (docs/design.md §10 has the measurements): workers of one
+thread each keep every core busy with its own run, and an evaluation that waits for a checkpoint
+(bios recall at 15% of the budget) starts as soon as the checkpoint is on disk, in whichever
+worker is free, instead of after every run has finished.
 
 The work is a list of `Job`s: a function (pickled by reference, so module-level), its arguments,
 and optionally a predicate the parent checks before handing the job out (a checkpoint exists).
@@ -19,6 +17,10 @@ first Ctrl-C, however often it comes (`train.interrupt.request_stop`): a trainin
 checkpoint at its next step and stops, also when the request came while it was still setting
 up; an evaluation finishes (seconds). Then the experiment stops with the error, or with the
 command that resumes it.
+
+An experiment starts with `start_experiment` (everything that could stop it part-way is checked
+before DIR is written), trains and evaluates side by side with `train_side_by_side`, and
+gathers its results with `collect_experiment`, which reuses what the workers did.
 """
 
 from __future__ import annotations
@@ -29,15 +31,26 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fixedfirst import locks
 from fixedfirst.errors import UserError
-from fixedfirst.runs.experiment import PlannedRun, finished_summary, run_directory, run_one
+from fixedfirst.files import write_json_atomic
+from fixedfirst.runs.experiment import (
+    PlannedRun,
+    RunOutcome,
+    check_runs_startable,
+    finished_summary,
+    prepare_out_dir,
+    run_all,
+    run_directory,
+    run_one,
+)
 from fixedfirst.train.interrupt import TrainingInterrupted
 from fixedfirst.train.run_dir import RunDir
 
@@ -218,3 +231,87 @@ def training_jobs(runs: list[PlannedRun], root: Path, budget: float | None = Non
 def run_finished(run: Path) -> bool:
     """The run in `run` has trained to the end of its budget (a follow-up job's readiness)."""
     return finished_summary(RunDir(run)) is not None
+
+
+@contextlib.contextmanager
+def start_experiment(
+    runs: list[PlannedRun], out: Path, jobs: int | None, name: str
+) -> Iterator[tuple[int, int]]:
+    """An experiment's start-up, in an order that writes nothing when something would stop it
+    part-way: every run can start (`check_runs_startable`), the worker processes for the runs
+    left to train (`plan_workers`; `jobs`: --jobs), DIR is writable, and this process holds its
+    lock (one experiment `name` at a time writes DIR). Yields (workers, threads each)."""
+    check_runs_startable(runs, out)
+    to_train = [r for r in runs if finished_summary(run_directory(out, r.name)) is None]
+    workers, threads = plan_workers(jobs, len(to_train), runs[0].config.train.device)
+    prepare_out_dir(out)
+    with locks.holding(out, name):
+        yield workers, threads
+
+
+def train_side_by_side(
+    runs: list[PlannedRun],
+    out: Path,
+    flops: float,
+    evaluations: list[Job],
+    workers: int,
+    threads: int,
+    quiet: bool,
+    what: str,
+    show: Callable[[Job, Any, float], None],
+) -> None:
+    """Train `runs` (to `flops` each) and run their `evaluations` (`what`, e.g. "recall") in
+    `workers` processes: trainings first, since a free worker should take the longest work
+    before any evaluation, and each evaluation as soon as it is ready. `show` prints an
+    evaluation's result; results land where the single-process path reads them."""
+    jobs = [*training_jobs(runs, out, flops), *evaluations]
+
+    def on_done(job: Job, result: Any, seconds: float) -> None:
+        if quiet:
+            return
+        if isinstance(result, RunOutcome):
+            how = "reused" if result.reused else f"trained in {seconds:.0f} s"
+            print(f"  {job.label}: {result.summary['steps']} steps, {how}", flush=True)
+        else:
+            show(job, result, seconds)
+
+    if not quiet:
+        print(
+            f"{len(runs)} runs and their {what} side by side in {workers} processes of "
+            f"{threads} thread(s) (--jobs)",
+            flush=True,
+        )
+    run_jobs(jobs, workers, threads, on_done, quiet)
+
+
+def collect_experiment(
+    runs: list[PlannedRun],
+    out: Path,
+    workers: int,
+    threads: int,
+    quiet: bool,
+    side_by_side: Callable[[], None],
+    collect: Callable[[list[RunOutcome], bool], dict[str, Any]],
+    collecting: str,
+) -> dict[str, Any]:
+    """An experiment's results, written to DIR/results.json: with several workers the runs and
+    their evaluations first go `side_by_side`; then every run is trained or reused in this
+    process (`run_all`) and `collect`ed (the evaluations read back from their caches). The
+    results record the wall-clock of each part (`collecting` names the last) and the processes."""
+    wall_clock: dict[str, float] = {}
+    if workers > 1:
+        started = time.perf_counter()
+        side_by_side()
+        wall_clock["side_by_side"] = time.perf_counter() - started
+    started = time.perf_counter()
+    outcomes = run_all(runs, out, quiet or workers > 1)  # reuses what the workers trained
+    trained = time.perf_counter()
+    results = collect(outcomes, quiet or workers > 1)
+    wall_clock["training_and_reuse"] = trained - started
+    wall_clock[collecting] = time.perf_counter() - trained
+    results["wall_clock_s"] = wall_clock
+    # What each process used: the planned share side by side, the trainer's own choice alone.
+    alone = max(o.summary.get("threads", 0) for o in outcomes) or None
+    results["workers"] = {"processes": workers, "threads_each": threads if workers > 1 else alone}
+    write_json_atomic(out / "results.json", results)
+    return results
