@@ -18,9 +18,8 @@ checkpoint at its next step and stops, also when the request came while it was s
 up; an evaluation finishes (seconds). Then the experiment stops with the error, or with the
 command that resumes it.
 
-An experiment starts with `start_experiment` (everything that could stop it part-way is checked
-before DIR is written), trains and evaluates side by side with `train_side_by_side`, and
-gathers its results with `collect_experiment`, which reuses what the workers did.
+An experiment (bios, chains) says what it runs, evaluates and writes (`Experiment`); `conduct`
+does the rest, the same for every experiment.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -233,38 +232,70 @@ def run_finished(run: Path) -> bool:
     return finished_summary(RunDir(run)) is not None
 
 
-@contextlib.contextmanager
-def start_experiment(
-    runs: list[PlannedRun], out: Path, jobs: int | None, name: str
-) -> Iterator[tuple[int, int]]:
-    """An experiment's start-up, in an order that writes nothing when something would stop it
-    part-way: every run can start (`check_runs_startable`), the worker processes for the runs
-    left to train (`plan_workers`; `jobs`: --jobs), DIR is writable, and this process holds its
-    lock (one experiment `name` at a time writes DIR). Yields (workers, threads each)."""
-    check_runs_startable(runs, out)
-    to_train = [r for r in runs if finished_summary(run_directory(out, r.name)) is None]
-    workers, threads = plan_workers(jobs, len(to_train), runs[0].config.train.device)
+@dataclass
+class Experiment:
+    """What an experiment (bios, chains) brings to the flow every experiment shares (`conduct`)."""
+
+    name: str
+    """Its command: one experiment at a time writes DIR (a lock of this name)."""
+    runs: list[PlannedRun]
+    flops: float
+    """Every run's FLOP budget (a training job's progress)."""
+    evaluations: list[Job]
+    """The evaluations of the runs' checkpoints, each ready as soon as its checkpoint is."""
+    evaluated: str
+    """What the evaluations are, as the side-by-side line names them ("recall")."""
+    show: Callable[[Job, Any, float], None]
+    """Prints an evaluation's result (job, result, seconds)."""
+    collect: Callable[[list[RunOutcome], bool], dict[str, Any]]
+    """The results from the runs' outcomes (quiet or not), the evaluations read back from their
+    caches."""
+    collecting: str
+    """The name of `collect`'s part of the wall-clock in the results."""
+    write: Callable[[dict[str, Any], Path], None]
+    """Writes the figures and the report from the results into DIR."""
+
+
+def conduct(experiment: Experiment, out: Path, quiet: bool, jobs: int | None) -> dict[str, Any]:
+    """Run an experiment into `out` and return its results (also in DIR/results.json).
+
+    First everything that could stop it part-way, before DIR is written: every run can start
+    (`check_runs_startable`) and the worker processes for the runs left to train fit
+    (`plan_workers`; `jobs`: --jobs). Then, holding DIR's lock, with several workers the runs and
+    their evaluations go side by side; then every run is trained or reused in this process
+    (`run_all`, which reuses what the workers did) and collected. The results record the
+    wall-clock of each part and the processes used."""
+    e = experiment
+    check_runs_startable(e.runs, out)
+    to_train = [r for r in e.runs if finished_summary(run_directory(out, r.name)) is None]
+    workers, threads = plan_workers(jobs, len(to_train), e.runs[0].config.train.device)
     prepare_out_dir(out)
-    with locks.holding(out, name):
-        yield workers, threads
+    with locks.holding(out, e.name):  # one experiment at a time writes DIR
+        wall_clock: dict[str, float] = {}
+        if workers > 1:
+            started = time.perf_counter()
+            _side_by_side(e, out, workers, threads, quiet)
+            wall_clock["side_by_side"] = time.perf_counter() - started
+        started = time.perf_counter()
+        outcomes = run_all(e.runs, out, quiet or workers > 1)
+        trained = time.perf_counter()
+        results = e.collect(outcomes, quiet or workers > 1)
+        wall_clock["training_and_reuse"] = trained - started
+        wall_clock[e.collecting] = time.perf_counter() - trained
+        results["wall_clock_s"] = wall_clock
+        # What each process used: the planned share side by side, the trainer's own choice alone.
+        alone = max(o.summary.get("threads", 0) for o in outcomes) or None
+        each = threads if workers > 1 else alone
+        results["workers"] = {"processes": workers, "threads_each": each}
+        write_json_atomic(out / "results.json", results)
+        e.write(results, out)
+        return results
 
 
-def train_side_by_side(
-    runs: list[PlannedRun],
-    out: Path,
-    flops: float,
-    evaluations: list[Job],
-    workers: int,
-    threads: int,
-    quiet: bool,
-    what: str,
-    show: Callable[[Job, Any, float], None],
-) -> None:
-    """Train `runs` (to `flops` each) and run their `evaluations` (`what`, e.g. "recall") in
-    `workers` processes: trainings first, since a free worker should take the longest work
-    before any evaluation, and each evaluation as soon as it is ready. `show` prints an
-    evaluation's result; results land where the single-process path reads them."""
-    jobs = [*training_jobs(runs, out, flops), *evaluations]
+def _side_by_side(e: Experiment, out: Path, workers: int, threads: int, quiet: bool) -> None:
+    """Train the runs and run their evaluations in `workers` processes: trainings first, since a
+    free worker should take the longest work before any evaluation."""
+    jobs = [*training_jobs(e.runs, out, e.flops), *e.evaluations]
 
     def on_done(job: Job, result: Any, seconds: float) -> None:
         if quiet:
@@ -273,45 +304,12 @@ def train_side_by_side(
             how = "reused" if result.reused else f"trained in {seconds:.0f} s"
             print(f"  {job.label}: {result.summary['steps']} steps, {how}", flush=True)
         else:
-            show(job, result, seconds)
+            e.show(job, result, seconds)
 
     if not quiet:
         print(
-            f"{len(runs)} runs and their {what} side by side in {workers} processes of "
+            f"{len(e.runs)} runs and their {e.evaluated} side by side in {workers} processes of "
             f"{threads} thread(s) (--jobs)",
             flush=True,
         )
     run_jobs(jobs, workers, threads, on_done, quiet)
-
-
-def collect_experiment(
-    runs: list[PlannedRun],
-    out: Path,
-    workers: int,
-    threads: int,
-    quiet: bool,
-    side_by_side: Callable[[], None],
-    collect: Callable[[list[RunOutcome], bool], dict[str, Any]],
-    collecting: str,
-) -> dict[str, Any]:
-    """An experiment's results, written to DIR/results.json: with several workers the runs and
-    their evaluations first go `side_by_side`; then every run is trained or reused in this
-    process (`run_all`) and `collect`ed (the evaluations read back from their caches). The
-    results record the wall-clock of each part (`collecting` names the last) and the processes."""
-    wall_clock: dict[str, float] = {}
-    if workers > 1:
-        started = time.perf_counter()
-        side_by_side()
-        wall_clock["side_by_side"] = time.perf_counter() - started
-    started = time.perf_counter()
-    outcomes = run_all(runs, out, quiet or workers > 1)  # reuses what the workers trained
-    trained = time.perf_counter()
-    results = collect(outcomes, quiet or workers > 1)
-    wall_clock["training_and_reuse"] = trained - started
-    wall_clock[collecting] = time.perf_counter() - trained
-    results["wall_clock_s"] = wall_clock
-    # What each process used: the planned share side by side, the trainer's own choice alone.
-    alone = max(o.summary.get("threads", 0) for o in outcomes) or None
-    results["workers"] = {"processes": workers, "threads_each": threads if workers > 1 else alone}
-    write_json_atomic(out / "results.json", results)
-    return results

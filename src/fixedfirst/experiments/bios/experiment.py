@@ -28,12 +28,7 @@ from fixedfirst.errors import UserError
 from fixedfirst.experiments.presets import PAPER_SCHEDULES, read_preset
 from fixedfirst.files import write_json_atomic
 from fixedfirst.runs.experiment import PlannedRun, RunOutcome, finished_summary, run_directory
-from fixedfirst.runs.side_by_side import (
-    Job,
-    collect_experiment,
-    start_experiment,
-    train_side_by_side,
-)
+from fixedfirst.runs.side_by_side import Experiment, Job, conduct
 from fixedfirst.schedules import describe
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.train.run_dir import RunDir
@@ -280,26 +275,7 @@ def run_experiment(
     jobs: worker processes (None: one per free core on a CPU, up to the runs left to train;
     see `fixedfirst.runs.side_by_side`). With more than one, those runs train side by side and
     each checkpoint's recall starts as soon as the checkpoint exists."""
-    from fixedfirst.experiments.bios.figure import plot_figure1
-    from fixedfirst.experiments.bios.report import write_report
-
     runs = preset.planned_runs()
-    with start_experiment(runs, out, jobs, "bios") as (workers, threads):
-        side_by_side = partial(_side_by_side, preset, runs, out, quiet, workers, threads)
-        collect = partial(collect_results, preset)
-        results = collect_experiment(
-            runs, out, workers, threads, quiet, side_by_side, collect, "recall_evaluation"
-        )
-        plot_figure1(results, out / "figure1.png")
-        write_report(results, out / "report.md")
-        return results
-
-
-def _side_by_side(
-    preset: Preset, runs: list[PlannedRun], out: Path, quiet: bool, workers: int, threads: int
-) -> None:
-    """Train the runs and measure every checkpoint's recall in `workers` processes, each
-    recall as soon as its checkpoint is on disk."""
     recalls = []
     for planned in runs:
         path = run_directory(out, planned.name).path
@@ -307,14 +283,32 @@ def _side_by_side(
             args = (path, planned.config, fraction, preset.experiment)
             ready = partial(_checkpoint_ready, path, fraction)
             recalls.append(Job(f"{planned.name} {fraction:g}", recall_job, args, ready=ready))
+    experiment = Experiment(
+        name="bios",
+        runs=runs,
+        flops=preset.experiment.flops,
+        evaluations=recalls,
+        evaluated="recall",
+        show=_show_recall,
+        collect=partial(collect_results, preset),
+        collecting="recall_evaluation",
+        write=_write_figure_and_report,
+    )
+    return conduct(experiment, out, quiet, jobs)
 
-    def show(job: Job, result: Any, seconds: float) -> None:
-        path, _, fraction, _ = job.args
-        step, report = result
-        print_recall(path.name, fraction, step, report, seconds)
 
-    flops = preset.experiment.flops
-    train_side_by_side(runs, out, flops, recalls, workers, threads, quiet, "recall", show)
+def _show_recall(job: Job, result: tuple[int, dict[str, Any]], seconds: float) -> None:
+    path, _, fraction, _ = job.args
+    step, report = result
+    print_recall(path.name, fraction, step, report, seconds)
+
+
+def _write_figure_and_report(results: dict[str, Any], out: Path) -> None:
+    from fixedfirst.experiments.bios.figure import plot_figure1
+    from fixedfirst.experiments.bios.report import write_report
+
+    plot_figure1(results, out / "figure1.png")
+    write_report(results, out / "report.md")
 
 
 def _checkpoint_ready(run: Path, fraction: float) -> bool:

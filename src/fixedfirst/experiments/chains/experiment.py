@@ -23,13 +23,7 @@ from fixedfirst.errors import UserError
 from fixedfirst.experiments.chains.sets import SETS, STANDARD
 from fixedfirst.experiments.presets import PAPER_SCHEDULES, SCHEDULE_LABELS, read_preset
 from fixedfirst.runs.experiment import PlannedRun, RunOutcome, run_directory
-from fixedfirst.runs.side_by_side import (
-    Job,
-    collect_experiment,
-    run_finished,
-    start_experiment,
-    train_side_by_side,
-)
+from fixedfirst.runs.side_by_side import Experiment, Job, conduct, run_finished
 from fixedfirst.schedules import describe
 from fixedfirst.serve.adaptive import KLExit
 
@@ -203,27 +197,9 @@ def run_experiment(
     """Train (or reuse) every run, score it, write results.json, the figures and report.md.
 
     jobs: worker processes (None: one per free core on a CPU, up to the runs left to train;
-    see `fixedfirst.runs.side_by_side`)."""
-    from fixedfirst.experiments.chains.figure import plot_figures
-    from fixedfirst.experiments.chains.report import write_report
-
-    runs = preset.planned_runs()
-    with start_experiment(runs, out, jobs, "chains") as (workers, threads):
-        side_by_side = partial(_side_by_side, preset, runs, out, quiet, workers, threads)
-        collect = partial(collect_results, preset)
-        results = collect_experiment(
-            runs, out, workers, threads, quiet, side_by_side, collect, "scoring"
-        )
-        plot_figures(results, out)
-        write_report(results, out / "report.md")
-        return results
-
-
-def _side_by_side(
-    preset: Preset, runs: list[PlannedRun], out: Path, quiet: bool, workers: int, threads: int
-) -> None:
-    """Train the runs and score each in `workers` processes, each scoring as soon as its run
+    see `fixedfirst.runs.side_by_side`). With more than one, each run is scored as soon as it
     has finished."""
+    runs = preset.planned_runs()
     scorings = []
     for planned in runs:
         path = run_directory(out, planned.name).path
@@ -231,9 +207,27 @@ def _side_by_side(
         scorings.append(
             Job(f"score {planned.name}", score_job, (path, preset.experiment), ready=ready)
         )
+    experiment = Experiment(
+        name="chains",
+        runs=runs,
+        flops=preset.experiment.flops,
+        evaluations=scorings,
+        evaluated="scoring",
+        show=_show_scores,
+        collect=partial(collect_results, preset),
+        collecting="scoring",
+        write=_write_figures_and_report,
+    )
+    return conduct(experiment, out, quiet, jobs)
 
-    def show(job: Job, result: Any, seconds: float) -> None:
-        print_scores(job.args[0].name, result, seconds)
 
-    flops = preset.experiment.flops
-    train_side_by_side(runs, out, flops, scorings, workers, threads, quiet, "scoring", show)
+def _show_scores(job: Job, result: dict[str, Any], seconds: float) -> None:
+    print_scores(job.args[0].name, result, seconds)
+
+
+def _write_figures_and_report(results: dict[str, Any], out: Path) -> None:
+    from fixedfirst.experiments.chains.figure import plot_figures
+    from fixedfirst.experiments.chains.report import write_report
+
+    plot_figures(results, out)
+    write_report(results, out / "report.md")
