@@ -44,7 +44,7 @@ def validation_batches(loaded, n_batches: int):
     state = loaded.checkpoint.meta.get("data")
     if state is not None:
         source.load_state_dict(state)
-    return source.validation_batches(n_batches, loaded.config.train.micro_batch)
+    return source.validation_batches(n_batches, loaded.config.train.micro_batch())
 
 
 @torch.no_grad()

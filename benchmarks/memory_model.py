@@ -68,7 +68,7 @@ def measured_step(
     torch.manual_seed(0)
     model = LoopedTransformer(model_config).train()
     optimizer = build_optimizer(model, train)
-    rows = train.micro_batch
+    rows = train.micro_batch()
     x = torch.randint(0, model_config.vocab_size, (rows, train.seq_len + 1))
     batch = Batch(x[:, :-1], x[:, 1:])
     seeds = state_seeds(0, 0, range(rows))
@@ -110,7 +110,7 @@ def fake_fsdp_step(config: RunConfig, processes: int, depth: int, checkpoint: bo
     device_mesh.init_device_mesh = lambda *args, **kwargs: mesh
     try:
         t = config.train
-        rows = t.micro_batch_on(processes)
+        rows = t.micro_batch(processes)
         train = dataclasses.replace(
             t, batch_size=rows, micro_batch_size=rows, checkpoint_activations=checkpoint
         )
@@ -137,7 +137,7 @@ def fake_fsdp_step(config: RunConfig, processes: int, depth: int, checkpoint: bo
 
 def fake_single_step(config: RunConfig, depth: int, checkpoint: bool) -> int:
     train = dataclasses.replace(config.train, checkpoint_activations=checkpoint)
-    train = dataclasses.replace(train, batch_size=train.micro_batch)
+    train = dataclasses.replace(train, batch_size=train.micro_batch())
     with fake_tensors():
         return measured_step(config.model, train, depth, torch.bfloat16)
 
@@ -187,9 +187,9 @@ def main() -> None:
         measured = fake_single_step(lm200m, k, checkpoint)
         t = lm200m.train
         model = training_memory(
-            lm200m.model, Placement("cpu", True), t.micro_batch, 1, t.seq_len, k, None, checkpoint
+            lm200m.model, Placement("cpu", True), t.micro_batch(), 1, t.seq_len, k, None, checkpoint
         ).peak
-        what = f"lm-200m, one process, micro-batch {t.micro_batch} (fake tensors)"
+        what = f"lm-200m, one process, micro-batch {t.micro_batch()} (fake tensors)"
         errors.append(row(what, k, checkpoint, "bf16", measured, model))
     lm1b = load_config("configs/lm-1b.toml")
     t = lm1b.train
@@ -197,9 +197,9 @@ def main() -> None:
     for checkpoint in (False, True):
         measured = fake_fsdp_step(lm1b, 8, k, checkpoint)
         model = training_memory(
-            lm1b.model, where, t.micro_batch, 1, t.seq_len, k, None, checkpoint
+            lm1b.model, where, t.micro_batch(), 1, t.seq_len, k, None, checkpoint
         ).peak
-        what = f"lm-1b, FSDP2 over 8, micro-batch {t.micro_batch} (fake tensors)"
+        what = f"lm-1b, FSDP2 over 8, micro-batch {t.micro_batch()} (fake tensors)"
         errors.append(row(what, k, checkpoint, "bf16", measured, model))
     worst = max(errors, key=abs)
     print(

@@ -45,7 +45,7 @@ def validation_batches(loaded, n_batches: int):
     from fixedfirst.data.registry import build_source
 
     source = build_source(loaded.config)
-    return source.validation_batches(n_batches, loaded.config.train.micro_batch)
+    return source.validation_batches(n_batches, loaded.config.train.micro_batch())
 
 
 def decode(model, prompts: list[list[int]], batch: int, n: int, depth: int, draft=None, reuse=True):

@@ -55,11 +55,11 @@ SETTINGS = [
 SLOW_STEPS = """
 import sys, time
 from fixedfirst.train import trainer
-original = trainer.Trainer._train_step
+original = trainer.Trainer._step
 def slow(self, *args):
     time.sleep(0.15)
     return original(self, *args)
-trainer.Trainer._train_step = slow
+trainer.Trainer._step = slow
 from fixedfirst.cli.main import main
 main(sys.argv[1:])
 """

@@ -14,9 +14,8 @@ from fixedfirst.compute import flop_model, plan_budget
 from fixedfirst.config import TrainConfig
 from fixedfirst.errors import UserError
 from fixedfirst.train.checkpoint import CheckpointManager
-from fixedfirst.train.divergence import TrainingDiverged
 from fixedfirst.train.optim import lr_at
-from fixedfirst.train.trainer import Trainer
+from fixedfirst.train.trainer import Trainer, TrainingDiverged
 from tests.trainer_helpers import (
     comparable,
     final_weights,

@@ -156,3 +156,18 @@ def test_adamw_matches_a_written_out_adamw_with_decay_on_matrices_only():
         for name, p in params.items():
             torch.testing.assert_close(p.detach().double(), expected[name], rtol=1e-5, atol=1e-6)
     assert not math.isclose(module.norm.weight[0].item(), 1.0)  # the gain moved, undecayed
+
+
+def test_the_micro_batch_is_the_configured_one_or_each_processes_share():
+    assert TrainConfig(batch_size=16).micro_batch() == 16
+    assert TrainConfig(batch_size=16).micro_batch(4) == 4
+    assert TrainConfig(batch_size=16, micro_batch_size=2).micro_batch(4) == 2
+
+
+def test_a_batch_that_does_not_split_into_micro_batches_is_refused():
+    model, batch = model_and_batch()
+    short = Batch(batch.inputs[:6], batch.targets[:6])
+    optimizer = build_optimizer(model, TrainConfig(batch_size=ROWS))
+    train = TrainConfig(batch_size=ROWS, micro_batch_size=4)
+    with pytest.raises(ValueError, match="6 rows does not split into micro-batches of 4"):
+        train_step(model, optimizer, short, 1, 0.1, train, [1] * 6)

@@ -91,7 +91,7 @@ class ObservedRun:
     def depths_run(self) -> list[int]:
         """The depth each step ran at: core calls / (micro-batches x core layers)."""
         t, model = self.config.train, self.config.model
-        per_depth = (t.batch_size // t.micro_batch) * model.n_core
+        per_depth = (t.batch_size // t.micro_batch()) * model.n_core
         assert all(calls % per_depth == 0 for calls in self.core_calls), self.core_calls
         return [calls // per_depth for calls in self.core_calls]
 

@@ -1,47 +1,13 @@
 """The compute model: modeled FLOPs of a looped transformer and of a depth schedule.
 
-docs/design.md §3 explains the model and its calibration against the paper.
-
-Forward FLOPs per token at depth K:
-
-    F(K) = P + K * C + R
-    P = prelude   = sum over prelude layers of (2 * matmul params + A) + 2 * d^2
-    C = iteration = 2 * d^2 + sum over core layers of (2 * matmul params + A)
-    R = readout   = sum over coda layers of (2 * matmul params + A) + 2 * head params
-    A = attention = 4 * T * d per layer application per token
-
-The two 2 * d^2 terms are the `concat` adapter (absent for `add`), W [s; e] = W_s s + W_e e: its
-prelude half W_e e is computed once per forward (e does not change between iterations), its
-state half W_s s once per iteration, so the adapter's 2 d^2 parameters cost 2 d^2 per iteration
-and 2 d^2 once, not 4 d^2 per iteration (docs/design.md §1).
-
-Factors: 2 = one multiply and one add per weight per token. Matmul params of a layer are
-q, k, v, output (4 d^2) and the MLP (3 d h for SwiGLU, 2 d h for GELU); norms, rotary, softmax and
-the embedding lookup are not matmuls and are not counted. A = 4 T d: QK^T (2 T d) and the weighted
-sum of values (2 T d) per query over all T keys of the training sequence. We do NOT halve it for
-causality, as torch's FlopCounterMode and the PaLM MFU convention do not, so the model can be
-checked against FlopCounterMode.
-
-Training FLOPs per token: 3 * F(K) (forward, then a backward that costs twice the forward: the
-gradients with respect to inputs and to weights). With truncated backprop through the last s
-iterations, the first K - s iterations run forward only: 3 * F(K) - 2 * (K - s) * C. And the first
-iteration that carries gradients starts from a state that needs none (the initial state, or one
-computed under no_grad), so autograd skips the gradient with respect to it: for `concat` that is
-the state half's input gradient, 2 * d^2 (`first_state_grad`); for `add` there is no matmul to
-skip. So training costs 3 * F(K) - 2 * (K - s) * C - 2 * d^2 (concat), which FlopCounterMode
-counts exactly (tests/test_compute.py).
-Activation checkpointing (train.checkpoint_activations) runs each iteration's forward a second
-time in the backward; that recomputation is not counted (model FLOPs are the computation the
-model defines, the convention of MFU), so it shows as a lower MFU, not as more FLOPs.
-
-A schedule's expected cost over a run is tokens_per_step * E[sum over steps of train(K_step)],
-computed exactly from the schedule's stages; its realised cost sums train(K) over the depths the
-run actually draws, which are known before it starts (each is a pure function of seed and step).
-Compute-matched runs are planned on the realised cost, so they end within one step of the same
-FLOP budget. Modeled savings = 1 - expected cost(schedule) / expected cost(uniform 1..16) at the
-same token budget: a property of the schedule, not of one run's draws. Since cost is linear in K,
-savings of fixed-first with a uniform finish is
-switch * (8.5 - K0) / ((P + R) / C + 8.5): the paper's three figures pin (P + R) / C near 1.1.
+Forward FLOPs per token at depth K are F(K) = P + K * C + R (prelude, one core iteration,
+readout), counting 2 FLOPs per matmul weight per token and 4 T d per attention layer application
+(no causal halving, as torch's FlopCounterMode counts, so the model can be checked against it).
+Training is 3 * F(K), less the forward-only iterations of truncated backprop and the state
+gradient the first iteration with gradients skips; activation checkpointing's recomputation is
+not counted (MFU's convention). A schedule's expected cost is exact; a run's realised cost sums
+the depths it draws, known before it starts, and compute-matched runs are planned on it. The
+derivation, the calibration against the paper and the measurements are in docs/design.md §3.
 """
 
 from __future__ import annotations
@@ -146,11 +112,10 @@ def plan_steps(
 
     This is how compute-matched runs are planned: a cheaper schedule gets more tokens. The
     realised cost (the depths the run will draw, a pure function of seed and step) is used, not
-    the expectation: 100 uniform draws can cost 5% more than their mean, which would leave
-    "compute-matched" runs several percent apart. The realised cost is not quite monotone in N
-    (a longer fixed-first run moves its switch later, turning a drawn finishing step into a K0
-    step), so a run two or more steps longer may occasionally fit as well; N still ends below
-    the budget by less than its dearest step.
+    the expectation, which would leave "compute-matched" runs several percent apart
+    (docs/design.md §3). The realised cost is not quite monotone in N, so a run two or more
+    steps longer may occasionally fit as well; N still ends below the budget by less than its
+    dearest step.
     """
 
     def cost(steps: int) -> float:

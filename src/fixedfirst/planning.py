@@ -84,7 +84,7 @@ def strategies(gpus: int) -> list[str]:
 def local_batch(config: RunConfig, gpus: int) -> int:
     """Each GPU's share of the batch; a batch that does not split is refused as `train` would."""
     t = config.train
-    micro = t.micro_batch_on(gpus)
+    micro = t.micro_batch(gpus)
     if t.batch_size % gpus or (t.batch_size // gpus) % micro:
         raise UserError(
             f"train.batch_size = {t.batch_size} must split into {gpus} GPU(s) of whole "
@@ -106,7 +106,7 @@ def memory_option(
     config: RunConfig, hardware: Hardware, where: Placement, depth: int, checkpoint: bool
 ) -> MemoryOption:
     local = local_batch(config, hardware.gpus)
-    micro = config.train.micro_batch_on(hardware.gpus)
+    micro = config.train.micro_batch(hardware.gpus)
     memory = step_memory(config, where, micro, local, depth, checkpoint)
     largest = None
     for candidate in range(local, 0, -1):
@@ -161,7 +161,7 @@ def plan_run(config: RunConfig, hardware: Hardware) -> Plan:
         hardware=hardware,
         budget=budget,
         depth=depth,
-        micro_batch=t.micro_batch_on(hardware.gpus),
+        micro_batch=t.micro_batch(hardware.gpus),
         options=options,
         configured=configured,
         recompute_flops=t.tokens_per_step * per_token,

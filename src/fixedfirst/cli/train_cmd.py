@@ -79,7 +79,7 @@ def launch(args: argparse.Namespace, config: RunConfig) -> int:
     if "LOCAL_RANK" in os.environ:
         raise UserError("--nproc starts the processes itself; under torchrun, leave it out")
     t = config.train
-    micro = t.micro_batch_on(args.nproc)
+    micro = t.micro_batch(args.nproc)
     if t.batch_size % args.nproc or (t.batch_size // args.nproc) % micro:
         raise UserError(
             f"train.batch_size = {t.batch_size} must split into {args.nproc} rank(s) of whole "

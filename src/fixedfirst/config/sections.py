@@ -352,13 +352,9 @@ class TrainConfig:
         twice = sorted({x for x in self.log_to if self.log_to.count(x) > 1})
         require(not twice, f"{s}.log_to", f"{', '.join(map(repr, twice))} is listed twice")
 
-    @property
-    def micro_batch(self) -> int:
-        return self.micro_batch_size or self.batch_size
-
-    def micro_batch_on(self, ranks: int) -> int:
-        """Rows per forward/backward with `ranks` processes: micro_batch_size, or by default
-        each rank's whole share of the batch (one micro-batch per rank and step)."""
+    def micro_batch(self, ranks: int = 1) -> int:
+        """Rows per forward/backward on each of `ranks` processes: micro_batch_size, or by default
+        each process's whole share of the batch (one micro-batch per process and step)."""
         return self.micro_batch_size or max(1, self.batch_size // ranks)
 
     @property

@@ -10,12 +10,12 @@ the task's own label for it (`DataKind.label`). Validation sequence i is row i o
 from __future__ import annotations
 
 from fixedfirst.config import RunConfig
-from fixedfirst.data.registry import ScoredSequence, build_source, data_kind
+from fixedfirst.data.registry import ScoredSequence, data_kind
 from fixedfirst.data.tokenizer import Tokenizer
 from fixedfirst.errors import UserError
 from fixedfirst.inspection.record import MAX_POSITIONS
 from fixedfirst.model.loss import IGNORE_INDEX
-from fixedfirst.runs.opening import LoadedRun
+from fixedfirst.runs.opening import LoadedRun, trained_source
 
 
 def parse_indices(text: str, option: str) -> list[int]:
@@ -77,10 +77,7 @@ def validation_sequences(
     """Rows `indices` of the run's validation batches, as eval scores them."""
     if loaded is None:
         raise UserError(f"{option} needs a run directory (an export has no data)")
-    source = build_source(loaded.config)
-    data_state = loaded.checkpoint.meta.get("data")
-    if data_state is not None:  # refuses other data than the run trained on, as eval does
-        source.load_state_dict(data_state)
+    source = trained_source(loaded.config, loaded.checkpoint.meta.get("data"))
     try:
         (batch,) = source.validation_batches(1, indices[-1] + 1)
     except UserError:

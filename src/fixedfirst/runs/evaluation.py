@@ -36,7 +36,13 @@ from fixedfirst import locks
 from fixedfirst.data.source import Batch
 from fixedfirst.files import write_json_atomic
 from fixedfirst.paths import shown
-from fixedfirst.runs.opening import find_checkpoint, load_run, open_run, require_data
+from fixedfirst.runs.opening import (
+    find_checkpoint,
+    load_run,
+    open_run,
+    require_data,
+    trained_source,
+)
 from fixedfirst.schedules import describe
 from fixedfirst.train.checkpoint import MODEL_FILE
 
@@ -63,7 +69,6 @@ def evaluate_run(
     over `batches` validation batches (default: the run's eval.batches): the held-out set's
     first rows, or those `validation_seed` draws (`BatchSource.validation_batches`); `data`:
     where the run's data is now, when it moved."""
-    from fixedfirst.data.registry import build_source
     from fixedfirst.hardware import resolve_dtype
     from fixedfirst.train.evaluation import mean_serving_nll, validation_nll
     from fixedfirst.train.progress import Ticker
@@ -72,11 +77,8 @@ def evaluate_run(
     loaded = load_run(run, step, device, data=data)
     config = loaded.config
     n_batches = batches or config.eval.batches
-    batch_size = config.train.micro_batch
-    source = build_source(config)
-    data_state = loaded.checkpoint.meta.get("data")
-    if data_state is not None:  # refuses other data than the run trained on (another tokenizer)
-        source.load_state_dict(data_state)
+    batch_size = config.train.micro_batch()
+    source = trained_source(config, loaded.checkpoint.meta.get("data"))
     val = source.validation_batches(n_batches, batch_size, validation_seed)
     device = next(loaded.model.parameters()).device
     dtype = resolve_dtype(config.train.precision, device)
@@ -150,7 +152,7 @@ def cached_evaluation(
         saved.get("weights_sha256") == ckpt.meta["files"][MODEL_FILE]
         and saved.get("depths") == list(depths)
         and saved.get("batches") == n_batches
-        and saved.get("batch_size") == config.train.micro_batch
+        and saved.get("batch_size") == config.train.micro_batch()
         and saved.get("validation_seed") == validation_seed
     ):
         return saved, True

@@ -1,17 +1,21 @@
 """Open a finished (or running) training run for evaluation, generation or diagnosis.
 
 The one way every command reads a run: its saved configuration, a checkpoint chosen by step, tag
-or recency and verified against its checksums, and the model with that checkpoint's weights.
+or recency and verified against its checksums, the model with that checkpoint's weights, and the
+data source those weights trained on.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from fixedfirst.config import RunConfig
+from fixedfirst.data.registry import build_source
+from fixedfirst.data.source import BatchSource
 from fixedfirst.errors import UserError
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.model.memory import check_fits
@@ -56,6 +60,15 @@ def require_data(config: RunConfig, run: str | Path, data: str | None = None) ->
         f"the data of {shown(run)} is not at {shown(path)} (its data.path) any more: pass "
         f"--data PATH where it is now, or prepare it there again"
     )
+
+
+def trained_source(config: RunConfig, data_state: dict[str, Any] | None) -> BatchSource:
+    """The run's data source, at the data its weights trained on: `data_state` (a checkpoint's
+    meta "data", None for none) refuses other data than that (another tokenizer, other shards)."""
+    source = build_source(config)
+    if data_state is not None:
+        source.load_state_dict(data_state)
+    return source
 
 
 def find_checkpoint(

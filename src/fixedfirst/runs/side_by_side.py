@@ -1,11 +1,9 @@
 """An experiment's work in several worker processes at once: runs and evaluations side by side.
 
-A small model uses many threads poorly: on the project's 2-core CPU the bios demo's three d = 128
-runs and their recall take 274 s in one process of two threads and 219 s in two processes of one
-(benchmarks/demo_speed.py). Workers of one thread each keep every core busy with its own run, and
-an evaluation that waits for a checkpoint (bios recall at 15% of the budget) starts as soon as
-the checkpoint is on disk, in whichever worker is free, instead of after every run has finished
-(docs/design.md §10).
+A small model uses many threads poorly (docs/design.md §10 has the measurements): workers of one
+thread each keep every core busy with its own run, and an evaluation that waits for a checkpoint
+(bios recall at 15% of the budget) starts as soon as the checkpoint is on disk, in whichever
+worker is free, instead of after every run has finished.
 
 The work is a list of `Job`s: a function (pickled by reference, so module-level), its arguments,
 and optionally a predicate the parent checks before handing the job out (a checkpoint exists).
@@ -19,6 +17,9 @@ first Ctrl-C, however often it comes (`train.interrupt.request_stop`): a trainin
 checkpoint at its next step and stops, also when the request came while it was still setting
 up; an evaluation finishes (seconds). Then the experiment stops with the error, or with the
 command that resumes it.
+
+An experiment (bios, chains) says what it runs, evaluates and writes (`Experiment`); `conduct`
+does the rest, the same for every experiment.
 """
 
 from __future__ import annotations
@@ -36,9 +37,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fixedfirst import locks
 from fixedfirst.data.registry import KINDS, DataKind, register_kind
 from fixedfirst.errors import UserError
-from fixedfirst.runs.experiment import PlannedRun, finished_summary, run_directory, run_one
+from fixedfirst.files import write_json_atomic
+from fixedfirst.runs.experiment import (
+    PlannedRun,
+    RunOutcome,
+    check_runs_startable,
+    finished_summary,
+    prepare_out_dir,
+    run_all,
+    run_directory,
+    run_one,
+)
 from fixedfirst.train.interrupt import TrainingInterrupted
 from fixedfirst.train.run_dir import RunDir
 
@@ -226,3 +238,86 @@ def training_jobs(runs: list[PlannedRun], root: Path, budget: float | None = Non
 def run_finished(run: Path) -> bool:
     """The run in `run` has trained to the end of its budget (a follow-up job's readiness)."""
     return finished_summary(RunDir(run)) is not None
+
+
+@dataclass
+class Experiment:
+    """What an experiment (bios, chains) brings to the flow every experiment shares (`conduct`)."""
+
+    name: str
+    """Its command: one experiment at a time writes DIR (a lock of this name)."""
+    runs: list[PlannedRun]
+    flops: float
+    """Every run's FLOP budget (a training job's progress)."""
+    evaluations: list[Job]
+    """The evaluations of the runs' checkpoints, each ready as soon as its checkpoint is."""
+    evaluated: str
+    """What the evaluations are, as the side-by-side line names them ("recall")."""
+    show: Callable[[Job, Any, float], None]
+    """Prints an evaluation's result (job, result, seconds)."""
+    collect: Callable[[list[RunOutcome], bool], dict[str, Any]]
+    """The results from the runs' outcomes (quiet or not), the evaluations read back from their
+    caches."""
+    collecting: str
+    """The name of `collect`'s part of the wall-clock in the results."""
+    write: Callable[[dict[str, Any], Path], None]
+    """Writes the figures and the report from the results into DIR."""
+
+
+def conduct(experiment: Experiment, out: Path, quiet: bool, jobs: int | None) -> dict[str, Any]:
+    """Run an experiment into `out` and return its results (also in DIR/results.json).
+
+    First everything that could stop it part-way, before DIR is written: every run can start
+    (`check_runs_startable`) and the worker processes for the runs left to train fit
+    (`plan_workers`; `jobs`: --jobs). Then, holding DIR's lock, with several workers the runs and
+    their evaluations go side by side; then every run is trained or reused in this process
+    (`run_all`, which reuses what the workers did) and collected. The results record the
+    wall-clock of each part and the processes used."""
+    e = experiment
+    check_runs_startable(e.runs, out)
+    to_train = [r for r in e.runs if finished_summary(run_directory(out, r.name)) is None]
+    workers, threads = plan_workers(jobs, len(to_train), e.runs[0].config.train.device)
+    prepare_out_dir(out)
+    with locks.holding(out, e.name):  # one experiment at a time writes DIR
+        wall_clock: dict[str, float] = {}
+        if workers > 1:
+            started = time.perf_counter()
+            _side_by_side(e, out, workers, threads, quiet)
+            wall_clock["side_by_side"] = time.perf_counter() - started
+        started = time.perf_counter()
+        outcomes = run_all(e.runs, out, quiet or workers > 1)
+        trained = time.perf_counter()
+        results = e.collect(outcomes, quiet or workers > 1)
+        wall_clock["training_and_reuse"] = trained - started
+        wall_clock[e.collecting] = time.perf_counter() - trained
+        results["wall_clock_s"] = wall_clock
+        # What each process used: the planned share side by side, the trainer's own choice alone.
+        alone = max(o.summary.get("threads", 0) for o in outcomes) or None
+        each = threads if workers > 1 else alone
+        results["workers"] = {"processes": workers, "threads_each": each}
+        write_json_atomic(out / "results.json", results)
+        e.write(results, out)
+        return results
+
+
+def _side_by_side(e: Experiment, out: Path, workers: int, threads: int, quiet: bool) -> None:
+    """Train the runs and run their evaluations in `workers` processes: trainings first, since a
+    free worker should take the longest work before any evaluation."""
+    jobs = [*training_jobs(e.runs, out, e.flops), *e.evaluations]
+
+    def on_done(job: Job, result: Any, seconds: float) -> None:
+        if quiet:
+            return
+        if isinstance(result, RunOutcome):
+            how = "reused" if result.reused else f"trained in {seconds:.0f} s"
+            print(f"  {job.label}: {result.summary['steps']} steps, {how}", flush=True)
+        else:
+            e.show(job, result, seconds)
+
+    if not quiet:
+        print(
+            f"{len(e.runs)} runs and their {e.evaluated} side by side in {workers} processes of "
+            f"{threads} thread(s) (--jobs)",
+            flush=True,
+        )
+    run_jobs(jobs, workers, threads, on_done, quiet)

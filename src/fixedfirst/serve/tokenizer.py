@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from fixedfirst.config import RunConfig
-from fixedfirst.data.registry import build_source
 from fixedfirst.data.tokenizer import TOKENIZER_DIR, Tokenizer, load_tokenizer
 from fixedfirst.errors import UserError
-from fixedfirst.runs.opening import require_data
+from fixedfirst.runs.opening import require_data, trained_source
 
 
 def run_tokenizer(
@@ -39,10 +38,7 @@ def run_tokenizer(
     else:
         if run_dir is not None:
             require_data(config, run_dir, data)  # `data`: --data, when given
-        source = build_source(config)
-        if data_state is not None:
-            source.load_state_dict(data_state)  # refuses other data than the run trained on
-        tokenizer = source.tokenizer
+        tokenizer = trained_source(config, data_state).tokenizer
     if tokenizer is None:
         if not required:
             return None

@@ -53,7 +53,7 @@ class AutoSwitch:
         self.deep = config.switch.probe_depth(config.schedule.k_max)
         self.world, self.device, self.dtype = world, device, dtype
         self.probe_batches = (
-            source.validation_batches(config.switch.batches, config.train.micro_batch)
+            source.validation_batches(config.switch.batches, config.train.micro_batch())
             if self.rule == "depth-gap"
             else []
         )

@@ -24,16 +24,15 @@ import torch
 from fixedfirst.model import LoopedTransformer
 
 COLD_COMPILE_S = 30.0
-"""Seconds a run spends compiling with a fresh inductor cache: the training graphs (forward and
-backward, 13-23 s on this project's 2-core CPU; `benchmarks/peer_step.py` reports it) plus the
-no-grad graphs of the closing evaluation (about 3 s), rounded up for a busy machine."""
+"""Seconds a run spends compiling with a fresh inductor cache, training and evaluation graphs
+(measured: docs/design.md §10), rounded up for a busy machine."""
 STEP_SAVING = 0.08
-"""Fraction of an eager training step that the compiled blocks save: 5-12% measured at
-d = 128-256, K = 1-16 on the 2-core CPU (`benchmarks/peer_step.py`); assumed the same on a GPU,
-where it is usually larger, so that `auto` errs towards eager."""
+"""Fraction of an eager training step that the compiled blocks save (measured on a CPU:
+docs/design.md §10); assumed the same on a GPU, where it is usually larger, so that `auto` errs
+towards eager."""
 EAGER_MFU = 0.6
 """Model FLOP/s of an eager step as a fraction of the measured matmul peak, for the estimate of
-a run's length (57-78% measured at d = 128-256 on the CPU, one or two threads)."""
+a run's length (measured: docs/design.md §10)."""
 
 
 @dataclass(frozen=True)

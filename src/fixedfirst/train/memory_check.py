@@ -49,7 +49,7 @@ def estimate(config: RunConfig, where: Placement, total_steps: int) -> tuple[Tra
     """(per-process memory of the run's dearest step, the depth of that step)."""
     t = config.train
     depth = deepest_depth(config, total_steps)
-    micro = t.micro_batch_on(where.processes)
+    micro = t.micro_batch(where.processes)
     local = max(1, t.batch_size // where.processes)
     memory = training_memory(
         config.model,
@@ -94,13 +94,13 @@ def check_training_memory(
             + ("" if where.shards > 1 else ' or shard it over GPUs (train.strategy = "fsdp")')
         )
     changes = []
-    if t.micro_batch_on(where.processes) > 1:
+    if t.micro_batch(where.processes) > 1:
         changes.append("lower train.micro_batch_size")
     if not t.checkpoint_activations:
         changes.append("set train.checkpoint_activations = true")
     raise UserError(
         f"a training step needs an estimated {memory.peak / GIB:,.1f} GiB per process at depth "
-        f"{depth} with micro-batches of {t.micro_batch_on(where.processes)} (activations "
+        f"{depth} with micro-batches of {t.micro_batch(where.processes)} (activations "
         f"{memory.activations / GIB:,.1f} GiB), more than {1 - MARGIN:.0%} of {device}; "
         + " or ".join(changes or ["make the model smaller"])
         + " (`fixedfirst plan` shows what fits), or set train.check_memory = false to try anyway"
@@ -128,7 +128,7 @@ def explained(trainer: Any) -> Iterator[None]:
         step = trainer.counters.step
         depth = trainer.schedule.depth(step, trainer.budget.total_steps)
         memory, _ = estimate(trainer.config, trainer.memory_placement, trainer.budget.total_steps)
-        micro = t.micro_batch_on(trainer.world_size)
+        micro = t.micro_batch(trainer.world_size)
         change = "--set train.checkpoint_activations=true"
         if micro > 1:
             change = f"--set train.micro_batch_size={largest_divisor_below(micro)}"

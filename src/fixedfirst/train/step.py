@@ -83,12 +83,14 @@ def train_step(
     for group in optimizer.param_groups:
         group["lr"] = lr
     device = batch.inputs.device
-    micro = train.micro_batch
-    micro_steps = max(1, rows // micro)
-    scored = (batch.targets[: micro_steps * micro] != IGNORE_INDEX).sum()
-    ranks = 1
+    ranks = 1 if parallel is None else parallel.world.world_size
+    micro = train.micro_batch(ranks)
+    if rows % micro:
+        raise ValueError(f"a batch of {rows} rows does not split into micro-batches of {micro}")
+    micro_steps = rows // micro
+    scored = (batch.targets != IGNORE_INDEX).sum()
     if parallel is not None:
-        scored, ranks = all_sum(parallel.world, scored), parallel.world.world_size
+        scored = all_sum(parallel.world, scored)
     # Summed token losses over the global count; DDP and FSDP2 average gradients over the ranks,
     # so each rank's part is scaled up by their number. A batch scoring nothing gives zero.
     per_token = 1.0 / scored.clamp(min=1).to(torch.float32)

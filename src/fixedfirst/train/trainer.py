@@ -7,6 +7,11 @@ function of seed and step), runs `batch_size / micro_batch` micro-batches at tha
 steps AdamW. Losses stay on the device between log lines: the host waits for the device only when
 a line is written, a checkpoint is taken, or an evaluation runs.
 
+The loop (`_train`) reads in one glance: `_step` trains a step and returns its record (depth,
+phase, learning rate, the counters after it); `_boundary_after` says what is due after it (a log
+line, checkpoint tags, an evaluation, the auto switch's check, a stop); at a boundary `_log`
+writes the pending steps' lines and `_cross` does the rest.
+
 With `schedule.switch = "auto"` the switch step is decided as the run goes (`auto_switch.py`,
 docs/design.md §14): at the boundaries its rule asks for, the trainer brings the losses to the
 host, lets it probe and check, and from a decision on draws every depth from the switched
@@ -17,8 +22,8 @@ length, an auto switch's observations) is in each checkpoint, so N steps straigh
 steps plus a resume give the same weights and the same metrics.
 
 Under torchrun (docs/design.md §8) every process builds the same model from the same seed, draws the
-same depth for a step (the schedule is a pure function of seed and step; `_flush` checks that the
-ranks agree), trains on its own rows of the global batch and averages gradients with DDP or
+same depth for a step (the schedule is a pure function of seed and step; `host_values` checks that
+the ranks agree), trains on its own rows of the global batch and averages gradients with DDP or
 FSDP2 (`parallel.py`). Only rank 0 writes the run directory. The random initial recurrent state
 of every sequence is drawn from a seed derived from (seed, step, row of the global batch), not
 from the global RNG, so the training arithmetic does not depend on the number of processes or
@@ -31,6 +36,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -49,13 +55,11 @@ from fixedfirst.train.auto_switch import META_KEY, AutoSwitch, switch_summary
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.train.counters import Counters
 from fixedfirst.train.distributed import World, on_main
-from fixedfirst.train.divergence import diverged
 from fixedfirst.train.evaluation import mean_serving_nll, validation_nll
 from fixedfirst.train.interrupt import Interrupt
 from fixedfirst.train.metrics import MetricsLog, read_metrics
 from fixedfirst.train.optim import build_optimizer, lr_at
 from fixedfirst.train.parallel import ParallelModel
-from fixedfirst.train.pending import PendingStep, host_values
 from fixedfirst.train.progress import Progress
 from fixedfirst.train.resume import check_same_config, check_trainer_state
 from fixedfirst.train.run_dir import RunDir, config_record
@@ -98,14 +102,14 @@ class Trainer:
                 f"vocabulary ({self.source.vocab_size}); set model.vocab_size >= "
                 f"{self.source.vocab_size}"
             )
-        self.val_batches = self.source.validation_batches(config.eval.batches, t.micro_batch)
+        self.val_batches = self.source.validation_batches(config.eval.batches, t.micro_batch())
         place = (self.world, self.device, self.dtype)
         self.auto = AutoSwitch.for_run(
             config, self.budget.total_steps, self.flops_model, self.source, *place
         )
         check_packages(t.log_to)
         local = t.batch_size // self.world_size
-        micro = t.micro_batch_on(self.world_size)
+        micro = t.micro_batch(self.world_size)
         if t.batch_size % self.world_size or local % micro:
             raise UserError(
                 f"train.batch_size = {t.batch_size} must split into {self.world_size} rank(s) "
@@ -244,60 +248,158 @@ class Trainer:
 
     # -- the loop --------------------------------------------------------------------------------
 
-    def _say(self, line: str) -> None:
-        if self.is_main and not self.quiet:
-            print(line, flush=True)
+    def train(self, stop_after: int | None = None) -> dict[str, Any]:
+        """Run to the end of the budget, or pause, checkpointed, after `stop_after` steps in all or
+        at a stop signal (`TrainingInterrupted`); return the summary. Always releases the lock."""
+        try:
+            with Interrupt(announce=self.is_main) as interrupt, memory_check.explained(self):
+                return self._train(stop_after, interrupt)
+        finally:
+            self.run.close()
 
-    def _warn(self, line: str) -> None:
-        """Warnings go to stderr, and --quiet never silences them."""
-        if self.is_main:
-            print(line, file=sys.stderr, flush=True)
+    def _train(self, stop_after: int | None, interrupt: Interrupt) -> dict[str, Any]:
+        total = self.budget.total_steps
+        stop = total if stop_after is None else max(self.counters.step, min(stop_after, total))
+        if self.switch_step == 0 and self.counters.step == 0:
+            self._save(["switch"])
+        progress = Progress(
+            total,
+            self.counters.step,
+            quiet=self.quiet or not self.is_main,
+            work_total=self.budget.flops,
+            work_initial=self.counters.flops,
+        )
+        self.model.train()
+        pending: list[StepRecord] = []  # steps since the last boundary, their losses on device
+        since = time.perf_counter()  # throughput excludes logging, evaluation and saving
+        try:
+            for step in range(self.counters.step, stop):
+                pending.append(self._step(step))
+                boundary = self._boundary_after(pending[-1], stop, interrupt)
+                if boundary is not None:
+                    self._log(pending, time.perf_counter() - since, progress)
+                    self._cross(boundary, progress, interrupt)
+                    pending, since = [], time.perf_counter()
+        finally:
+            progress.close()
+            if self.metrics.sinks is not None:
+                self.metrics.sinks.close()
+        return self._summary()
 
-    def _train_step(self, step: int, depth: int, lr: float) -> tuple[torch.Tensor, torch.Tensor]:
-        t = self.config.train
+    def _step(self, step: int) -> StepRecord:
+        """Train step `step` (0-based) at the schedule's depth and learning rate and count it."""
+        t, total = self.config.train, self.budget.total_steps
+        phase = self.schedule.stage_at(step, total).phase
+        depth = self.schedule.depth(step, total)
+        lr = lr_at(step, total, t)
+        started = time.perf_counter()
         batch = self.source.next_batch(t.batch_size, self.rank, self.world_size).to(self.device)
         rows = rank_rows(t.batch_size, self.rank, self.world_size)  # in the global batch
         seeds = state_seeds(t.seed, step, rows)
-        return train_step(
+        loss, grad_norm = train_step(
             self.model, self.optimizer, batch, depth, lr, t, seeds, self.dtype, self.parallel
         )
+        if self.device.type == "cuda" and (step + 1) % t.log_every == 0:
+            torch.cuda.synchronize(self.device)
+        seconds = time.perf_counter() - started
+        step_flops = t.tokens_per_step * self.flops_model.train(depth, t.grad_depth)
+        c = self.counters
+        flops_before = c.flops
+        c.add_step(phase, t.tokens_per_step, step_flops, seconds)
+        return StepRecord(
+            c.step, depth, phase, lr, loss, grad_norm, step_flops, flops_before, c.flops, c.wall
+        )
 
-    def _flush(self, pending: list[PendingStep], interval: tuple[int, float, float]) -> float:
-        """Bring pending losses to the host (`host_values`), stop on a non-finite one, log lines
-        (which the auto switch watches); return the last step's loss."""
+    def _boundary_after(
+        self, record: StepRecord, stop: int, interrupt: Interrupt
+    ) -> Boundary | None:
+        """What is due after the step `record` finished: None when the run just goes on."""
+        done, total = record.step, self.budget.total_steps
+        every = self.config.eval.every
+        tags = self._checkpoint_tags(record)
+        if done == stop < total:
+            tags.append("paused")
+        evaluate = done == total or bool(every and done % every == 0)
+        auto_switch = self.auto is not None and self.auto.due(done)
+        log = done % self.config.train.log_every == 0 or bool(tags) or evaluate or auto_switch
+        stop_signal = interrupt.agreed(self.world, log) if done < total else None
+        if stop_signal is not None and "paused" not in tags:
+            tags.append("paused")
+        if not log and stop_signal is None:
+            return None
+        return Boundary(tags, evaluate, auto_switch, stop_signal)
+
+    def _log(self, pending: list[StepRecord], seconds: float, progress: Progress) -> None:
+        """Bring the pending steps' losses to the host (`host_values`), stop on a non-finite one,
+        write their log lines (which the auto switch watches) and show the progress."""
         values = host_values(self.world, pending)
         for p, (loss, _) in zip(pending, values, strict=True):
             if not math.isfinite(loss):
-                raise diverged(loss, p.step + 1, p.depth, self.checkpoints)
-        tokens, flops, seconds = interval
+                raise diverged(loss, p.step, p.depth, self.checkpoints)
+        t = self.config.train
         seconds = max(seconds, 1e-9)
-        records = []
-        for p, (loss, grad_norm) in zip(pending, values, strict=True):
-            done = p.step + 1
-            if done % self.config.train.log_every and done != self.budget.total_steps:
-                continue
-            records.append(
-                {
-                    "kind": "train",
-                    "step": done,
-                    "tokens": done * self.config.train.tokens_per_step,
-                    "depth": p.depth,
-                    "phase": p.phase,
-                    "loss": loss,
-                    "lr": p.lr,
-                    "grad_norm": grad_norm,
-                    "flops": self.counters.flops,
-                    "wall": self.counters.wall,
-                    "tok_per_s": tokens / seconds,
-                    "mfu": flops / seconds / self.peak_flops,
-                }
-            )
+        tok_per_s = len(pending) * t.tokens_per_step / seconds
+        mfu = sum(p.step_flops for p in pending) / seconds / self.peak_flops
+        records = [
+            {
+                "kind": "train",
+                "step": p.step,
+                "tokens": p.step * t.tokens_per_step,
+                "depth": p.depth,
+                "phase": p.phase,
+                "loss": loss,
+                "lr": p.lr,
+                "grad_norm": grad_norm,
+                "flops": p.flops,
+                "wall": p.wall,
+                "tok_per_s": tok_per_s,
+                "mfu": mfu,
+            }
+            for p, (loss, grad_norm) in zip(pending, values, strict=True)
+            if p.step % t.log_every == 0 or p.step == self.budget.total_steps
+        ]
         if self.is_main:
             self.metrics.write(records)
         if self.auto is not None:
             self.auto.observe(records)
-        pending.clear()
-        return values[-1][0]
+        last = pending[-1]
+        fields = {
+            "phase": last.phase,
+            "K": str(last.depth),
+            "loss": f"{values[-1][0]:.3f}",
+            "tok/s": f"{tok_per_s:,.0f}",
+            "FLOPs": f"{last.flops:.2e}/{self.budget.flops:.2e}",
+        }
+        progress.update(last.step, fields, work=last.flops)
+
+    def _cross(self, boundary: Boundary, progress: Progress, interrupt: Interrupt) -> None:
+        """The auto switch's probe, the evaluation and the checkpoint due at this boundary; then
+        stop if a signal asked to."""
+        tags = boundary.tags
+        if boundary.auto_switch:
+            tags += self._auto_switch(self.counters.step)
+        if boundary.evaluate:
+            nll = self._evaluate()
+            shown = ", ".join(f"K={d}: {v:.3f}" for d, v in nll.items())
+            progress.write(f"eval at step {self.counters.step}: NLL {shown}")
+        if tags:
+            saved = self._save(tags)
+        if boundary.stop_signal is not None:
+            raise interrupt.stopped(saved.path.name, self.run.path, self.world_size)
+
+    def _checkpoint_tags(self, record: StepRecord) -> list[str]:
+        t, done = self.config.train, record.step
+        tags = []
+        if t.checkpoint_every and done % t.checkpoint_every == 0:
+            tags.append("periodic")
+        if self.switch_step is not None and done == self.switch_step:
+            tags.append("switch")
+        for fraction, threshold in zip(sorted(t.snapshots), self.snapshot_flops, strict=True):
+            if record.flops_before < threshold <= record.flops:
+                tags.append(f"snapshot-{fraction:g}")
+        if done == self.budget.total_steps:
+            tags.append("final")
+        return tags
 
     def _evaluate(self) -> dict[int, float]:
         depths = self.config.eval.depths
@@ -330,112 +432,14 @@ class Trainer:
         self.schedule = self.schedule.with_switch_step(decision.step)
         return ["switch", decision.tag]
 
-    def _checkpoint_tags(self, done: int, flops_before: float) -> list[str]:
-        t = self.config.train
-        tags = []
-        if t.checkpoint_every and done % t.checkpoint_every == 0:
-            tags.append("periodic")
-        if self.switch_step is not None and done == self.switch_step:
-            tags.append("switch")
-        for fraction, threshold in zip(sorted(t.snapshots), self.snapshot_flops, strict=True):
-            if flops_before < threshold <= self.counters.flops:
-                tags.append(f"snapshot-{fraction:g}")
-        if done == self.budget.total_steps:
-            tags.append("final")
-        return tags
+    def _say(self, line: str) -> None:
+        if self.is_main and not self.quiet:
+            print(line, flush=True)
 
-    def train(self, stop_after: int | None = None) -> dict[str, Any]:
-        """Run to the end of the budget, or pause, checkpointed, after `stop_after` steps in all or
-        at a stop signal (`TrainingInterrupted`); return the summary. Always releases the lock."""
-        try:
-            with Interrupt(announce=self.is_main) as interrupt, memory_check.explained(self):
-                return self._train(stop_after, interrupt)
-        finally:
-            self.run.close()
-
-    def _train(self, stop_after: int | None, interrupt: Interrupt) -> dict[str, Any]:
-        t = self.config.train
-        total = self.budget.total_steps
-        stop = total if stop_after is None else max(self.counters.step, min(stop_after, total))
-        c = self.counters
-        if self.switch_step == 0 and c.step == 0:
-            self._save(["switch"])
-        progress = Progress(
-            total,
-            c.step,
-            quiet=self.quiet or not self.is_main,
-            work_total=self.budget.flops,
-            work_initial=c.flops,
-        )
-        pending: list[PendingStep] = []
-        self.model.train()
-        interval_start, interval_tokens, interval_flops = time.perf_counter(), 0, 0.0
-        last_loss = float("nan")
-        try:
-            for step in range(c.step, stop):
-                stage = self.schedule.stage_at(step, total)
-                depth = self.schedule.depth(step, total)
-                lr = lr_at(step, total, t)
-                started = time.perf_counter()
-                loss, grad_norm = self._train_step(step, depth, lr)
-                if self.device.type == "cuda" and (step + 1) % t.log_every == 0:
-                    torch.cuda.synchronize(self.device)
-                seconds = time.perf_counter() - started
-                step_flops = t.tokens_per_step * self.flops_model.train(depth, t.grad_depth)
-                flops_before = c.flops
-                c.add_step(stage.phase, t.tokens_per_step, step_flops, seconds)
-                interval_tokens += t.tokens_per_step
-                interval_flops += step_flops
-                pending.append(PendingStep(step, depth, stage.phase, lr, loss, grad_norm))
-
-                tags = self._checkpoint_tags(c.step, flops_before)
-                if c.step == stop < total:
-                    tags.append("paused")
-                evaluate = c.step == total or (
-                    self.config.eval.every and c.step % self.config.eval.every == 0
-                )
-                due = self.auto is not None and self.auto.due(c.step)
-                flush = c.step % t.log_every == 0 or bool(tags) or bool(evaluate) or due
-                stop_signal = interrupt.agreed(self.world, flush) if c.step < total else None
-                if stop_signal is not None and "paused" not in tags:
-                    tags.append("paused")
-                    flush = True
-                if flush:
-                    interval = (
-                        interval_tokens,
-                        interval_flops,
-                        time.perf_counter() - interval_start,
-                    )
-                    if pending:
-                        last_loss = self._flush(pending, interval)
-                    progress.update(
-                        c.step,
-                        {
-                            "phase": stage.phase,
-                            "K": str(depth),
-                            "loss": f"{last_loss:.3f}",
-                            "tok/s": f"{interval[0] / max(interval[2], 1e-9):,.0f}",
-                            "FLOPs": f"{c.flops:.2e}/{self.budget.flops:.2e}",
-                        },
-                        work=c.flops,
-                    )
-                if due:
-                    tags += self._auto_switch(c.step)
-                if evaluate:
-                    nll = self._evaluate()
-                    shown = ", ".join(f"K={d}: {v:.3f}" for d, v in nll.items())
-                    progress.write(f"eval at step {c.step}: NLL {shown}")
-                if tags:
-                    saved = self._save(tags)
-                if stop_signal is not None:
-                    raise interrupt.stopped(saved.path.name, self.run.path, self.world_size)
-                if flush:  # the next interval's throughput excludes logging, eval and saving
-                    interval_start, interval_tokens, interval_flops = time.perf_counter(), 0, 0.0
-        finally:
-            progress.close()
-            if self.metrics.sinks is not None:
-                self.metrics.sinks.close()
-        return self._summary()
+    def _warn(self, line: str) -> None:
+        """Warnings go to stderr, and --quiet never silences them."""
+        if self.is_main:
+            print(line, file=sys.stderr, flush=True)
 
     def _summary(self) -> dict[str, Any]:
         summary = self.counters.summary(describe(self.config.schedule), self.budget)
@@ -448,3 +452,73 @@ class Trainer:
         if self.is_main:
             write_json_atomic(self.run.summary_path, summary)
         return summary
+
+
+@dataclass
+class StepRecord:
+    """A finished optimizer step and the run's counters right after it; its loss and gradient
+    norm stay on the device until the next log line (docs/design.md §10)."""
+
+    step: int
+    """Steps done, this one included (the step number of its log line)."""
+    depth: int
+    phase: str
+    lr: float
+    loss: torch.Tensor
+    grad_norm: torch.Tensor
+    step_flops: float
+    """Modeled FLOPs of this step."""
+    flops_before: float
+    """The run's modeled FLOPs before this step and after it (`flops`)."""
+    flops: float
+    wall: float
+    """The run's training wall-clock after this step."""
+
+
+@dataclass
+class Boundary:
+    """What is due after a step: a log line always, and maybe more."""
+
+    tags: list[str]
+    """Tags of the checkpoint to save (none: no checkpoint)."""
+    evaluate: bool
+    auto_switch: bool
+    """The auto switch probes and checks its rule here."""
+    stop_signal: int | None
+    """The stop signal the ranks agreed to stop on here."""
+
+
+def host_values(world: World, pending: list[StepRecord]) -> list[tuple[float, float]]:
+    """(loss, gradient norm) of every pending step: one device sync, one collective.
+
+    Each rank's loss is its share of the global batch's mean loss per scored token
+    (`train_step`), so their sum is the loss of the step, whatever the number of processes. The
+    same collective checks that every rank trained at the same depths.
+    """
+    values_here = torch.stack([torch.stack([p.loss, p.grad_norm.float()]) for p in pending])
+    depths = torch.tensor([float(p.depth) for p in pending], device=values_here.device)
+    local = torch.cat([values_here, depths[:, None]], dim=1).double()
+    gathered = distributed.gather(world, local).cpu()  # (ranks, steps, 3)
+    if not torch.equal(gathered[:, :, 2], gathered[:1, :, 2].expand_as(gathered[:, :, 2])):
+        raise RuntimeError(f"ranks trained at different depths: {gathered[:, :, 2].tolist()}")
+    losses = gathered[:, :, 0].sum(dim=0).tolist()
+    grad_norms = gathered[0, :, 1].tolist()  # identical on every rank after the reduction
+    return list(zip(losses, grad_norms, strict=True))
+
+
+class TrainingDiverged(UserError):
+    """The loss became NaN or infinite."""
+
+
+def diverged(loss: float, step: int, depth: int, checkpoints: CheckpointManager) -> UserError:
+    """The error for a non-finite loss at (1-based) `step`: which checkpoint survives, and how to
+    train on without the divergence."""
+    saved = checkpoints.all()
+    then = (
+        f"the last good checkpoint (step {saved[-1].step}) is kept in {checkpoints.directory}; "
+        "lower train.lr or raise train.warmup, then start a new run with another --out"
+        if saved
+        else "no checkpoint was saved yet; lower train.lr or raise train.warmup and start again "
+        "with the same --out"
+    )
+    return TrainingDiverged(f"loss became {loss} at step {step} (depth {depth}); {then}")

@@ -23,21 +23,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from fixedfirst import locks
 from fixedfirst.config import RunConfig, apply_overrides
 from fixedfirst.errors import UserError
 from fixedfirst.experiments.presets import PAPER_SCHEDULES, read_preset
 from fixedfirst.files import write_json_atomic
-from fixedfirst.runs.experiment import (
-    PlannedRun,
-    RunOutcome,
-    check_runs_startable,
-    finished_summary,
-    prepare_out_dir,
-    run_all,
-    run_directory,
-)
-from fixedfirst.runs.side_by_side import Job, plan_workers, run_jobs, training_jobs
+from fixedfirst.runs.experiment import PlannedRun, RunOutcome, finished_summary, run_directory
+from fixedfirst.runs.side_by_side import Experiment, Job, conduct
 from fixedfirst.schedules import describe
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.train.run_dir import RunDir
@@ -285,73 +276,39 @@ def run_experiment(
     see `fixedfirst.runs.side_by_side`). With more than one, those runs train side by side and
     each checkpoint's recall starts as soon as the checkpoint exists."""
     runs = preset.planned_runs()
-    check_runs_startable(runs, out)
-    to_train = [r for r in runs if finished_summary(run_directory(out, r.name)) is None]
-    workers, threads = plan_workers(jobs, len(to_train), runs[0].config.train.device)
-    prepare_out_dir(out)
-    with locks.holding(out, "bios"):  # one experiment at a time writes DIR
-        return _run(preset, runs, out, quiet, workers, threads)
-
-
-def _run(
-    preset: Preset, runs: list[PlannedRun], out: Path, quiet: bool, workers: int, threads: int
-) -> dict[str, Any]:
-    from fixedfirst.experiments.bios.figure import plot_figure1
-    from fixedfirst.experiments.bios.report import write_report
-
-    wall_clock: dict[str, float] = {}
-    if workers > 1:
-        started = time.perf_counter()
-        _side_by_side(preset, runs, out, quiet, workers, threads)
-        wall_clock["side_by_side"] = time.perf_counter() - started
-    started = time.perf_counter()
-    outcomes = run_all(runs, out, quiet or workers > 1)  # reuses what the workers trained
-    trained = time.perf_counter()
-    results = collect_results(preset, outcomes, quiet or workers > 1)
-    wall_clock["training_and_reuse"] = trained - started
-    wall_clock["recall_evaluation"] = time.perf_counter() - trained
-    results["wall_clock_s"] = wall_clock
-    # What each process used: the planned share side by side, the trainer's own choice alone.
-    alone = max(o.summary.get("threads", 0) for o in outcomes) or None
-    results["workers"] = {"processes": workers, "threads_each": threads if workers > 1 else alone}
-    write_json_atomic(out / "results.json", results)
-    plot_figure1(results, out / "figure1.png")
-    write_report(results, out / "report.md")
-    return results
-
-
-def _side_by_side(
-    preset: Preset, runs: list[PlannedRun], out: Path, quiet: bool, workers: int, threads: int
-) -> None:
-    """Train the runs and measure every checkpoint's recall in `workers` processes, each
-    recall as soon as its checkpoint is on disk; results land where `_run` then reads them."""
-    # Trainings first: a free worker takes the longest work before any recall.
-    jobs = training_jobs(runs, out, preset.experiment.flops)
+    recalls = []
     for planned in runs:
         path = run_directory(out, planned.name).path
         for fraction in preset.experiment.fractions:
             args = (path, planned.config, fraction, preset.experiment)
             ready = partial(_checkpoint_ready, path, fraction)
-            jobs.append(Job(f"{planned.name} {fraction:g}", recall_job, args, ready=ready))
+            recalls.append(Job(f"{planned.name} {fraction:g}", recall_job, args, ready=ready))
+    experiment = Experiment(
+        name="bios",
+        runs=runs,
+        flops=preset.experiment.flops,
+        evaluations=recalls,
+        evaluated="recall",
+        show=_show_recall,
+        collect=partial(collect_results, preset),
+        collecting="recall_evaluation",
+        write=_write_figure_and_report,
+    )
+    return conduct(experiment, out, quiet, jobs)
 
-    def on_done(job: Job, result: Any, seconds: float) -> None:
-        if quiet:
-            return
-        if isinstance(result, RunOutcome):
-            what = "reused" if result.reused else f"trained in {seconds:.0f} s"
-            print(f"  {job.label}: {result.summary['steps']} steps, {what}", flush=True)
-        else:
-            path, _, fraction, _ = job.args
-            step, report = result
-            print_recall(path.name, fraction, step, report, seconds)
 
-    if not quiet:
-        print(
-            f"{len(runs)} runs and their recall side by side in {workers} processes of "
-            f"{threads} thread(s) (--jobs)",
-            flush=True,
-        )
-    run_jobs(jobs, workers, threads, on_done, quiet)
+def _show_recall(job: Job, result: tuple[int, dict[str, Any]], seconds: float) -> None:
+    path, _, fraction, _ = job.args
+    step, report = result
+    print_recall(path.name, fraction, step, report, seconds)
+
+
+def _write_figure_and_report(results: dict[str, Any], out: Path) -> None:
+    from fixedfirst.experiments.bios.figure import plot_figure1
+    from fixedfirst.experiments.bios.report import write_report
+
+    plot_figure1(results, out / "figure1.png")
+    write_report(results, out / "report.md")
 
 
 def _checkpoint_ready(run: Path, fraction: float) -> bool:

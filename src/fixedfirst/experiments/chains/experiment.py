@@ -18,28 +18,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from fixedfirst import locks
 from fixedfirst.config import RunConfig, apply_overrides
 from fixedfirst.errors import UserError
 from fixedfirst.experiments.chains.sets import SETS, STANDARD
 from fixedfirst.experiments.presets import PAPER_SCHEDULES, SCHEDULE_LABELS, read_preset
-from fixedfirst.files import write_json_atomic
-from fixedfirst.runs.experiment import (
-    PlannedRun,
-    RunOutcome,
-    check_runs_startable,
-    finished_summary,
-    prepare_out_dir,
-    run_all,
-    run_directory,
-)
-from fixedfirst.runs.side_by_side import (
-    Job,
-    plan_workers,
-    run_finished,
-    run_jobs,
-    training_jobs,
-)
+from fixedfirst.runs.experiment import PlannedRun, RunOutcome, run_directory
+from fixedfirst.runs.side_by_side import Experiment, Job, conduct, run_finished
 from fixedfirst.schedules import describe
 from fixedfirst.serve.adaptive import KLExit
 
@@ -213,67 +197,37 @@ def run_experiment(
     """Train (or reuse) every run, score it, write results.json, the figures and report.md.
 
     jobs: worker processes (None: one per free core on a CPU, up to the runs left to train;
-    see `fixedfirst.runs.side_by_side`)."""
+    see `fixedfirst.runs.side_by_side`). With more than one, each run is scored as soon as it
+    has finished."""
     runs = preset.planned_runs()
-    check_runs_startable(runs, out)
-    to_train = [r for r in runs if finished_summary(run_directory(out, r.name)) is None]
-    workers, threads = plan_workers(jobs, len(to_train), runs[0].config.train.device)
-    prepare_out_dir(out)
-    with locks.holding(out, "chains"):  # one experiment at a time writes DIR
-        return _run(preset, runs, out, quiet, workers, threads)
-
-
-def _run(
-    preset: Preset, runs: list[PlannedRun], out: Path, quiet: bool, workers: int, threads: int
-) -> dict[str, Any]:
-    from fixedfirst.experiments.chains.figure import plot_figures
-    from fixedfirst.experiments.chains.report import write_report
-
-    wall_clock: dict[str, float] = {}
-    if workers > 1:
-        started = time.perf_counter()
-        _side_by_side(preset, runs, out, quiet, workers, threads)
-        wall_clock["side_by_side"] = time.perf_counter() - started
-    started = time.perf_counter()
-    outcomes = run_all(runs, out, quiet or workers > 1)  # reuses what the workers trained
-    trained = time.perf_counter()
-    results = collect_results(preset, outcomes, quiet or workers > 1)
-    wall_clock["training_and_reuse"] = trained - started
-    wall_clock["scoring"] = time.perf_counter() - trained
-    results["wall_clock_s"] = wall_clock
-    alone = max(o.summary.get("threads", 0) for o in outcomes) or None
-    results["workers"] = {"processes": workers, "threads_each": threads if workers > 1 else alone}
-    write_json_atomic(out / "results.json", results)
-    plot_figures(results, out)
-    write_report(results, out / "report.md")
-    return results
-
-
-def _side_by_side(
-    preset: Preset, runs: list[PlannedRun], out: Path, quiet: bool, workers: int, threads: int
-) -> None:
-    """Train the runs and score each in `workers` processes, each scoring as soon as its run
-    has finished; results land where `_run` then reads them."""
-    # Trainings first: a free worker takes the longest work before any scoring.
-    jobs = training_jobs(runs, out, preset.experiment.flops)
+    scorings = []
     for planned in runs:
         path = run_directory(out, planned.name).path
         ready = partial(run_finished, path)
-        jobs.append(Job(f"score {planned.name}", score_job, (path, preset.experiment), ready=ready))
-
-    def on_done(job: Job, result: Any, seconds: float) -> None:
-        if quiet:
-            return
-        if isinstance(result, RunOutcome):
-            what = "reused" if result.reused else f"trained in {seconds:.0f} s"
-            print(f"  {job.label}: {result.summary['steps']} steps, {what}", flush=True)
-        else:
-            print_scores(job.args[0].name, result, seconds)
-
-    if not quiet:
-        print(
-            f"{len(runs)} runs and their scoring side by side in {workers} processes of "
-            f"{threads} thread(s) (--jobs)",
-            flush=True,
+        scorings.append(
+            Job(f"score {planned.name}", score_job, (path, preset.experiment), ready=ready)
         )
-    run_jobs(jobs, workers, threads, on_done, quiet)
+    experiment = Experiment(
+        name="chains",
+        runs=runs,
+        flops=preset.experiment.flops,
+        evaluations=scorings,
+        evaluated="scoring",
+        show=_show_scores,
+        collect=partial(collect_results, preset),
+        collecting="scoring",
+        write=_write_figures_and_report,
+    )
+    return conduct(experiment, out, quiet, jobs)
+
+
+def _show_scores(job: Job, result: dict[str, Any], seconds: float) -> None:
+    print_scores(job.args[0].name, result, seconds)
+
+
+def _write_figures_and_report(results: dict[str, Any], out: Path) -> None:
+    from fixedfirst.experiments.chains.figure import plot_figures
+    from fixedfirst.experiments.chains.report import write_report
+
+    plot_figures(results, out)
+    write_report(results, out / "report.md")

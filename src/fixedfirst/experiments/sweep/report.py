@@ -1,4 +1,5 @@
-"""A sweep's report from its rows: results.json, table.md, claims.md and the figures.
+"""A sweep's report from its rows: results.json, table.md, claims.md, the figures and, for a
+switch study, its table, numbers and figure.
 
 Everything here reads numbers already measured (the rows, from each run's summary and cached
 evaluations); nothing trains or evaluates, so the report of a finished sweep is rewritten in
@@ -7,6 +8,8 @@ seconds.
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +25,9 @@ from fixedfirst.experiments.sweep.results import (
 )
 from fixedfirst.experiments.sweep.seed_table import seed_groups, seed_table_markdown
 from fixedfirst.experiments.sweep.spec import SweepSpec
-from fixedfirst.experiments.sweep.switch_report import write_study
+from fixedfirst.experiments.sweep.switch_figure import plot_switch_study
+from fixedfirst.experiments.sweep.switch_study import arms_of, study_markdown, verdicts
+from fixedfirst.files import write_text_atomic
 from fixedfirst.runs.experiment import run_directory
 from fixedfirst.train.evaluation import EVAL_DEPTHS
 
@@ -31,7 +36,7 @@ def write_report(
     spec: SweepSpec, out: Path, rows: list[dict[str, Any]], missing: list[str]
 ) -> list[Path]:
     """results.json, table.md, (with claims) claims.md, nll_by_depth.png, (when its run
-    finished) figure3.png and, for a switch study, switch_study.md/.json/.png."""
+    finished) figure3.png and, for a switch study, switch_study.md/.json/.png (`write_study`)."""
     same_seed = spec.seeds is not None
     compare_to_reference(rows, spec.reference, same_seed)
     score_name = rows[0].get("task_score_name") if spec.metric == "task" else None
@@ -60,3 +65,26 @@ def write_report(
     if spec.switch_study:
         files += write_study(rows, spec.metric, score_name or "mean serving NLL", out)
     return files
+
+
+def write_study(rows: list[dict[str, Any]], metric: str, metric_name: str, out: Path) -> list[Path]:
+    """switch_study.md, switch_study.json and switch_study.png in `out`."""
+    arms = arms_of(rows, metric)
+    if not arms:
+        return []
+    document = {
+        "metric": metric,
+        "metric_name": metric_name,
+        "lower_is_better": metric == "nll",
+        "arms": [
+            {**asdict(a), "mean": a.mean, "spread": a.spread, "compute": a.compute} for a in arms
+        ],
+        "verdicts": [
+            {**asdict(v), "quality_miss": v.quality_miss, "compute_miss": v.compute_miss}
+            for v in verdicts(arms, metric == "nll")
+        ],
+    }
+    write_text_atomic(out / "switch_study.json", json.dumps(document, indent=2) + "\n")
+    write_text_atomic(out / "switch_study.md", study_markdown(arms, metric, metric_name))
+    figure = plot_switch_study(arms, metric, metric_name, out / "switch_study.png")
+    return [out / "switch_study.md", out / "switch_study.json", figure]
