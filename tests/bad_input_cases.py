@@ -634,7 +634,7 @@ SWEEP_CASES: list[Case] = [
         "sweep-only-unknown",
         "`sweep --only` naming no run of the file",
         SWEEP_TOML,
-        "--only: no run named 'fff'",
+        "--only: no run or entry named 'fff'",
         argv=[*SWEEP, "--only", "fff"],
     ),
     sweep_case(

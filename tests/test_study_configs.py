@@ -179,3 +179,16 @@ def test_committed_language_model_tables_are_made_from_the_results_beside_them()
         rows, missing = lengths.gap_rows(results, pair, "uniform", [1, 0.25, 0.0625])
         made = lengths.markdown(rows, pair, "uniform", params, missing)
         assert made == (figures / f"lm-code-gap-by-length{name}.md").read_text()
+
+
+def test_only_takes_an_entry_for_all_its_seeds():
+    from fixedfirst.experiments.sweep.spec import load_sweep
+
+    spec = load_sweep(ROOT / "configs/sweeps/lm-code-cpu.toml")
+    names = [r.name for r in spec.select(["uniform", "ff-k4-s0.8-uniform-seed1"])]
+    assert names == [
+        "uniform-seed0",
+        "uniform-seed1",
+        "uniform-seed2",
+        "ff-k4-s0.8-uniform-seed1",
+    ]  # not uniform-x0.25-seedN: an entry is matched by its whole name

@@ -281,7 +281,7 @@ def test_missing_data_and_unknown_only_name_fail_before_anything_is_written(tmp_
     code, _, err = run_cli(capsys, "sweep", sweep, "--out", out)
     assert_one_line_error(code, err, "sweep", 'run "uniform"', "no such data directory")
     code, _, err = run_cli(capsys, "sweep", sweep, "--out", out, "--only", "ff-k3")
-    assert_one_line_error(code, err, "sweep", "--only", "'ff-k3'", "runs: uniform, ff-k2")
+    assert_one_line_error(code, err, "sweep", "--only", "'ff-k3'", "entries: uniform, ff-k2")
     assert not out.exists()
 
 

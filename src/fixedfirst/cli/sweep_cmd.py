@@ -31,7 +31,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--only",
         metavar="NAME,...",
-        help="train only these runs (the report still covers every finished run in DIR)",
+        help="train only these runs, or every seed of these [[runs]] entries (the report still "
+        "covers every finished run in DIR)",
     )
     parser.add_argument(
         "--jobs",

@@ -102,16 +102,21 @@ class SweepSpec:
         return next(r for r in self.runs if r.name == name)
 
     def select(self, only: list[str] | None) -> list[PlannedRun]:
-        """The runs named in `only` (in file order), or all of them."""
+        """The runs named in `only` (in file order), or all of them; an entry's name stands for
+        every seed of it (`uniform` for `uniform-seed0`, `uniform-seed1`, ...)."""
         if not only:
             return list(self.runs)
-        names = [r.name for r in self.runs]
-        unknown = [n for n in only if n not in names]
+        entries = list(dict.fromkeys(self.groups[r.name] for r in self.runs))
+        known = set(entries) | {r.name for r in self.runs}
+        unknown = [n for n in only if n not in known]
         if unknown:
+            listed = ", ".join(entries)
+            per_seed = " (each also as NAME-seedN)" if self.seeds is not None else ""
             raise UserError(
-                f"--only: no run named {unknown[0]!r} in {self.path}; runs: " + ", ".join(names)
+                f"--only: no run or entry named {unknown[0]!r} in {self.path}; "
+                f"entries{per_seed}: {listed}"
             )
-        return [r for r in self.runs if r.name in only]
+        return [r for r in self.runs if r.name in only or self.groups[r.name] in only]
 
 
 def _table(value: Any, key: str, where: str) -> dict[str, Any]:
