@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -106,6 +109,43 @@ def test_a_stop_before_training_reaches_the_run_and_spares_the_worker():
         [Job("j", interrupted_before_training)], 1, 1, quiet=True
     ).values()
     assert asked and handled
+
+
+def preempt_the_parent(path: str) -> None:
+    """A worker's job: the parent process gets a scheduler's SIGTERM, twice; the job then waits,
+    as a training run would, for the stop request to reach it, and writes whether it came."""
+    from fixedfirst.train.interrupt import Interrupt
+
+    with Interrupt(announce=False) as interrupt:
+        os.kill(os.getppid(), signal.SIGTERM)
+        os.kill(os.getppid(), signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while not interrupt.requested and time.monotonic() < deadline:
+            time.sleep(0.05)
+        Path(path).write_text(f"stop requested: {interrupt.requested}")
+
+
+PREEMPTED = """
+import sys
+from fixedfirst.runs.side_by_side import Job, run_jobs
+from fixedfirst.train.interrupt import TrainingInterrupted
+from tests.test_side_by_side import preempt_the_parent
+try:
+    run_jobs([Job("j", preempt_the_parent, (sys.argv[1],))], 1, 1, quiet=True)
+except TrainingInterrupted as stopped:
+    sys.exit(stopped.exit_status)
+"""
+
+
+def test_a_scheduler_sigterm_to_the_parent_stops_the_workers_and_exits_for_requeue(tmp_path):
+    # In a process of its own: without the parent's handler, SIGTERM would end the test session.
+    root = Path(__file__).resolve().parent.parent
+    said = tmp_path / "said"
+    done = subprocess.run(
+        [sys.executable, "-c", PREEMPTED, str(said)], cwd=root, timeout=120, capture_output=True
+    )
+    assert done.returncode == 75, done.stderr.decode()[-2000:]  # not killed (-15), not 130
+    assert said.read_text() == "stop requested: True"  # the worker was asked, then waited for
 
 
 def test_a_stop_request_is_a_first_ctrl_c_however_often_it_comes():

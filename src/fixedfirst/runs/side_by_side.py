@@ -29,8 +29,9 @@ import json
 import multiprocessing
 import os
 import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -51,7 +52,7 @@ from fixedfirst.runs.experiment import (
     run_directory,
     run_one,
 )
-from fixedfirst.train.interrupt import TrainingInterrupted
+from fixedfirst.train.interrupt import STOP_SIGNALS, TrainingInterrupted
 from fixedfirst.train.run_dir import RunDir
 
 STOP_SIGNAL = getattr(signal, "SIGUSR1", signal.SIGINT)
@@ -111,12 +112,43 @@ def _start_worker(threads: int, kinds: list[DataKind]) -> None:
     # Ctrl-C reaches every process of the terminal's group: a worker must not die of it with a
     # traceback, nor lose it while a run sets up; a training run's own handler takes over while
     # it trains (a second Ctrl-C there stops at once, as in one process).
-    signal.signal(signal.SIGINT, request_stop)
-    signal.signal(STOP_SIGNAL, request_stop)
+    # A scheduler's SIGTERM may reach every process of the job: the same stop request.
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, request_stop)
     os.environ["OMP_NUM_THREADS"] = str(threads)  # what a run's `train.threads` then picks
     import torch
 
     torch.set_num_threads(threads)
+
+
+def _already_stopping(signum: int, frame: Any) -> None:
+    """A repeated SIGTERM or SIGUSR1 while the workers checkpoint: nothing more to do."""
+
+
+def _stop_on_signal(signum: int, frame: Any) -> None:
+    """The parent's SIGTERM or SIGUSR1 (a scheduler preempting the job): stop as Ctrl-C does,
+    the workers checkpointing first, and exit with the requeue status. Only the first counts, so
+    that more of them cannot cut the checkpoints short (handlers run in the main thread)."""
+    for other in STOP_SIGNALS:
+        if other != signal.SIGINT:
+            signal.signal(other, _already_stopping)
+    raise TrainingInterrupted("", signum)
+
+
+@contextlib.contextmanager
+def _scheduler_signals(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """SIGTERM and SIGUSR1 call `handler` while inside (main thread only); the previous
+    handlers come back on leaving."""
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in STOP_SIGNALS:
+            if signum != signal.SIGINT:
+                previous[signum] = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
@@ -147,47 +179,52 @@ def run_jobs(
     pool = ProcessPoolExecutor(
         workers, context, initializer=_start_worker, initargs=(threads, list(KINDS.values()))
     )
-    try:
-        while waiting or running:
-            for job in list(waiting):  # readiness read from disk only while a worker is free
-                if len(running) == workers:
-                    break
-                if job.ready is None or job.ready():
-                    waiting.remove(job)
-                    running[pool.submit(job.call, *job.args)] = (job, time.monotonic())
-            if not running:  # every waiting job was checked, and nothing can make one ready
-                names = ", ".join(j.label for j in waiting)
-                raise UserError(f"nothing is running and these can never start: {names}")
-            done, _ = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
-            for future in done:
-                job, t0 = running.pop(future)
-                results[job.label] = future.result()
-                if on_done is not None:
-                    on_done(job, results[job.label], time.monotonic() - t0)
-            now = time.monotonic()
-            if not quiet and now - last_status >= STATUS_EVERY:
-                last_status = now
-                print(_status([j for j, _ in running.values()], waiting, now - started), flush=True)
-    except KeyboardInterrupt:
-        _stop_workers(pool)
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise TrainingInterrupted(
-            "stopped (runs in training saved a checkpoint); run the same command again: it "
-            "resumes them and reuses what is done"
-        ) from None
-    except BrokenProcessPool:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise UserError(
-            "a worker process died (out of memory, or killed); run the same command again: "
-            "it resumes the runs and reuses what is done, or use --jobs 1"
-        ) from None
-    except BaseException:
-        # A job failed: the other runs checkpoint and stop, so that the error is seen now.
-        _stop_workers(pool)
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
-    return results
+    with _scheduler_signals(_stop_on_signal):
+        try:
+            while waiting or running:
+                for job in list(waiting):  # readiness read from disk only while a worker is free
+                    if len(running) == workers:
+                        break
+                    if job.ready is None or job.ready():
+                        waiting.remove(job)
+                        running[pool.submit(job.call, *job.args)] = (job, time.monotonic())
+                if not running:  # every waiting job was checked, and nothing can make one ready
+                    names = ", ".join(j.label for j in waiting)
+                    raise UserError(f"nothing is running and these can never start: {names}")
+                done, _ = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
+                for future in done:
+                    job, t0 = running.pop(future)
+                    results[job.label] = future.result()
+                    if on_done is not None:
+                        on_done(job, results[job.label], time.monotonic() - t0)
+                now = time.monotonic()
+                if not quiet and now - last_status >= STATUS_EVERY:
+                    last_status = now
+                    print(
+                        _status([j for j, _ in running.values()], waiting, now - started),
+                        flush=True,
+                    )
+        except KeyboardInterrupt as stop:  # Ctrl-C, or (TrainingInterrupted) a scheduler's signal
+            _stop_workers(pool)
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise TrainingInterrupted(
+                "stopped (runs in training saved a checkpoint); run the same command again: it "
+                "resumes them and reuses what is done",
+                getattr(stop, "signum", signal.SIGINT),
+            ) from None
+        except BrokenProcessPool:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise UserError(
+                "a worker process died (out of memory, or killed); run the same command again: "
+                "it resumes the runs and reuses what is done, or use --jobs 1"
+            ) from None
+        except BaseException:
+            # A job failed: the other runs checkpoint and stop, so that the error is seen now.
+            _stop_workers(pool)
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+        return results
 
 
 def _status(running: list[Job], waiting: list[Job], elapsed: float) -> str:
