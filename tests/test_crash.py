@@ -23,29 +23,36 @@ from tests.trainer_helpers import (
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Runs the CLI with checkpoint writing slowed down after the weights file, so that a kill can
-# land while a checkpoint is half written.
-SLOW_CHECKPOINT = """
+# Runs the CLI with one checkpoint held half written (after its weights file) until a release
+# file appears, so that a kill or a second process can land while it is being written; polling,
+# not a fixed sleep, so the test waits no longer than it must (300 s bounds a forgotten release).
+HELD_CHECKPOINT = """
 import sys, time
+from pathlib import Path
 import fixedfirst.train.checkpoint as checkpoint
 original = checkpoint._write_file
-def slow(path, write):
+held, release = sys.argv[1], Path(sys.argv[2])
+def held_open(path, write):
     digest = original(path, write)
-    if path.name == "model.safetensors":
-        time.sleep(float(sys.argv[1]))
+    if path.name == "model.safetensors" and path.parent.name == held:
+        deadline = time.monotonic() + 300
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
     return digest
-checkpoint._write_file = slow
+checkpoint._write_file = held_open
 from fixedfirst.cli.main import main
-main(sys.argv[2:])
+main(sys.argv[3:])
 """
 
 
-def start(args: list[str], delay: float | None = None) -> subprocess.Popen:
+def start(args: list[str], hold: tuple[str, Path] | None = None) -> subprocess.Popen:
+    """The CLI in a new process; `hold` (a temporary checkpoint directory's name, a release
+    file) keeps that checkpoint half written until the release file exists."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + str(ROOT)}
-    if delay is None:
+    if hold is None:
         cmd = [sys.executable, "-m", "fixedfirst", *args]
     else:
-        cmd = [sys.executable, "-c", SLOW_CHECKPOINT, str(delay), *args]
+        cmd = [sys.executable, "-c", HELD_CHECKPOINT, hold[0], str(hold[1]), *args]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -81,8 +88,9 @@ def test_sigkill_mid_run_then_resume_reproduces_the_weights(tmp_path, tiny_run):
 def test_sigkill_while_writing_a_checkpoint(tmp_path, tiny_run):
     config_path = write_tiny_config(tmp_path)
     run = tmp_path / "killed"
-    proc = start(["train", str(config_path), "--out", str(run), "--quiet"], delay=30.0)
     partial = run / "checkpoints" / ".tmp-step-0000008"
+    never = tmp_path / "never-released"
+    proc = start(["train", str(config_path), "--out", str(run), "--quiet"], (partial.name, never))
     wait_for(lambda: (partial / "model.safetensors").exists(), proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()

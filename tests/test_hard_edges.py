@@ -68,10 +68,15 @@ def test_a_moved_run_evaluates_generates_and_exports(text_run, tmp_path, capsys,
 def test_two_concurrent_writers_the_second_is_refused(tmp_path, reference):
     config = write_tiny_config(tmp_path)
     run = tmp_path / "run"
-    first = start(["train", str(config), "--out", str(run), "--quiet"], delay=3.0)
-    wait_for(lambda: (run / "checkpoints" / ".tmp-step-0000004").exists(), first)
+    release = tmp_path / "release"
+    held = (".tmp-step-0000004", release)  # the first writer is mid-run, lock held, until released
+    first = start(["train", str(config), "--out", str(run), "--quiet"], held)
+    wait_for(lambda: (run / "checkpoints" / held[0] / "model.safetensors").exists(), first)
     second = start(["train", "--out", str(run), "--resume", "--quiet"])
-    assert second.wait(timeout=120) == 2
+    try:
+        assert second.wait(timeout=120) == 2
+    finally:
+        release.touch()
     err = second.stderr.read().decode()
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"is being written by another fixedfirst process (PID {first.pid}, `train`)" in err

@@ -99,14 +99,18 @@ def test_the_language_model_table_runs_end_to_end(tmp_path, corpus, capsys):  # 
 
 def test_the_bios_probe_and_its_table(tmp_path, capsys):
     sweep = tmp_path / "bios-loop.toml"
-    sweep.write_text(
-        shrunk(
-            ROOT / "configs/probes/bios-loop.toml",
-            3200,  # 400 steps of 64 biographies -> 2 steps of 4
-            {"d_model": "d_model = 16", "batch_size": "batch_size = 4", "people": "people = 12"},
-            None,
-        ).replace("data.bios.people = 1000", "data.bios.people = 20")
+    text = shrunk(
+        ROOT / "configs/probes/bios-loop.toml",
+        3200,  # 400 steps of 64 biographies -> 2 steps of 4
+        {"d_model": "d_model = 16", "batch_size": "batch_size = 4", "people": "people = 12"},
+        None,
     )
+    # every run's own people count too (1000, 300): recall is scored over all of them
+    text, runs_with_people = re.subn(
+        r"(?m)^data\.bios\.people = \d+", "data.bios.people = 20", text
+    )
+    assert runs_with_people > 0, "bios-loop.toml lost its per-run people counts"
+    sweep.write_text(text)
     code, _, err = run_cli(capsys, "sweep", sweep, "--out", tmp_path / "out", "--jobs", 1)
     assert code == 0, err
     results = json.loads((tmp_path / "out" / "results.json").read_text())
