@@ -29,9 +29,8 @@ import json
 import multiprocessing
 import os
 import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -52,7 +51,7 @@ from fixedfirst.runs.experiment import (
     run_directory,
     run_one,
 )
-from fixedfirst.train.interrupt import STOP_SIGNALS, TrainingInterrupted
+from fixedfirst.train.interrupt import STOP_SIGNALS, TrainingInterrupted, scheduler_signals
 from fixedfirst.train.run_dir import RunDir
 
 STOP_SIGNAL = getattr(signal, "SIGUSR1", signal.SIGINT)
@@ -135,22 +134,6 @@ def _stop_on_signal(signum: int, frame: Any) -> None:
     raise TrainingInterrupted("", signum)
 
 
-@contextlib.contextmanager
-def _scheduler_signals(handler: Callable[[int, Any], None]) -> Iterator[None]:
-    """SIGTERM and SIGUSR1 call `handler` while inside (main thread only); the previous
-    handlers come back on leaving."""
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in STOP_SIGNALS:
-            if signum != signal.SIGINT:
-                previous[signum] = signal.signal(signum, handler)
-    try:
-        yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
-
-
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
     """Ask every worker to stop as a first Ctrl-C would (SIGUSR1: never taken for a second)."""
     for process in list((getattr(pool, "_processes", None) or {}).values()):
@@ -179,7 +162,7 @@ def run_jobs(
     pool = ProcessPoolExecutor(
         workers, context, initializer=_start_worker, initargs=(threads, list(KINDS.values()))
     )
-    with _scheduler_signals(_stop_on_signal):
+    with scheduler_signals(_stop_on_signal):
         try:
             while waiting or running:
                 for job in list(waiting):  # readiness read from disk only while a worker is free

@@ -19,7 +19,7 @@ import shlex
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType, TracebackType
 
@@ -79,21 +79,31 @@ def request_stop(signum: int | None = None, frame: FrameType | None = None) -> N
 
 
 @contextlib.contextmanager
+def scheduler_signals(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """While inside, SIGTERM and SIGUSR1 (a scheduler's signals) call `handler` (main thread
+    only: elsewhere signals cannot be handled); the previous handlers come back on leaving."""
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in STOP_SIGNALS:
+            if signum != signal.SIGINT:
+                previous[signum] = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+@contextlib.contextmanager
 def stop_requests_kept() -> Iterator[None]:
     """While inside, SIGTERM and SIGUSR1 are stop requests (`request_stop`), also before a run
     starts training: a job preempted while it sets up still stops cleanly, after its first step.
     The previous handlers come back on leaving, and a request made inside is forgotten."""
     global _stop_requested
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in STOP_SIGNALS:
-            if signum != signal.SIGINT:
-                previous[signum] = signal.signal(signum, request_stop)
     try:
-        yield
+        with scheduler_signals(request_stop):
+            yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
         _stop_requested = None
 
 
