@@ -196,3 +196,32 @@ def test_only_takes_an_entry_for_all_its_seeds():
         "uniform-seed2",
         "ff-k4-s0.8-uniform-seed1",
     ]  # not uniform-x0.25-seedN: an entry is matched by its whole name
+
+
+def test_depth_figure_over_seeds_averages_entries_and_pairs_by_seed(tmp_path):
+    from fixedfirst.experiments.sweep import depth_figure
+
+    def row(group, seed, nll1, nll2, kind="uniform"):
+        config = {"k_max": 16, "k0": 2, "switch": 0.67, "finish": "uniform"}
+        return {
+            "name": f"{group}-seed{seed}",
+            "group": group,
+            "seed": seed,
+            "kind": kind,
+            "tokens": 100,
+            "compute_matched_to": None,
+            "schedule_config": config,
+            "nll_by_depth": {"1": nll1, "2": nll2},
+        }
+
+    rows = [
+        row("uniform", 0, 2.0, 1.0),
+        row("uniform", 1, 4.0, 3.0),
+        row("ff", 0, 2.5, 1.5, "fixed-first"),
+        row("ff", 1, 5.5, 3.5, "fixed-first"),
+        row("ff-only-seed2", 2, 9.0, 9.0, "fixed-first"),
+    ]  # no uniform run of seed 2
+    means = {r["name"]: r["nll_by_depth"] for r in depth_figure.mean_over_seeds(rows)}
+    assert means["ff"] == {"1": 4.0, "2": 2.5} and means["uniform"] == {"1": 3.0, "2": 2.0}
+    path = depth_figure.plot_nll_by_depth(rows, "uniform", tmp_path / "f.png", over_seeds=True)
+    assert path.stat().st_size > 0

@@ -84,6 +84,8 @@ def _paired_difference(
     """Mean over the seeds both entries ran of r's NLL minus the reference's, per depth."""
     seeds = [s for (g, s) in by_name if g == r["name"] and (ref["name"], s) in by_name]
     pairs = [(by_name[r["name"], s], by_name[ref["name"], s]) for s in seeds]
+    if not pairs:  # no seed both finished: nothing to draw on the right
+        return {}
     shared = set.intersection(*(set(a["nll_by_depth"]) & set(b["nll_by_depth"]) for a, b in pairs))
     return {
         d: sum(a["nll_by_depth"][d] - b["nll_by_depth"][d] for a, b in pairs) / len(pairs)
