@@ -6,6 +6,8 @@ their rules and compiled training to the eager arithmetic.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -53,6 +55,51 @@ def test_the_trainer_uses_and_records_its_threads(tmp_path, monkeypatch):
         assert summary["threads"] == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_mfu_is_measured_against_the_peak_the_user_gives(tmp_path, monkeypatch):
+    """With FIXEDFIRST_PEAK_FLOPS the run times no matmul: every logged MFU is the step's modeled
+    FLOPs per second over the given peak (checked through tokens per second, which shares the
+    step's seconds), and the summary says where the peak came from."""
+
+    def refuse(*_):
+        raise AssertionError("measured the peak although one was given")
+
+    monkeypatch.setattr(hardware, "measured_peak_flops", refuse)
+    monkeypatch.setenv(hardware.PEAK_FLOPS_ENV, " 2.5e9 ")
+    config = tiny_config("train.log_every=1")
+    summary = Trainer(config, tmp_path / "run", quiet=True).train()
+    assert summary["peak_flops"] == {"flop_per_s": 2.5e9, "from": "FIXEDFIRST_PEAK_FLOPS"}
+    records = train_records(tmp_path / "run")
+    flops = [0.0] + [r["flops"] for r in records]
+    for before, r in zip(flops[:-1], records, strict=True):
+        step_flops = r["flops"] - before
+        seconds = config.train.tokens_per_step / r["tok_per_s"]
+        assert r["mfu"] == pytest.approx(step_flops / seconds / 2.5e9, rel=1e-9)
+
+
+@pytest.mark.parametrize("given", ["fast", "0", "-1e12", "inf", "nan"])
+def test_a_peak_that_is_not_a_positive_rate_is_one_line(given, monkeypatch):
+    from fixedfirst.errors import UserError
+
+    monkeypatch.setenv(hardware.PEAK_FLOPS_ENV, given)
+    with pytest.raises(UserError, match=r"^FIXEDFIRST_PEAK_FLOPS='.+' is not a peak rate: give"):
+        hardware.run_peak_flops("cpu", torch.float32)
+
+
+def test_without_a_given_peak_the_run_measures_it(tmp_path, monkeypatch):
+    monkeypatch.delenv(hardware.PEAK_FLOPS_ENV, raising=False)  # tests/conftest.py gives one
+    monkeypatch.setattr(hardware, "measured_peak_flops", lambda device, dtype: 3e9)
+    summary = Trainer(tiny_config(), tmp_path / "run", quiet=True).train()
+    assert summary["peak_flops"] == {"flop_per_s": 3e9, "from": "measured"}
+
+
+def test_the_measured_peak_is_a_real_matmul_rate():
+    """Timed here (a second of CPU): positive and finite, and the same when asked again with the
+    same threads (measured once per process)."""
+    peak = hardware.measured_peak_flops("cpu", torch.float32)
+    assert math.isfinite(peak) and peak > 1e6
+    assert hardware.measured_peak_flops("cpu", torch.float32) == peak
 
 
 def test_auto_compiles_only_runs_long_enough_to_repay_it(monkeypatch):

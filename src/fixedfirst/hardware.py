@@ -3,7 +3,8 @@
 MFU = achieved model FLOP/s / peak FLOP/s. We never hard-code a peak: on any device we time
 square matrix multiplies of a few sizes in the run's compute dtype, warmed up, and take the best
 rate, so MFU on a 2-core CPU and on an H200 mean the same thing ("fraction of what a plain
-matmul reaches here"), with the threads the run uses.
+matmul reaches here"), with the threads the run uses. A user may give one instead
+(FIXEDFIRST_PEAK_FLOPS), and the run says which it used.
 
 Threads. torch starts one thread per core, which is right on an idle machine and wrong on a
 shared one: a step is a sequence of parallel regions, each as slow as its slowest thread, and a
@@ -14,6 +15,7 @@ are idle when it starts (`choose_threads`), unless told otherwise.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from functools import cache
@@ -124,6 +126,30 @@ PEAK_SIZES = {"cpu": (512, 1024, 2048), "cuda": (4096, 8192)}
 """Matmul sizes timed for the peak. One size is not enough: on this project's 2-core CPU a
 1024^3 product reaches 20-40% less than 2048^3 with two threads, which would inflate every MFU
 by 1.25-1.5x; on a GPU small products do not fill the device."""
+
+
+PEAK_FLOPS_ENV = "FIXEDFIRST_PEAK_FLOPS"
+"""A run's MFU is measured against this peak (FLOP/s of one process's device in the run's
+precision) instead of the measured one: a datasheet's figure, or a figure measured once that
+spares many short runs the second each spends timing matmuls."""
+
+
+def run_peak_flops(device_type: str, dtype: torch.dtype) -> tuple[float, str]:
+    """The peak a run's MFU is measured against and where it comes from: PEAK_FLOPS_ENV when
+    set, otherwise measured here (`measured_peak_flops`)."""
+    given = os.environ.get(PEAK_FLOPS_ENV, "").strip()
+    if not given:
+        return measured_peak_flops(device_type, dtype), "measured"
+    try:
+        peak = float(given)
+    except ValueError:
+        peak = math.nan
+    if not (math.isfinite(peak) and peak > 0):
+        raise UserError(
+            f"{PEAK_FLOPS_ENV}={given!r} is not a peak rate: give the FLOP/s of one process's "
+            "device as a positive number (e.g. 1.5e11), or unset it to measure the peak"
+        )
+    return peak, PEAK_FLOPS_ENV
 
 
 def measured_peak_flops(device_type: str = "cpu", dtype: torch.dtype = torch.float32) -> float:

@@ -47,7 +47,7 @@ from fixedfirst.data.registry import build_source, resolve_data
 from fixedfirst.data.source import BatchSource, rank_rows
 from fixedfirst.errors import UserError
 from fixedfirst.files import write_json_atomic
-from fixedfirst.hardware import choose_threads, measured_peak_flops, resolve_device, resolve_dtype
+from fixedfirst.hardware import choose_threads, resolve_device, resolve_dtype, run_peak_flops
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.schedules import Schedule, describe
 from fixedfirst.train import compilation, distributed, memory_check
@@ -132,13 +132,15 @@ class Trainer:
         processes_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
         self.threads, threads_why = choose_threads(t.threads, processes_here)
         torch.set_num_threads(self.threads)
-        peak = self.peak_flops = measured_peak_flops(self.device.type, self.dtype) * self.world_size
+        peak, self.peak_from = run_peak_flops(self.device.type, self.dtype)
+        peak = self.peak_flops = peak * self.world_size
         self.compiled = compilation.decide(t.compile, self.device, self.budget.flops, peak)
         how = "compiled" if self.compiled.compile else "eager"
         self.precision = "bf16" if self.dtype == torch.bfloat16 else "fp32"
         self._say(
             f"{self.threads} thread(s) ({threads_why}); {how} ({self.compiled.reason}); "
-            f"{self.precision} (train.precision = {t.precision})"
+            f"{self.precision} (train.precision = {t.precision}); "
+            f"MFU against {self.peak_flops:.3g} FLOP/s ({self.peak_from})"
         )
 
         torch.manual_seed(t.seed)  # the same initial weights on every rank
@@ -446,6 +448,7 @@ class Trainer:
         summary.update(
             threads=self.threads, compiled=self.compiled.compile, precision=self.precision
         )
+        summary["peak_flops"] = {"flop_per_s": self.peak_flops, "from": self.peak_from}
         summary["switch"] = switch_summary(
             self.schedule, self.budget.total_steps, self.auto, self.config.train
         )
