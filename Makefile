@@ -23,9 +23,12 @@ demo: setup
 	$(VENV)/bin/fixedfirst bios --out demo-output
 
 # One thread per process: the tests are many small operations and several spawn 2-process runs,
-# where more threads only contend for the cores (on a 2-core machine, badly).
+# where more threads only contend for the cores (on a 2-core machine, badly). TEST_WORKERS
+# processes share the modules (pytest-xdist), a whole module to one worker so that its fixtures
+# are made once; tests/conftest.py starts the longest modules first. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: setup
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow"
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test-all: setup
 	$(PY) -m pytest -q

@@ -2,12 +2,44 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
 import fixedfirst.experiments  # noqa: F401  (registers the tasks' data kinds, as the CLI does)
 from fixedfirst.config import ModelConfig
+from fixedfirst.hardware import PEAK_FLOPS_ENV
 from fixedfirst.model import LoopedTransformer
+
+LONGEST_MODULES = (
+    "test_distributed.py",
+    "test_bios_experiment.py",
+    "test_hard_edges.py",
+    "test_study_configs.py",
+    "test_chains_experiment.py",
+    "test_auto_switch.py",
+    "test_crash.py",
+    "test_side_by_side.py",
+    "test_sweep_seeds.py",
+    "test_hf_export.py",
+)
+"""The modules that take longest (`--durations`, most of their time is training in processes of
+their own), run first: `make test` hands whole modules to two workers as they free up, and
+starting with the longest lets both finish together instead of one waiting on the other's last
+long module."""
+
+
+def pytest_configure(config):
+    """Every run the tests train (here and in the processes they start) measures its MFU against
+    a given peak instead of timing matmuls for half a second of CPU first: the tests check what
+    MFU is computed from, not this machine's peak (tests/test_speed_settings.py measures it)."""
+    os.environ.setdefault(PEAK_FLOPS_ENV, "1e11")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order kept within
 
 
 def tiny_model_config(**overrides) -> ModelConfig:
