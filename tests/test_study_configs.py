@@ -122,6 +122,17 @@ def test_the_bios_probe_and_its_table(tmp_path, capsys):
         share = 100 * run["task_scores"]["4"] / 38.95
         row = next(r for r in table.splitlines() if f"| {run['name']} |" in r)
         assert f"| {share:.0f}% |" in row
+    # Two steps recall almost nothing: the verdict's arithmetic on recall that is not zero, by
+    # hand. 35.055 bits at K=4 are 90% of 38.95 and 3.0 at K=1 are 9% of that (through the loop);
+    # 19.475 at K=4 are 50% (not through the loop, however little K=1 recalls).
+    probe = probe_table_module()
+    depths = [str(d) for d in probe.DEPTHS]
+    looped, shallow = ({**results["runs"][i], "name": f"hand-{i}"} for i in (0, 1))
+    looped["task_scores"] = {d: 35.055 for d in depths} | {"1": 3.0}
+    shallow["task_scores"] = {d: 19.475 for d in depths} | {"1": 0.0}
+    rows = probe.table("bios", {"runs": [looped, shallow]}, ceiling=38.95).splitlines()
+    assert rows[2].startswith("| hand-0 |") and rows[2].endswith("| 90% | 9% | yes |")
+    assert rows[3].endswith("| 50% | 0% | no |")
 
 
 def test_the_language_model_probe_and_its_table(tmp_path, corpus, capsys):  # noqa: F811
