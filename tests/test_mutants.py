@@ -90,3 +90,18 @@ def test_only_failing_tests_kill_a_mutant(monkeypatch, code, stdout, outcome, de
 
     monkeypatch.setattr(TOOL.subprocess, "run", done)
     assert TOOL.run_tests(("tests/t.py",), timeout=10) == (outcome, detail)
+
+
+def test_the_committed_result_is_of_todays_list_and_the_readme_quotes_it():
+    """docs/mutation-result.md is the script's table for every mutant listed now (a mutant added
+    or renamed without a run fails here), and the README says what that table says."""
+    result = (ROOT / "docs" / "mutation-result.md").read_text()
+    rows = [line.split("|")[1:4] for line in result.splitlines() if line.startswith("| ")]
+    outcomes = {cells[0].strip(): cells[2].strip() for cells in rows[2:]}  # after the header
+    assert sorted(outcomes) == sorted(m.id for m in MUTANTS)
+    killed = sum(outcome == "killed" for outcome in outcomes.values())
+    summary = f"{killed} of {len(MUTANTS)} mutants killed"
+    assert summary in result
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"lists {len(MUTANTS)} curated mutants" in readme
+    assert f"{killed} of {len(MUTANTS)} killed" in readme
