@@ -69,7 +69,7 @@ def test_mfu_is_measured_against_the_peak_the_user_gives(tmp_path, monkeypatch):
     monkeypatch.setenv(hardware.PEAK_FLOPS_ENV, " 2.5e9 ")
     config = tiny_config("train.log_every=1")
     summary = Trainer(config, tmp_path / "run", quiet=True).train()
-    assert summary["peak_flops"] == {"flop_per_s": 2.5e9, "from": "FIXEDFIRST_PEAK_FLOPS"}
+    assert summary["peak_flops"] == {"per_process": 2.5e9, "from": "FIXEDFIRST_PEAK_FLOPS"}
     records = train_records(tmp_path / "run")
     flops = [0.0] + [r["flops"] for r in records]
     for before, r in zip(flops[:-1], records, strict=True):
@@ -91,7 +91,7 @@ def test_without_a_given_peak_the_run_measures_it(tmp_path, monkeypatch):
     monkeypatch.delenv(hardware.PEAK_FLOPS_ENV, raising=False)  # tests/conftest.py gives one
     monkeypatch.setattr(hardware, "measured_peak_flops", lambda device, dtype: 3e9)
     summary = Trainer(tiny_config(), tmp_path / "run", quiet=True).train()
-    assert summary["peak_flops"] == {"flop_per_s": 3e9, "from": "measured"}
+    assert summary["peak_flops"] == {"per_process": 3e9, "from": "measured"}
 
 
 def test_the_measured_peak_is_a_real_matmul_rate():

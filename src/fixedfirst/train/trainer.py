@@ -132,8 +132,8 @@ class Trainer:
         processes_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
         self.threads, threads_why = choose_threads(t.threads, processes_here)
         torch.set_num_threads(self.threads)
-        peak, self.peak_from = run_peak_flops(self.device.type, self.dtype)
-        peak = self.peak_flops = peak * self.world_size
+        self.peak_per_process, self.peak_from = run_peak_flops(self.device.type, self.dtype)
+        peak = self.peak_flops = self.peak_per_process * self.world_size
         self.compiled = compilation.decide(t.compile, self.device, self.budget.flops, peak)
         how = "compiled" if self.compiled.compile else "eager"
         self.precision = "bf16" if self.dtype == torch.bfloat16 else "fp32"
@@ -448,7 +448,7 @@ class Trainer:
         summary.update(
             threads=self.threads, compiled=self.compiled.compile, precision=self.precision
         )
-        summary["peak_flops"] = {"flop_per_s": self.peak_flops, "from": self.peak_from}
+        summary["peak_flops"] = {"per_process": self.peak_per_process, "from": self.peak_from}
         summary["switch"] = switch_summary(
             self.schedule, self.budget.total_steps, self.auto, self.config.train
         )
