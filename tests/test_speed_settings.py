@@ -79,12 +79,16 @@ def test_mfu_is_measured_against_the_peak_the_user_gives(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("given", ["fast", "0", "-1e12", "inf", "nan"])
-def test_a_peak_that_is_not_a_positive_rate_is_one_line(given, monkeypatch):
+def test_a_peak_that_is_not_a_positive_rate_is_one_line(given, tmp_path, monkeypatch):
+    """Refused with the run's other settings, before its directory is touched."""
     from fixedfirst.errors import UserError
 
     monkeypatch.setenv(hardware.PEAK_FLOPS_ENV, given)
     with pytest.raises(UserError, match=r"^FIXEDFIRST_PEAK_FLOPS='.+' is not a peak rate: give"):
-        hardware.run_peak_flops("cpu", torch.float32)
+        hardware.given_peak_flops()
+    with pytest.raises(UserError, match=r"^FIXEDFIRST_PEAK_FLOPS="):
+        Trainer(tiny_config(), tmp_path / "run", quiet=True)
+    assert not (tmp_path / "run").exists()
 
 
 def test_without_a_given_peak_the_run_measures_it(tmp_path, monkeypatch):

@@ -134,12 +134,11 @@ precision) instead of the measured one: a datasheet's figure, or a figure measur
 spares many short runs the second each spends timing matmuls."""
 
 
-def run_peak_flops(device_type: str, dtype: torch.dtype) -> tuple[float, str]:
-    """The peak a run's MFU is measured against and where it comes from: PEAK_FLOPS_ENV when
-    set, otherwise measured here (`measured_peak_flops`)."""
+def given_peak_flops() -> float | None:
+    """PEAK_FLOPS_ENV as a rate, None when it is unset; anything but a positive rate is refused."""
     given = os.environ.get(PEAK_FLOPS_ENV, "").strip()
     if not given:
-        return measured_peak_flops(device_type, dtype), "measured"
+        return None
     try:
         peak = float(given)
     except ValueError:
@@ -149,7 +148,15 @@ def run_peak_flops(device_type: str, dtype: torch.dtype) -> tuple[float, str]:
             f"{PEAK_FLOPS_ENV}={given!r} is not a peak rate: give the FLOP/s of one process's "
             "device as a positive number (e.g. 1.5e11), or unset it to measure the peak"
         )
-    return peak, PEAK_FLOPS_ENV
+    return peak
+
+
+def run_peak_flops(device_type: str, dtype: torch.dtype, given: float | None) -> tuple[float, str]:
+    """The peak a run's MFU is measured against and where it comes from: `given`
+    (`given_peak_flops`, read while the run's settings are checked) or measured here."""
+    if given is None:
+        return measured_peak_flops(device_type, dtype), "measured"
+    return given, PEAK_FLOPS_ENV
 
 
 def measured_peak_flops(device_type: str = "cpu", dtype: torch.dtype = torch.float32) -> float:

@@ -47,7 +47,13 @@ from fixedfirst.data.registry import build_source, resolve_data
 from fixedfirst.data.source import BatchSource, rank_rows
 from fixedfirst.errors import UserError
 from fixedfirst.files import write_json_atomic
-from fixedfirst.hardware import choose_threads, resolve_device, resolve_dtype, run_peak_flops
+from fixedfirst.hardware import (
+    choose_threads,
+    given_peak_flops,
+    resolve_device,
+    resolve_dtype,
+    run_peak_flops,
+)
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.schedules import Schedule, describe
 from fixedfirst.train import compilation, distributed, memory_check
@@ -108,6 +114,7 @@ class Trainer:
             config, self.budget.total_steps, self.flops_model, self.source, *place
         )
         check_packages(t.log_to)
+        self.given_peak = given_peak_flops()
         local = t.batch_size // self.world_size
         micro = t.micro_batch(self.world_size)
         if t.batch_size % self.world_size or local % micro:
@@ -132,7 +139,9 @@ class Trainer:
         processes_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
         self.threads, threads_why = choose_threads(t.threads, processes_here)
         torch.set_num_threads(self.threads)
-        self.peak_per_process, self.peak_from = run_peak_flops(self.device.type, self.dtype)
+        self.peak_per_process, self.peak_from = run_peak_flops(
+            self.device.type, self.dtype, self.given_peak
+        )
         peak = self.peak_flops = self.peak_per_process * self.world_size
         self.compiled = compilation.decide(t.compile, self.device, self.budget.flops, peak)
         how = "compiled" if self.compiled.compile else "eager"
