@@ -20,7 +20,7 @@ from fixedfirst.train.checkpoint import CheckpointManager
 from fixedfirst.train.counters import format_summary
 from fixedfirst.train.metrics import read_metrics
 from fixedfirst.train.trainer import Trainer
-from tests.test_crash import wait_for
+from tests.test_crash import resume_here, wait_for
 from tests.trainer_helpers import (
     comparable,
     final_weights,
@@ -120,14 +120,7 @@ def test_kill_9_and_resume_switch_at_the_same_step(tmp_path):
     assert proc.returncode == -signal.SIGKILL
     assert not (run / "summary.json").exists()
     assert not [r for r in switch_records(run) if r["kind"] == "switch"]  # killed before it
-    resumed = subprocess.run(
-        [sys.executable, "-m", "fixedfirst", "train", "--out", str(run), "--resume", "--quiet"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert resumed.returncode == 0, resumed.stderr
+    resume_here(run)
     assert switch_records(run) == switch_records(tmp_path / "reference")
     a, b = final_weights(run), final_weights(tmp_path / "reference")
     assert all(torch.equal(a[k], b[k]) for k in a)
