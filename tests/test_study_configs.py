@@ -62,6 +62,7 @@ def test_the_language_model_table_runs_end_to_end(tmp_path, corpus, capsys):  # 
                 "every": "every = 8",
                 "eval_batches": "eval_batches = 1",
                 "seeds": "seeds = [0, 1]",
+                "precision": 'precision = "fp32"',  # bf16 on a model this small is slower
             },
             corpus,
         )
@@ -102,7 +103,12 @@ def test_the_bios_probe_and_its_table(tmp_path, capsys):
     text = shrunk(
         ROOT / "configs/probes/bios-loop.toml",
         3200,  # 400 steps of 64 biographies -> 2 steps of 4
-        {"d_model": "d_model = 16", "batch_size": "batch_size = 4", "people": "people = 12"},
+        {
+            "d_model": "d_model = 16",
+            "batch_size": "batch_size = 4",
+            "people": "people = 12",
+            "precision": 'precision = "fp32"',
+        },
         None,
     )
     # every run's own people count too (1000, 300): recall is scored over all of them
@@ -149,6 +155,7 @@ def test_the_language_model_probe_and_its_table(tmp_path, corpus, capsys):  # no
                 "train.seq_len = 256": "train.seq_len = 32",
                 "train.seq_len = 128": "train.seq_len = 16",
                 "eval_batches": "eval_batches = 1",
+                "precision": 'precision = "fp32"',
             },
             corpus,
         ).replace("model.d_model = 64", "model.d_model = 8")
