@@ -246,8 +246,14 @@ def test_sigusr1_stops_every_process_with_a_checkpoint_and_resume_is_exact(runs,
     assert said[0].endswith(f"; resume with `fixedfirst train --resume --out {run} --nproc 2`")
     saved = CheckpointManager(run / "checkpoints").all()[-1]
     assert saved.tags == ["paused"] and 4 < saved.step < 24 and saved.meta["world_size"] == 2
-    resume = ["train", "--out", str(run), "--resume", "--quiet", "--nproc", "2"]
-    finish(subprocess.Popen([sys.executable, "-m", "fixedfirst", *resume], env=environment()))
+    # The resume's launcher is this process (its two ranks are new ones, as always).
+    from fixedfirst.cli.main import main
+
+    with pytest.MonkeyPatch.context() as env, pytest.raises(SystemExit) as resumed:
+        for name, value in environment().items():
+            env.setenv(name, value)  # what its ranks inherit
+        main(["train", "--out", str(run), "--resume", "--quiet", "--nproc", "2"])
+    assert resumed.value.code == 0
     assert_same_as(runs["ddp"], run)
 
 
