@@ -26,7 +26,7 @@ demo: setup
 # where more threads only contend for the cores (on a 2-core machine, badly). TEST_WORKERS
 # processes share the modules (pytest-xdist), a whole module to one worker so that its fixtures
 # are made once; tests/conftest.py starts the longest modules first. TEST_WORKERS=0: one process.
-# Byte-compiled first: the ~80 Python processes the tests start then read the package's
+# Byte-compiled first: the Python processes the tests start then read the package's
 # bytecode instead of each compiling it again (0.35 s of CPU apiece where PYTHONDONTWRITEBYTECODE
 # is set, as on our CI machine).
 TEST_WORKERS ?= 2
