@@ -30,6 +30,7 @@ from fixedfirst.schedules import Schedule
 from fixedfirst.train.checkpoint import CheckpointManager
 from fixedfirst.train.metrics import read_metrics
 from fixedfirst.train.trainer import Trainer
+from tests.test_crash import resume_here
 from tests.trainer_helpers import comparable, final_weights, train_records, write_tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -330,11 +331,7 @@ def test_killed_rank_stops_the_run_and_its_checkpoint_resumes(runs, tmp_path):
         ckpt.verify()  # whatever is visible as complete is complete
     # The newest checkpoint resumes, here on one process (the SIGUSR1 test resumes on two, bit
     # for bit): the run ends as the uninterrupted one did, up to the order of summing gradients.
-    from fixedfirst.cli.main import main
-
-    with pytest.raises(SystemExit) as resumed:
-        main(["train", "--out", str(run), "--resume", "--quiet"])
-    assert resumed.value.code == 0
+    resume_here(run)
     assert_close_runs(runs["ddp"], run)
 
 
