@@ -18,9 +18,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-from fixedfirst.compute import flop_model
+from fixedfirst.compute.flops import flop_model
 from fixedfirst.config import ModelConfig
-from fixedfirst.hardware import measured_peak_flops
+from fixedfirst.machine.device import measured_peak_flops
 from fixedfirst.model import LoopedTransformer
 
 

@@ -31,7 +31,7 @@ import torch
 
 from fixedfirst.config import ModelConfig, TrainConfig
 from fixedfirst.data.source import Batch
-from fixedfirst.hardware import choose_threads
+from fixedfirst.machine.device import choose_threads
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.train.optim import build_optimizer
 from fixedfirst.train.peak_memory import step_peak

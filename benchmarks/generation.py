@@ -31,10 +31,10 @@ import time
 import torch
 import torch.nn.functional as F
 
-from fixedfirst.compute import flop_model
+from fixedfirst.compute.flops import flop_model
 from fixedfirst.model.loss import IGNORE_INDEX
-from fixedfirst.runs.opening import load_run
 from fixedfirst.serve import KLExit, teacher_forced_kl_exit
+from fixedfirst.train.opening import load_run
 
 
 def validation_batches(loaded, n_batches: int):

@@ -9,9 +9,9 @@
    step) at depths 4 and 16, eager and with torch.compile: per run, tokens/s, MFU against the
    matmul peak measured here (hardware.measured_peak_flops, as the trainer's MFU), and the
    step's peak memory (`torch.cuda.max_memory_allocated`) against the memory model's prediction
-   (fixedfirst/memory.py, which `fixedfirst plan` and the trainer's check use), with what the
-   allocator reserved beyond it. The micro-batch is the largest of at most 16 sequences that the
-   memory model fits in 90% of the GPU at depth 16; one micro-batch per step.
+   (fixedfirst/compute/memory.py, which `fixedfirst plan` and the trainer's check use), with
+   what the allocator reserved beyond it. The micro-batch is the largest of at most 16 sequences
+   that the memory model fits in 90% of the GPU at depth 16; one micro-batch per step.
 
 Without CUDA every part that needs it is skipped with a line saying so, and the training runs a
 d = 128 model of lm-200m's layout (2 + 6 + 2 layers, vocabulary 2048, 128 tokens) in fp32 on
@@ -32,11 +32,11 @@ from pathlib import Path
 
 import torch
 
-from fixedfirst.compute import flop_model
+from fixedfirst.compute.flops import flop_model
+from fixedfirst.compute.memory import GIB, MARGIN, Placement, training_memory
 from fixedfirst.config import ModelConfig, TrainConfig, load_config
 from fixedfirst.data.source import Batch
-from fixedfirst.hardware import measured_peak_flops
-from fixedfirst.memory import GIB, MARGIN, Placement, training_memory
+from fixedfirst.machine.device import measured_peak_flops
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.train.compilation import compile_blocks
 from fixedfirst.train.memory_check import is_out_of_memory

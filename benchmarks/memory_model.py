@@ -1,4 +1,4 @@
-"""Benchmark: the memory model (fixedfirst/memory.py) against measured peak memory.
+"""Benchmark: the memory model (fixedfirst/compute/memory.py) against measured peak memory.
 
     .venv/bin/python benchmarks/memory_model.py [--depths 1,4,16,64] [--other-depths 1,16]
         [--paper-depth 4]
@@ -34,9 +34,9 @@ from collections.abc import Iterator
 
 import torch
 
+from fixedfirst.compute.memory import Placement, training_memory
 from fixedfirst.config import ModelConfig, RunConfig, TrainConfig, load_config
 from fixedfirst.data.source import Batch
-from fixedfirst.memory import Placement, training_memory
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.train.optim import build_optimizer
 from fixedfirst.train.peak_memory import step_peak

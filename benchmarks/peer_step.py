@@ -36,10 +36,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fixedfirst.compute import flop_model
+from fixedfirst.compute.flops import flop_model
 from fixedfirst.config import ModelConfig, TrainConfig
 from fixedfirst.data.source import Batch
-from fixedfirst.hardware import choose_threads, measured_peak_flops
+from fixedfirst.machine.device import choose_threads, measured_peak_flops
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.train.compilation import compile_blocks
 from fixedfirst.train.optim import build_optimizer

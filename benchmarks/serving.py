@@ -32,11 +32,11 @@ import time
 import torch
 import torch.nn.functional as F
 
-from fixedfirst.compute import flop_model
+from fixedfirst.compute.flops import flop_model
 from fixedfirst.model.loss import IGNORE_INDEX
-from fixedfirst.runs.opening import load_run
 from fixedfirst.serve import exit_rule, left_pad, stream_adaptive, teacher_forced_exit
 from fixedfirst.serve.speculative import SpeculationStats, stream_speculative
+from fixedfirst.train.opening import load_run
 
 PROMPT_LENGTHS = [8, 12, 16, 20, 24, 28, 32, 36]
 
@@ -193,9 +193,9 @@ def exit_table(model, batches, rules, depths: list[int]) -> list[dict]:
 @torch.no_grad()
 def chains_table(run: str, rules, depths: list[int], sequences: int) -> tuple[list, list[str]]:
     from fixedfirst.data.registry import kind_options
-    from fixedfirst.experiments.chains.accuracy import correctness_by_depth
-    from fixedfirst.experiments.chains.bands import bands_of
-    from fixedfirst.experiments.chains.source import evaluation_set
+    from fixedfirst.tasks.chains.accuracy import correctness_by_depth
+    from fixedfirst.tasks.chains.bands import bands_of
+    from fixedfirst.tasks.chains.source import evaluation_set
 
     loaded = load_run(run)
     model, options = loaded.model, kind_options(loaded.config)

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from fixedfirst.config import load_config
-from fixedfirst.hardware import choose_threads
+from fixedfirst.machine.device import choose_threads
 from fixedfirst.train import trainer as trainer_module
 from fixedfirst.train.trainer import Trainer
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from fixedfirst.compute import modeled_savings
+from fixedfirst.compute.plan import modeled_savings
 from fixedfirst.config import load_config
 from fixedfirst.train.trainer import Trainer
 

@@ -2,7 +2,7 @@
 
 X[b, j] = mu + u_b + v_j + e_bj (B = J = 24 and 32, normal effects); for each set of standard
 deviations and five simulation seeds, the share of 300 replications whose interval covers mu:
-the two-way bootstrap (`fixedfirst.intervals.two_way_bootstrap`, 1000 resamples) and the
+the two-way bootstrap (`fixedfirst.stats.intervals.two_way_bootstrap`, 1000 resamples) and the
 t-interval over row means (what the diagnostic reported before). The output is committed as
 docs/diagnose/bootstrap-coverage.md:
 

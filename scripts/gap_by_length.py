@@ -7,9 +7,9 @@
 
 For each length L the entries are A (L = 1) or A-xL and B or B-xL; the gap is A's mean serving NLL
 over B's, minus 1, paired by seed, with its 95% t-interval over the seeds both finished
-(fixedfirst.evidence). Writes OUT.md (the table) and OUT.png (the gap against tokens, and tokens
-per parameter on the top axis), and prints the table. A length whose runs are missing is left out
-and named.
+(fixedfirst.stats.evidence). Writes OUT.md (the table) and OUT.png (the gap against tokens, and
+tokens per parameter on the top axis), and prints the table. A length whose runs are missing is
+left out and named.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import argparse
 import json
 from pathlib import Path
 
-from fixedfirst.evidence import paired_relative, sign
-from fixedfirst.experiments.sweep.spec import load_sweep
-from fixedfirst.files import save_figure
-from fixedfirst.memory import parameters
+from fixedfirst.compute.memory import parameters
+from fixedfirst.files.writing import save_figure
+from fixedfirst.stats.evidence import paired_relative, sign
+from fixedfirst.studies.sweep.spec import load_sweep
 
 
 def entry(name: str, length: float) -> str:

@@ -699,7 +699,7 @@ SWEEP_CASES: list[Case] = [
 
 def smoke_preset_with(line: str) -> str:
     """The shipped smoke preset with `key = value` set in its [experiment] section."""
-    smoke = (resources.files("fixedfirst.experiments.bios") / "presets" / "smoke.toml").read_text()
+    smoke = (resources.files("fixedfirst.studies.bios") / "presets" / "smoke.toml").read_text()
     head, rest = smoke.split("[experiment]\n", 1)
     section, tail = rest.split("\n[", 1)
     key = line.split("=")[0].strip()

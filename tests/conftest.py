@@ -7,9 +7,9 @@ import os
 import pytest
 import torch
 
-import fixedfirst.experiments  # noqa: F401  (registers the tasks' data kinds, as the CLI does)
+import fixedfirst.tasks  # noqa: F401  (registers the tasks' data kinds, as the CLI does)
 from fixedfirst.config import ModelConfig
-from fixedfirst.hardware import PEAK_FLOPS_ENV
+from fixedfirst.machine.device import PEAK_FLOPS_ENV
 from fixedfirst.model import LoopedTransformer
 
 LONGEST_MODULES = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fixedfirst.intervals import t_interval, two_way_bootstrap
+from fixedfirst.stats.intervals import t_interval, two_way_bootstrap
 
 MU = 0.7
 

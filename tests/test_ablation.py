@@ -8,8 +8,8 @@ import json
 import pytest
 
 from fixedfirst.cli.main import main
-from fixedfirst.experiments.ablation.experiment import SWITCHES, load_ablation
 from fixedfirst.model import LoopedTransformer
+from fixedfirst.studies.ablation.experiment import SWITCHES, load_ablation
 
 
 def test_variants_flip_one_switch_each_from_the_preset():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fixedfirst.compute import plan_budget
+from fixedfirst.compute.plan import plan_budget
 from fixedfirst.schedules import Schedule
 from fixedfirst.train.auto_switch import switch_summary
 from fixedfirst.train.checkpoint import CheckpointManager
@@ -129,7 +129,7 @@ def test_kill_9_and_resume_switch_at_the_same_step(tmp_path):
 def test_a_flop_budget_fits_wherever_the_rule_switches():
     config = tiny_config(*AUTO[:3], "train.flops=2e9", "train.tokens=1000")
     budget = plan_budget(config)
-    from fixedfirst.compute import flop_model, realised_flops
+    from fixedfirst.compute.flops import flop_model, realised_flops
     from fixedfirst.schedules import Schedule
     from fixedfirst.switching.policy import switch_bounds
 

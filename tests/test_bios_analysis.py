@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from fixedfirst.experiments.bios.analysis import analyse
-from fixedfirst.experiments.bios.report import findings
+from fixedfirst.studies.bios.analysis import analyse
+from fixedfirst.studies.bios.report import findings
 
 CEILING = 40.0
 DEPTHS = [1, 2, 4, 8, 16, 64]

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from fixedfirst.cli.main import main
-from fixedfirst.compute import flop_model
+from fixedfirst.compute.flops import flop_model
 from fixedfirst.config import load_config
-from fixedfirst.experiments.bios.experiment import load_preset, recall_job, snapshot_checkpoint
-from fixedfirst.experiments.bios.recall import RecallReport
 from fixedfirst.schedules import Schedule
+from fixedfirst.studies.bios.experiment import load_preset, recall_job, snapshot_checkpoint
+from fixedfirst.tasks.bios.recall import RecallReport
 
 PRINTED: dict[str, str] = {}
 """What the smoke experiment printed, for the test of its side-by-side lines."""

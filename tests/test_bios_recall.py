@@ -12,7 +12,8 @@ import torch.nn.functional as F
 
 from fixedfirst.config import ModelConfig
 from fixedfirst.errors import UserError
-from fixedfirst.experiments.bios.recall import (
+from fixedfirst.model import LoopedTransformer
+from fixedfirst.tasks.bios.recall import (
     RecallReport,
     build_prompts,
     evaluate_recall,
@@ -21,10 +22,9 @@ from fixedfirst.experiments.bios.recall import (
     recalled_facts,
     shared_prefix_length,
 )
-from fixedfirst.experiments.bios.source import BiosSource, bios_seq_len
-from fixedfirst.experiments.bios.templates import render
-from fixedfirst.experiments.bios.world import ATTRIBUTES, BiosOptions, build_world
-from fixedfirst.model import LoopedTransformer
+from fixedfirst.tasks.bios.source import BiosSource, bios_seq_len
+from fixedfirst.tasks.bios.templates import render
+from fixedfirst.tasks.bios.world import ATTRIBUTES, BiosOptions, build_world
 
 DATA_SEED = 1
 DATA = BiosOptions(people=16, first_names=6, middle_names=6, last_names=6, cities=8)

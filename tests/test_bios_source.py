@@ -8,8 +8,8 @@ import torch
 from fixedfirst.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from fixedfirst.data.registry import build_source
 from fixedfirst.errors import UserError
-from fixedfirst.experiments.bios.source import BiosSource, bios_seq_len, bios_vocab_size
-from fixedfirst.experiments.bios.world import ATTRIBUTES, BiosOptions, build_world
+from fixedfirst.tasks.bios.source import BiosSource, bios_seq_len, bios_vocab_size
+from fixedfirst.tasks.bios.world import ATTRIBUTES, BiosOptions, build_world
 
 DATA = BiosOptions(people=12, first_names=5, middle_names=5, last_names=5, cities=7)
 WORLD = build_world(DATA)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from fixedfirst.errors import UserError
-from fixedfirst.experiments.bios.source import bios_vocab_size
-from fixedfirst.experiments.bios.templates import TEMPLATES, render
-from fixedfirst.experiments.bios.tokenizer import BiosTokenizer
-from fixedfirst.experiments.bios.world import ATTRIBUTES, BiosOptions, build_world
+from fixedfirst.tasks.bios.source import bios_vocab_size
+from fixedfirst.tasks.bios.templates import TEMPLATES, render
+from fixedfirst.tasks.bios.tokenizer import BiosTokenizer
+from fixedfirst.tasks.bios.world import ATTRIBUTES, BiosOptions, build_world
 
 DATA = BiosOptions(people=30, first_names=10, middle_names=10, last_names=10, cities=20)
 

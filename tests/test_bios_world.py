@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from fixedfirst.errors import UserError
-from fixedfirst.experiments.bios.templates import template_words
-from fixedfirst.experiments.bios.world import (
+from fixedfirst.tasks.bios.templates import template_words
+from fixedfirst.tasks.bios.world import (
     ATTRIBUTES,
     MONTHS,
     BiosOptions,

@@ -7,12 +7,12 @@ import math
 
 import pytest
 
-from fixedfirst.experiments.chains.analysis import (
+from fixedfirst.studies.chains.analysis import (
     analyse,
     chosen_depth,
     solved_up_to,
 )
-from fixedfirst.experiments.chains.rerun import compare, rerun_markdown
+from fixedfirst.studies.chains.rerun import compare, rerun_markdown
 
 DEPTHS = [1, 4, 16, 64]
 MAX_OPS = 4  # bands 0..2 (easy), 3..4 (hard), 5..8 (near), 9..12 (far)

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from fixedfirst.cli.main import main
-from fixedfirst.compute import flop_model
-from fixedfirst.experiments.chains.experiment import load_preset
-from fixedfirst.experiments.chains.figure import FIGURES
-from fixedfirst.experiments.presets import PAPER_SCHEDULES
+from fixedfirst.compute.flops import flop_model
 from fixedfirst.schedules import Schedule
+from fixedfirst.studies.chains.experiment import load_preset
+from fixedfirst.studies.chains.figure import FIGURES
+from fixedfirst.studies.presets import PAPER_SCHEDULES
 
 SMOKE_SETTINGS = ["experiment.flops=6e9"]
 """The smoke preset at half its FLOP budget: training was most of the experiment's time."""

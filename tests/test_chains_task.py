@@ -9,17 +9,17 @@ import torch
 from fixedfirst.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from fixedfirst.data.registry import build_source, data_kind
 from fixedfirst.errors import UserError
-from fixedfirst.experiments.chains.bands import bands_of
-from fixedfirst.experiments.chains.program import (
+from fixedfirst.model import LoopedTransformer
+from fixedfirst.model.loss import IGNORE_INDEX
+from fixedfirst.tasks.chains.bands import bands_of
+from fixedfirst.tasks.chains.program import (
     SELECTION_STREAM,
     ChainsOptions,
     evaluation_program,
     training_program,
 )
-from fixedfirst.experiments.chains.sets import SETS
-from fixedfirst.experiments.chains.source import ChainsSource, evaluation_seed, evaluation_set
-from fixedfirst.model import LoopedTransformer
-from fixedfirst.model.loss import IGNORE_INDEX
+from fixedfirst.tasks.chains.sets import SETS
+from fixedfirst.tasks.chains.source import ChainsSource, evaluation_seed, evaluation_set
 
 OPTIONS = ChainsOptions(statements=24, values=16, max_ops=5, eval_ops=15)
 

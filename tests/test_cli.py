@@ -48,7 +48,7 @@ def test_config_reference_lists_every_key(capsys):
             if f.metadata.get("table"):  # [data.KIND]: listed per kind below
                 continue
             assert f"`{f.name}`" in out
-    from fixedfirst.experiments.bios.world import BiosOptions
+    from fixedfirst.tasks.bios.world import BiosOptions
 
     assert "**[data.bios]**" in out
     for f in fields(BiosOptions):

@@ -11,13 +11,8 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from fixedfirst.compute import (
-    flop_model,
-    modeled_savings,
-    plan_budget,
-    plan_steps,
-    realised_flops,
-)
+from fixedfirst.compute.flops import flop_model, realised_flops
+from fixedfirst.compute.plan import modeled_savings, plan_budget, plan_steps
 from fixedfirst.config import load_config
 from fixedfirst.errors import UserError
 from fixedfirst.model import LoopedTransformer

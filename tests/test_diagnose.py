@@ -11,11 +11,11 @@ import torch
 from safetensors.torch import load_file
 
 from fixedfirst.cli.main import main
-from fixedfirst.experiments.diagnose.figure import figure4
-from fixedfirst.experiments.diagnose.finishing import FinishingChain, open_run_state
-from fixedfirst.experiments.diagnose.runner import DiagnoseOptions, run_diagnostic
-from fixedfirst.experiments.diagnose.summary import contained_from, first_u_containing_zero
-from fixedfirst.intervals import two_way_bootstrap
+from fixedfirst.stats.intervals import two_way_bootstrap
+from fixedfirst.studies.diagnose.figure import figure4
+from fixedfirst.studies.diagnose.finishing import FinishingChain, open_run_state
+from fixedfirst.studies.diagnose.runner import DiagnoseOptions, run_diagnostic
+from fixedfirst.studies.diagnose.summary import contained_from, first_u_containing_zero
 from fixedfirst.train.checkpoint import META_FILE, TRAINER_FILE, CheckpointManager, sha256
 from fixedfirst.train.trainer import Trainer
 from tests.trainer_helpers import tiny_config
@@ -288,8 +288,8 @@ def test_a_switch_checkpoint_without_optimizer_state_is_refused(
 def test_headline_follows_the_intervals_per_band():
     """A depth average that contains zero at u = 16 but not at u = 32 is no finding of 'faded by
     16'; a band whose intervals contain zero from some u on is reported from that u."""
-    from fixedfirst.experiments.diagnose.report import headline
-    from fixedfirst.experiments.diagnose.summary import depth_bands
+    from fixedfirst.studies.diagnose.report import headline
+    from fixedfirst.studies.diagnose.summary import depth_bands
 
     def interval(mean, low, high):
         return {"mean": mean, "low": low, "high": high, "contains_zero": low <= 0 <= high}
@@ -334,8 +334,8 @@ def test_headline_follows_the_intervals_per_band():
 def test_summary_weights_sequences_by_their_scored_tokens():
     """Held-out sequences of unequal length: every mean is per token (a sequence counts by its
     scored tokens) and every interval resamples with those weights."""
-    from fixedfirst.experiments.diagnose.summary import IntervalSettings, Measurements
-    from fixedfirst.experiments.diagnose.update_pair import HeldoutNLL, PairResult
+    from fixedfirst.studies.diagnose.summary import IntervalSettings, Measurements
+    from fixedfirst.studies.diagnose.update_pair import HeldoutNLL, PairResult
 
     depths, tokens = [1, 2], np.array([10.0, 1.0, 5.0])
     rng = np.random.default_rng(0)

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from fixedfirst.intervals import (
+from fixedfirst.stats.intervals import (
     regularized_incomplete_beta,
     t_interval,
     t_quantile,

@@ -7,7 +7,8 @@ import torch
 
 from fixedfirst.config import TrainConfig
 from fixedfirst.data.synthetic import SyntheticSource
-from fixedfirst.experiments.diagnose.update_pair import (
+from fixedfirst.model import LoopedTransformer
+from fixedfirst.studies.diagnose.update_pair import (
     StateSnapshot,
     UpdatePair,
     heldout_nll,
@@ -16,7 +17,6 @@ from fixedfirst.experiments.diagnose.update_pair import (
     state_digest,
     update_rms,
 )
-from fixedfirst.model import LoopedTransformer
 from fixedfirst.train.optim import build_optimizer
 from fixedfirst.train.step import train_step
 from tests.conftest import tiny_model_config

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fixedfirst.compute import plan_budget
+from fixedfirst.compute.plan import plan_budget
 from fixedfirst.schedules import Schedule
 from fixedfirst.train.checkpoint import CheckpointManager
 from fixedfirst.train.metrics import read_metrics

@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from fixedfirst.data.source import Batch
+from fixedfirst.evaluation.nll import mean_serving_nll, validation_nll
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.train.evaluation import mean_serving_nll, validation_nll
 from tests.conftest import tiny_model_config
 
 

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from fixedfirst.evidence import over_seeds, paired, sign, verdict
-from fixedfirst.intervals import Interval
+from fixedfirst.stats.evidence import over_seeds, paired, sign, verdict
+from fixedfirst.stats.intervals import Interval
 
 T_975_4 = 2.776445105  # two-sided 95%, 4 degrees of freedom (printed tables)
 T_975_2 = 4.302652730

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from fixedfirst.compute import FlopModel
+from fixedfirst.compute.flops import FlopModel
 from fixedfirst.errors import UserError
 from fixedfirst.serve.exit_rules import (
     ArgmaxExit,

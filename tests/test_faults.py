@@ -180,7 +180,7 @@ def test_the_system_error_behind_a_library_write_error(tmp_path):
     writer finds it behind theirs (tested here without a full disk)."""
     from safetensors import SafetensorError
 
-    from fixedfirst.files import os_error_behind
+    from fixedfirst.files.writing import os_error_behind
 
     message = "Error while serializing: I/O error: No space left on device (os error 28)"
     found = os_error_behind(SafetensorError(message), tmp_path / "model.safetensors")

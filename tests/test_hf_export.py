@@ -20,7 +20,7 @@ transformers = pytest.importorskip("transformers")
 
 from fixedfirst.cli.main import main  # noqa: E402
 from fixedfirst.data.tokenizer import BpeTokenizer, WordTokenizer  # noqa: E402
-from fixedfirst.serve.hf.tokenizer import hf_tokenizer_files  # noqa: E402
+from fixedfirst.export.hf.tokenizer import hf_tokenizer_files  # noqa: E402
 from fixedfirst.serve.loading import load_served  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -168,7 +168,7 @@ def test_serving_depth_from_the_config_or_per_call(hf_model, served):
 
 def test_depth_is_capped_as_in_fixedfirst(hf_model):
     from fixedfirst.config.limits import MAX_DEPTH
-    from fixedfirst.serve.hf import modeling_fixedfirst
+    from fixedfirst.export.hf import modeling_fixedfirst
 
     assert modeling_fixedfirst.MAX_DEPTH == MAX_DEPTH  # the file cannot import fixedfirst
     x = torch.zeros(1, 4, dtype=torch.long)
@@ -326,7 +326,7 @@ def test_missing_tokenizers_package_is_one_line(monkeypatch, served):
 
 def test_fixedfirst_does_not_need_transformers_to_export_or_start():
     code = (
-        "import sys, fixedfirst, fixedfirst.serve, fixedfirst.serve.hf\n"
+        "import sys, fixedfirst, fixedfirst.serve, fixedfirst.export.hf\n"
         "from fixedfirst.cli.main import build_parser\n"
         "build_parser()\n"
         "assert 'transformers' not in sys.modules, 'transformers imported'\n"
@@ -347,8 +347,8 @@ def test_every_architecture_switch_gives_fixedfirst_logits(overrides):
     import importlib.util
 
     from fixedfirst.config import ModelConfig
+    from fixedfirst.export.hf import export as hf_export
     from fixedfirst.model import LoopedTransformer
-    from fixedfirst.serve.hf import export as hf_export
 
     spec = importlib.util.spec_from_file_location(
         "modeling_fixedfirst", Path(hf_export.__file__).with_name("modeling_fixedfirst.py")

@@ -162,11 +162,11 @@ def test_exit_rules_stop_where_generation_stops(text_run):
 
 def test_chains_example_is_scored_like_the_task(chains_run, tmp_path):
     """The labels are the evaluation program's, and right/wrong at each depth on the long chain
-    is the chains task's own correctness (experiments/chains/accuracy.py)."""
+    is the chains task's own correctness (tasks/chains/accuracy.py)."""
     from fixedfirst.data.registry import kind_options
-    from fixedfirst.experiments.chains.accuracy import correctness_by_depth
-    from fixedfirst.experiments.chains.source import evaluation_set
-    from fixedfirst.runs.opening import load_run
+    from fixedfirst.tasks.chains.accuracy import correctness_by_depth
+    from fixedfirst.tasks.chains.source import evaluation_set
+    from fixedfirst.train.opening import load_run
 
     page = tmp_path / "chains.html"
     run_cli(
@@ -214,9 +214,9 @@ def test_chains_text_is_labelled_with_its_chains_values(chains_run, tmp_path):
 def test_bios_example_marks_the_answer_tokens(tmp_path):
     from fixedfirst.config import load_config
     from fixedfirst.data.registry import kind_options
-    from fixedfirst.experiments.bios.example import biography_example
-    from fixedfirst.experiments.bios.tokenizer import BiosTokenizer
-    from fixedfirst.experiments.bios.world import ATTRIBUTES, build_world
+    from fixedfirst.tasks.bios.example import biography_example
+    from fixedfirst.tasks.bios.tokenizer import BiosTokenizer
+    from fixedfirst.tasks.bios.world import ATTRIBUTES, build_world
 
     (tmp_path / "bios.toml").write_text('[data]\nkind = "bios"\n[data.bios]\npeople = 6\n')
     config = load_config(tmp_path / "bios.toml")
@@ -238,10 +238,10 @@ def test_bios_example_marks_the_answer_tokens(tmp_path):
 def test_two_thousand_tokens_make_a_page_under_two_megabytes(text_run):
     """At the default 18 depths. The exit rules stop by depth 4 here instead of 64 (the page
     holds their stopping depths either way; running them to 64 would only take longer)."""
+    from fixedfirst.evaluation.nll import EVAL_DEPTHS
     from fixedfirst.inspection.page import render_page
     from fixedfirst.serve.exit_rules import EXIT_RULES, exit_rule
     from fixedfirst.serve.loading import load_served
-    from fixedfirst.train.evaluation import EVAL_DEPTHS
 
     served = load_served(text_run / "run")
     words = ["the", "river", "stone", "lamp", "orbit", "cedar", "quartz", "violet", "harbor"]

@@ -1,6 +1,6 @@
-"""The package's layout holds: the library below the experiments, no import circles, files one
-reads in a sitting and no one-caller fragments, and design references that lead somewhere
-(README, "Development").
+"""The package's layout holds: four layers that import only downward (the library, then the
+tasks, then the studies, then the command line), no import circles, files one reads in a
+sitting and no one-caller fragments, and design references that lead somewhere.
 
 A fragment is a module under MIN_LINES lines that exactly one other module of the package
 imports: it belongs in that module. Exempt are a package's `__init__.py`, `__main__.py`, the
@@ -22,8 +22,9 @@ else:  # pragma: no cover
 SRC = Path(__file__).resolve().parents[1] / "src"
 DESIGN = Path(__file__).resolve().parents[1] / "docs" / "design.md"
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
-UPPER = ("fixedfirst.experiments", "fixedfirst.cli")
-"""Layers that the library never imports: experiments and the command line sit on top."""
+LAYERS = ("fixedfirst.tasks", "fixedfirst.studies", "fixedfirst.cli")
+"""The layers above the library, lowest first: a module may import its own layer and those
+below it, never one above (the library is every module outside these)."""
 MAX_LINES = 600
 MIN_LINES = 40
 
@@ -63,15 +64,30 @@ def graph() -> dict[str, set[str]]:
     return {name: imports(name, path, known) for name, path in known.items()}
 
 
-def test_the_library_never_imports_an_experiment_or_the_cli():
+def layer(name: str) -> int:
+    """0 for the library, 1 + the index in LAYERS above it."""
+    for i, prefix in enumerate(LAYERS, 1):
+        if name == prefix or name.startswith(prefix + "."):
+            return i
+    return 0
+
+
+def test_layers_import_only_downward():
+    """library <- tasks <- studies <- cli; the package root and `python -m fixedfirst` sit
+    outside the layers (the root imports lazily by name, __main__ starts the command line)."""
     upward = [
         f"{name} imports {dep}"
         for name, deps in graph().items()
-        if not name.startswith(UPPER) and name not in ("fixedfirst", "fixedfirst.__main__")
+        if name not in ("fixedfirst", "fixedfirst.__main__")
         for dep in deps
-        if dep.startswith(UPPER)
+        if layer(dep) > layer(name)
     ]
     assert upward == []
+
+
+def test_every_layer_is_present():
+    """A renamed layer would make the rule above vacuous for it."""
+    assert {layer(name) for name in modules()} == set(range(len(LAYERS) + 1))
 
 
 def test_no_import_circles():

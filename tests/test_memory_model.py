@@ -1,5 +1,5 @@
-"""The memory model (fixedfirst/memory.py) against hand counts, torch's own accounting of real
-steps, DDP's buckets, and what the trainer does with it (check before the first step, one line
+"""The memory model (fixedfirst/compute/memory.py) against hand counts, torch's own accounting of
+real steps, DDP's buckets, and what the trainer does with it (check before the first step, one line
 when memory runs out)."""
 
 from __future__ import annotations
@@ -12,10 +12,7 @@ import sys
 import pytest
 import torch
 
-from fixedfirst.config import TrainConfig
-from fixedfirst.data.source import Batch
-from fixedfirst.errors import UserError
-from fixedfirst.memory import (
+from fixedfirst.compute.memory import (
     FP32,
     Placement,
     activations,
@@ -24,6 +21,9 @@ from fixedfirst.memory import (
     parameters,
     training_memory,
 )
+from fixedfirst.config import TrainConfig
+from fixedfirst.data.source import Batch
+from fixedfirst.errors import UserError
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.train import memory_check
 from fixedfirst.train.memory_check import check_training_memory

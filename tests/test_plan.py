@@ -7,9 +7,9 @@ import pytest
 
 from fixedfirst.cli.compute_cmd import report
 from fixedfirst.cli.main import main
-from fixedfirst.compute import flop_model
-from fixedfirst.memory import MARGIN, Placement, training_memory
-from fixedfirst.planning import Hardware, plan_run
+from fixedfirst.compute.flops import flop_model
+from fixedfirst.compute.memory import MARGIN, Placement, training_memory
+from fixedfirst.machine.planning import Hardware, plan_run
 from tests.trainer_helpers import TINY_TOML, tiny_config
 
 
@@ -114,7 +114,7 @@ def test_the_assumed_mfu_is_the_measurement_the_readme_reports():
     Benchmarks); when the benchmark is re-run and the README updated, this says to update it."""
     from pathlib import Path
 
-    from fixedfirst.planning import ASSUMED_MFU
+    from fixedfirst.machine.planning import ASSUMED_MFU
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     table = readme[readme.index("| training depth | median s/step |") :]

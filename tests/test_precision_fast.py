@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fixedfirst import hardware
 from fixedfirst.config import RunConfig
 from fixedfirst.errors import UserError
+from fixedfirst.machine import device as hardware
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from fixedfirst.cli.main import main
-from fixedfirst.compute import modeled_savings, plan_budget
+from fixedfirst.compute.plan import modeled_savings, plan_budget
 from fixedfirst.config import load_config
-from fixedfirst.experiments.sweep import load_sweep
+from fixedfirst.studies.sweep import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -103,7 +103,7 @@ def test_chains_cpu_config_is_the_chains_experiments_fixed_first_run():
     """configs/chains-cpu.toml (the serving benchmark's chains run) trains what `fixedfirst
     chains` trains as fixed-first-4-0.8-seed0."""
     from fixedfirst.data.registry import resolve_data
-    from fixedfirst.experiments.chains.experiment import load_preset
+    from fixedfirst.studies.chains.experiment import load_preset
 
     config = resolve_data(load_config(CONFIGS / "chains-cpu.toml"))
     run = resolve_data(load_preset("default").run_config("fixed-first-4-0.8", 0))
@@ -128,7 +128,7 @@ def test_switch_studies_have_the_issues_arms(task):
 
 
 def test_the_chains_switch_study_trains_the_chains_default_preset():
-    from fixedfirst.experiments.chains.experiment import load_preset
+    from fixedfirst.studies.chains.experiment import load_preset
 
     preset = load_preset("default").run_config("fixed-first-4-0.8", 0)
     spec = load_sweep(CONFIGS / "sweeps" / "auto-switch-chains.toml")

@@ -29,7 +29,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 THIRD_PARTY: dict[tuple[str, str], str] = {
     (
-        "fixedfirst/serve/hf/modeling_fixedfirst.py",
+        "fixedfirst/export/hf/modeling_fixedfirst.py",
         "_is_hf_initialized",
     ): "transformers marks initialised tensors with it; the model's `_init_weights` must skip them",
     (
@@ -37,7 +37,7 @@ THIRD_PARTY: dict[tuple[str, str], str] = {
         "_fingerprint",
     ): "a datasets.Dataset's content hash: the only way to tell a changed dataset from the same",
     (
-        "fixedfirst/runs/side_by_side.py",
+        "fixedfirst/studies/side_by_side.py",
         "_processes",
     ): "ProcessPoolExecutor has no public list of its worker processes, which a stop must signal",
 }

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from fixedfirst.experiments.sweep.figure3 import MIN_WINDOW, _window_label
+from fixedfirst.studies.sweep.figure3 import MIN_WINDOW, _window_label
 from fixedfirst.train.progress import Progress
 
 

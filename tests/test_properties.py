@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fixedfirst.compute import flop_model
+from fixedfirst.compute.flops import flop_model
 from fixedfirst.config import ModelConfig, ScheduleConfig
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.schedules import Schedule

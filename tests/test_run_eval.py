@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from fixedfirst.cli.main import main
-from fixedfirst.experiments.sweep.figure3 import shown_depths, trailing_mean
-from fixedfirst.runs.evaluation import cached_evaluation, eval_path
+from fixedfirst.evaluation.cached import cached_evaluation, eval_path
+from fixedfirst.studies.sweep.figure3 import shown_depths, trailing_mean
 from fixedfirst.train.trainer import Trainer
 from tests.trainer_helpers import tiny_config
 

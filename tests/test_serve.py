@@ -186,9 +186,9 @@ def test_export_into_an_empty_directory(text_run, tmp_path, capsys):
 def test_bios_run_tokenizer_and_its_export(tmp_path):
     from fixedfirst.config import load_config
     from fixedfirst.data.registry import kind_options
-    from fixedfirst.experiments.bios import BiosTokenizer, build_pools
+    from fixedfirst.tasks.bios import BiosTokenizer, build_pools
 
-    preset = Path(fixedfirst.__file__).parent / "experiments" / "bios" / "presets" / "smoke.toml"
+    preset = Path(fixedfirst.__file__).parent / "studies" / "bios" / "presets" / "smoke.toml"
     text = preset.read_text()
     text = text[text.index("[data]") :]  # the run sections, not [experiment]
     (tmp_path / "bios.toml").write_text(text + '\n[schedule]\nkind = "fixed"\ndepth = 3\n')

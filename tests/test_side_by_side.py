@@ -13,7 +13,7 @@ import pytest
 
 from fixedfirst.data.registry import KINDS, DataKind, data_kind
 from fixedfirst.errors import UserError
-from fixedfirst.runs.side_by_side import Job, plan_workers, run_jobs, run_progress
+from fixedfirst.studies.side_by_side import Job, plan_workers, run_jobs, run_progress
 
 
 def write_after(path: str, text: str, needs: str | None = None) -> str:
@@ -127,7 +127,7 @@ def preempt_the_parent(path: str) -> None:
 
 PREEMPTED = """
 import sys
-from fixedfirst.runs.side_by_side import Job, run_jobs
+from fixedfirst.studies.side_by_side import Job, run_jobs
 from fixedfirst.train.interrupt import TrainingInterrupted
 from tests.test_side_by_side import preempt_the_parent
 try:

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from fixedfirst import hardware
+from fixedfirst.machine import device as hardware
 from fixedfirst.train import compilation
 from fixedfirst.train.trainer import Trainer
 from tests.trainer_helpers import tiny_config, train_records

@@ -182,9 +182,9 @@ def test_committed_language_model_tables_are_made_from_the_results_beside_them()
     """docs/figures/lm-code-{table,claims,gap-by-length*}.md, which the README quotes, are what
     the sweep's report and scripts/gap_by_length.py make of docs/figures/lm-code-results.json
     (the sweep's results.json, committed)."""
-    from fixedfirst.experiments.sweep.claims import claims_markdown, evaluate_claims
-    from fixedfirst.experiments.sweep.seed_table import seed_groups, seed_table_markdown
-    from fixedfirst.experiments.sweep.spec import load_sweep
+    from fixedfirst.studies.sweep.claims import claims_markdown, evaluate_claims
+    from fixedfirst.studies.sweep.seed_table import seed_groups, seed_table_markdown
+    from fixedfirst.studies.sweep.spec import load_sweep
 
     figures = ROOT / "docs/figures"
     results = json.loads((figures / "lm-code-results.json").read_text())
@@ -204,7 +204,7 @@ def test_committed_language_model_tables_are_made_from_the_results_beside_them()
 
 
 def test_only_takes_an_entry_for_all_its_seeds():
-    from fixedfirst.experiments.sweep.spec import load_sweep
+    from fixedfirst.studies.sweep.spec import load_sweep
 
     spec = load_sweep(ROOT / "configs/sweeps/lm-code-cpu.toml")
     names = [r.name for r in spec.select(["uniform", "ff-k4-s0.8-uniform-seed1"])]
@@ -217,7 +217,7 @@ def test_only_takes_an_entry_for_all_its_seeds():
 
 
 def test_depth_figure_over_seeds_averages_entries_and_pairs_by_seed(tmp_path):
-    from fixedfirst.experiments.sweep import depth_figure
+    from fixedfirst.studies.sweep import depth_figure
 
     def row(group, seed, nll1, nll2, kind="uniform"):
         config = {"k_max": 16, "k0": 2, "switch": 0.67, "finish": "uniform"}

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from fixedfirst.cli.main import main
-from fixedfirst.compute import plan_budget
-from fixedfirst.experiments.sweep import load_sweep
-from fixedfirst.experiments.sweep.results import TABLE_COLUMNS
+from fixedfirst.compute.plan import plan_budget
+from fixedfirst.studies.sweep import load_sweep
+from fixedfirst.studies.sweep.results import TABLE_COLUMNS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 WORDS = ["the", "a", "cat", "dog", "sat", "on", "under", "mat", "red", "quick", "fox", "jumps"]
@@ -166,7 +166,7 @@ def test_two_run_sweep_end_to_end_then_reused(tmp_path, capsys, corpus, monkeypa
         raise AssertionError("a finished run was trained or evaluated again")
 
     monkeypatch.setattr("fixedfirst.train.trainer.Trainer.train", refuse)
-    monkeypatch.setattr("fixedfirst.runs.evaluation.evaluate_run", refuse)
+    monkeypatch.setattr("fixedfirst.evaluation.cached.evaluate_run", refuse)
     code, stdout, _ = run_cli(capsys, "sweep", sweep, "--out", out)
     assert code == 0
     assert "trained 0 run(s), reused 2; 2 in the table" in stdout

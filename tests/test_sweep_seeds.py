@@ -11,12 +11,12 @@ import pytest
 
 from fixedfirst.data.source import GENERATED_ROWS, held_out_rows, in_batches
 from fixedfirst.data.synthetic import SyntheticSource
-from fixedfirst.evidence import paired_relative
-from fixedfirst.experiments.sweep.claims import ClaimSpec, claims_markdown, evaluate_claims
-from fixedfirst.experiments.sweep.results import table_markdown
-from fixedfirst.experiments.sweep.seed_table import seed_groups, seed_table_markdown
-from fixedfirst.runs.evaluation import cached_evaluation
-from fixedfirst.train.evaluation import EVAL_DEPTHS
+from fixedfirst.evaluation.cached import cached_evaluation
+from fixedfirst.evaluation.nll import EVAL_DEPTHS
+from fixedfirst.stats.evidence import paired_relative
+from fixedfirst.studies.sweep.claims import ClaimSpec, claims_markdown, evaluate_claims
+from fixedfirst.studies.sweep.results import table_markdown
+from fixedfirst.studies.sweep.seed_table import seed_groups, seed_table_markdown
 from tests.test_sweep import BASE, assert_one_line_error, run_cli
 
 SWEEP = (
@@ -77,7 +77,7 @@ def test_side_by_side_gives_the_numbers_of_one_process(tmp_path, capsys, monkeyp
         with monkeypatch.context() as patch:
             if jobs == 2:  # the workers train and evaluate; this process only reads
                 patch.setattr("fixedfirst.train.trainer.Trainer.train", refuse)
-                patch.setattr("fixedfirst.runs.evaluation.evaluate_run", refuse)
+                patch.setattr("fixedfirst.evaluation.cached.evaluate_run", refuse)
             code, stdout, _ = run_cli(
                 capsys, "sweep", sweep, "--out", tmp_path / f"j{jobs}", "--jobs", jobs
             )
@@ -128,7 +128,7 @@ def test_side_by_side_gives_the_numbers_of_one_process(tmp_path, capsys, monkeyp
 
     # Again with workers asked for: nothing is left to train, so nothing trains or evaluates.
     monkeypatch.setattr("fixedfirst.train.trainer.Trainer.train", refuse)
-    monkeypatch.setattr("fixedfirst.runs.evaluation.evaluate_run", refuse)
+    monkeypatch.setattr("fixedfirst.evaluation.cached.evaluate_run", refuse)
     code, stdout, _ = run_cli(capsys, "sweep", sweep, "--out", tmp_path / "j2", "--jobs", 2)
     assert code == 0 and "trained 0 run(s), reused 4; 4 in the table" in stdout
     assert without_clock(json.loads((tmp_path / "j2" / "results.json").read_text())) == (
@@ -356,10 +356,10 @@ def test_drawn_validation_rows_differ_between_seeds_and_not_between_arms():
 
 
 def test_the_task_sources_draw_their_validation_rows_by_seed_too():
-    from fixedfirst.experiments.bios.source import BiosSource, bios_seq_len
-    from fixedfirst.experiments.bios.world import BiosOptions, build_world
-    from fixedfirst.experiments.chains.program import ChainsOptions
-    from fixedfirst.experiments.chains.source import ChainsSource
+    from fixedfirst.tasks.bios.source import BiosSource, bios_seq_len
+    from fixedfirst.tasks.bios.world import BiosOptions, build_world
+    from fixedfirst.tasks.chains.program import ChainsOptions
+    from fixedfirst.tasks.chains.source import ChainsSource
 
     people = BiosOptions(people=12, first_names=5, middle_names=5, last_names=5, cities=7)
     world = build_world(people)

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from fixedfirst.experiments.sweep import load_sweep
-from fixedfirst.experiments.sweep.switch_study import arms_of, study_markdown, verdicts
+from fixedfirst.studies.sweep import load_sweep
+from fixedfirst.studies.sweep.switch_study import arms_of, study_markdown, verdicts
 from tests.test_sweep import BASE, PNG_MAGIC, corpus, run_cli  # noqa: F401 (a fixture)
 
 STUDY = """

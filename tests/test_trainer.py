@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from fixedfirst.cli.main import main
-from fixedfirst.compute import flop_model, plan_budget
+from fixedfirst.compute.flops import flop_model
+from fixedfirst.compute.plan import plan_budget
 from fixedfirst.config import TrainConfig
 from fixedfirst.errors import UserError
 from fixedfirst.train.checkpoint import CheckpointManager

@@ -15,7 +15,7 @@ _EXPORTS = {
     "LoopedTransformer": "fixedfirst.model",
     "ModelConfig": "fixedfirst.config",
     "RunConfig": "fixedfirst.config",
-    "load": "fixedfirst.serve.exported",
+    "load": "fixedfirst.export.reader",
     "load_config": "fixedfirst.config",
     "load_served": "fixedfirst.serve.loading",
     "Schedule": "fixedfirst.schedules",

@@ -30,8 +30,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fixedfirst.experiments.ablation.experiment import load_ablation, run_ablation
-    from fixedfirst.experiments.ablation.report import findings
+    from fixedfirst.studies.ablation.experiment import load_ablation, run_ablation
+    from fixedfirst.studies.ablation.report import findings
 
     ablation = load_ablation(args.task, args.preset, args.overrides, args.depth, _ints(args.seeds))
     out = Path(args.out)

@@ -30,8 +30,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fixedfirst.experiments.bios.experiment import load_preset, run_experiment
-    from fixedfirst.experiments.bios.report import findings
+    from fixedfirst.studies.bios.experiment import load_preset, run_experiment
+    from fixedfirst.studies.bios.report import findings
 
     preset = load_preset(args.preset, args.overrides)
     out = Path(args.out)

@@ -23,7 +23,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.errors import UserError
-    from fixedfirst.paths import shown
+    from fixedfirst.files.paths import shown
     from fixedfirst.train.branch import branch_run
     from fixedfirst.train.interrupt import resume_command
     from fixedfirst.train.run_dir import RunDir

@@ -35,11 +35,11 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fixedfirst.experiments.chains.experiment import load_preset, run_experiment
-    from fixedfirst.experiments.chains.figure import FIGURES
-    from fixedfirst.experiments.chains.report import findings
-    from fixedfirst.experiments.chains.rerun import compare, rerun_markdown
-    from fixedfirst.files import write_text_atomic
+    from fixedfirst.files.writing import write_text_atomic
+    from fixedfirst.studies.chains.experiment import load_preset, run_experiment
+    from fixedfirst.studies.chains.figure import FIGURES
+    from fixedfirst.studies.chains.report import findings
+    from fixedfirst.studies.chains.rerun import compare, rerun_markdown
 
     preset = load_preset(args.preset, args.overrides)
     out = Path(args.out)

@@ -6,14 +6,8 @@ import argparse
 import json
 
 from fixedfirst.cli.arguments import add_config_arguments, config_from_args
-from fixedfirst.compute import (
-    UNIFORM_REFERENCE,
-    flop_model,
-    modeled_savings,
-    plan_budget,
-    realised_flops,
-    schedule_flops,
-)
+from fixedfirst.compute.flops import flop_model, realised_flops, schedule_flops
+from fixedfirst.compute.plan import UNIFORM_REFERENCE, modeled_savings, plan_budget
 from fixedfirst.schedules import Schedule, describe
 from fixedfirst.switching.policy import switch_bounds
 

@@ -9,14 +9,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fixedfirst import locks
 from fixedfirst.cli.arguments import add_data_argument, parse_depths
 from fixedfirst.config.limits import MAX_SEED
 from fixedfirst.errors import UserError
-from fixedfirst.files import write_atomic, write_json_atomic
+from fixedfirst.files import locks
+from fixedfirst.files.writing import write_atomic, write_json_atomic
 
 if TYPE_CHECKING:
-    from fixedfirst.experiments.diagnose.runner import Diagnosis
+    from fixedfirst.studies.diagnose.runner import Diagnosis
 
 PER_SEQUENCE_FILE = "benefit_per_sequence.npy"
 """Beside results.json: the benefit per (u, batch, held-out sequence, serving depth), whose
@@ -58,7 +58,7 @@ def check_out_dir(out: Path) -> None:
         raise UserError(f"cannot create --out {out}: {existing} is not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"cannot create --out {out}: {existing} is not writable")
-    from fixedfirst.files import is_our_figure, is_our_json
+    from fixedfirst.files.writing import is_our_figure, is_our_json
 
     for name, ours in (("results.json", is_our_json), ("figure4.png", is_our_figure)):
         if (out / name).exists() and not ours(out / name):
@@ -172,9 +172,9 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fixedfirst.experiments.diagnose.figure import plot_figure4
-    from fixedfirst.experiments.diagnose.report import format_tables
-    from fixedfirst.experiments.diagnose.runner import DiagnoseOptions, run_diagnostic
+    from fixedfirst.studies.diagnose.figure import plot_figure4
+    from fixedfirst.studies.diagnose.report import format_tables
+    from fixedfirst.studies.diagnose.runner import DiagnoseOptions, run_diagnostic
 
     if not Path(args.run_dir).is_dir():
         raise UserError(f"run directory {args.run_dir} does not exist")

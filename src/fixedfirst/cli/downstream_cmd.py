@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fixedfirst import locks
+from fixedfirst.files import locks
 
 DEFAULT_TASKS = "hellaswag,piqa,arc_easy"
 DEFAULT_DEPTHS = "1,4,8,16"
@@ -46,7 +46,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.cli.arguments import parse_depths
     from fixedfirst.errors import UserError
-    from fixedfirst.serve.exported import is_export
+    from fixedfirst.export.reader import is_export
 
     depths = parse_depths(args.depths)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]

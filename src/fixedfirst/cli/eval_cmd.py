@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fixedfirst import locks
 from fixedfirst.cli.arguments import add_data_argument, format_depths, parse_depths
-from fixedfirst.train.evaluation import EVAL_DEPTHS
+from fixedfirst.evaluation.nll import EVAL_DEPTHS
+from fixedfirst.files import locks
 
 DEFAULT_DEPTHS = format_depths(EVAL_DEPTHS)
 
@@ -46,7 +46,7 @@ def task_metric(args: argparse.Namespace, depths: list[int], device) -> dict:
     """The task's own metric of a run on the task's data, printed as a table."""
     from fixedfirst.data.registry import data_kind
     from fixedfirst.errors import UserError
-    from fixedfirst.runs.opening import load_run
+    from fixedfirst.train.opening import load_run
 
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit must be >= 1, got {args.limit}")
@@ -76,7 +76,7 @@ def task_metric(args: argparse.Namespace, depths: list[int], device) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.errors import UserError
-    from fixedfirst.files import check_output_file, is_our_json
+    from fixedfirst.files.writing import check_output_file, is_our_json
 
     parse_depths(args.depths)  # refused before anything else
     if args.batches is not None and args.batches < 1:
@@ -92,9 +92,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    from fixedfirst.files import write_json_atomic
-    from fixedfirst.hardware import resolve_device
-    from fixedfirst.runs.evaluation import eval_path, evaluate_run, write_eval
+    from fixedfirst.evaluation.cached import eval_path, evaluate_run, write_eval
+    from fixedfirst.files.writing import write_json_atomic
+    from fixedfirst.machine.device import resolve_device
 
     depths = parse_depths(args.depths)
     out = Path(args.out) if args.out else None

@@ -27,7 +27,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.format == "hf":
         return run_hf(args)
-    from fixedfirst.serve.export import export_run
+    from fixedfirst.export.writer import export_run
     from fixedfirst.train.checkpoint import CheckpointManager
     from fixedfirst.train.run_dir import RunDir
 
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_hf(args: argparse.Namespace) -> int:
-    from fixedfirst.serve.hf import export_hf
+    from fixedfirst.export.hf import export_hf
 
     config = export_hf(args.run_dir, args.out, args.checkpoint)
     source = config["fixedfirst"]

@@ -21,10 +21,10 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fixedfirst import locks
     from fixedfirst.errors import UserError
-    from fixedfirst.experiments.sweep.figure3 import plot_figure3
-    from fixedfirst.files import check_figure_name, check_output_file, is_our_figure
+    from fixedfirst.files import locks
+    from fixedfirst.files.writing import check_figure_name, check_output_file, is_our_figure
+    from fixedfirst.studies.sweep.figure3 import plot_figure3
 
     if not Path(args.run_dir).is_dir():
         raise UserError(f"run directory {args.run_dir} does not exist")

@@ -120,7 +120,7 @@ def check_flags(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from fixedfirst.hardware import resolve_device
+    from fixedfirst.machine.device import resolve_device
     from fixedfirst.serve.batching import generate_batch
     from fixedfirst.serve.exit_rules import exit_rule
     from fixedfirst.serve.generation import generate_text, room_after

@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 
 from fixedfirst.cli.arguments import format_depths
-from fixedfirst.train.evaluation import EVAL_DEPTHS
+from fixedfirst.evaluation.nll import EVAL_DEPTHS
 
 DEFAULT_DEPTHS = format_depths(EVAL_DEPTHS)
 
@@ -100,7 +100,7 @@ def text_option(args: argparse.Namespace) -> str:
 
 def check_outputs(args: argparse.Namespace) -> tuple[Path, Path]:
     from fixedfirst.errors import UserError
-    from fixedfirst.files import check_output_file, is_our_figure
+    from fixedfirst.files.writing import check_output_file, is_our_figure
     from fixedfirst.inspection.page import is_our_page
 
     page = Path(args.out)
@@ -144,11 +144,11 @@ def run(args: argparse.Namespace) -> int:
 def inspect_run(args, depths, text, indices, page: Path, picture: Path) -> int:
     import torch
 
-    from fixedfirst.files import save_figure
-    from fixedfirst.hardware import resolve_device, resolve_dtype
+    from fixedfirst.files.writing import save_figure
     from fixedfirst.inspection import draw_inspection, inspect_sequences, page_record, write_page
     from fixedfirst.inspection.record import check_page_size
     from fixedfirst.inspection.sources import task_examples, text_sequence, validation_sequences
+    from fixedfirst.machine.device import resolve_device, resolve_dtype
     from fixedfirst.schedules import describe
     from fixedfirst.serve.loading import load_served
 

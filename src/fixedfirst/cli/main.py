@@ -55,8 +55,8 @@ def one_line(error: Exception) -> str:
     disk, a read-only directory, a file that vanished), the path and the system's reason."""
     if isinstance(error, UserError) or not isinstance(error, OSError):
         return str(error)
-    from fixedfirst.files import DISK_FULL, remedy
-    from fixedfirst.paths import shown
+    from fixedfirst.files.paths import shown
+    from fixedfirst.files.writing import DISK_FULL, remedy
 
     where = f"{shown(error.filename)}: " if error.filename is not None else ""
     full = f" ({remedy(error)})" if error.errno in DISK_FULL else ""
@@ -66,7 +66,7 @@ def one_line(error: Exception) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    import fixedfirst.experiments  # noqa: F401  (registers the tasks' data kinds)
+    import fixedfirst.tasks  # noqa: F401  (registers the tasks' data kinds)
 
     try:
         code = args.run(args)

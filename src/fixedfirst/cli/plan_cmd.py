@@ -17,7 +17,7 @@ file (configs/sweeps/*.toml) is planned run by run.
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    from fixedfirst.accelerators import ACCELERATORS
+    from fixedfirst.machine.accelerators import ACCELERATORS
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     kinds = "\n".join(f"  {k:10s} {a.name}" for k, a in ACCELERATORS.items())
@@ -39,7 +39,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.config import read_toml
-    from fixedfirst.planning import plan_run
+    from fixedfirst.machine.planning import plan_run
 
     configs = run_configs(args, is_sweep="runs" in read_toml(args.config))
     hardware = hardware_from_args(args, next(iter(configs.values())))
@@ -57,7 +57,7 @@ def run_configs(args: argparse.Namespace, is_sweep: bool) -> dict:
     from fixedfirst.cli.arguments import config_from_args
     from fixedfirst.config import RunConfig, apply_overrides
     from fixedfirst.data.registry import resolve_data
-    from fixedfirst.experiments.sweep import load_sweep
+    from fixedfirst.studies.sweep import load_sweep
 
     if not is_sweep:
         return {None: config_from_args(args)}
@@ -75,10 +75,10 @@ def hardware_from_args(args: argparse.Namespace, config):
     (which also override a kind's)."""
     import torch
 
-    from fixedfirst.accelerators import accelerator
+    from fixedfirst.compute.memory import GIB
     from fixedfirst.errors import UserError
-    from fixedfirst.memory import GIB
-    from fixedfirst.planning import ASSUMED_MFU, MAX_GPUS, Hardware
+    from fixedfirst.machine.accelerators import accelerator
+    from fixedfirst.machine.planning import ASSUMED_MFU, MAX_GPUS, Hardware
 
     bf16 = config.train.precision != "fp32"
     here = torch.cuda.is_available() and args.gpu is None
@@ -92,7 +92,7 @@ def hardware_from_args(args: argparse.Namespace, config):
     if not 0 < mfu <= 1:
         raise UserError(f"--mfu must be in (0, 1], got {mfu}")
     if here:
-        from fixedfirst.hardware import measured_peak_flops
+        from fixedfirst.machine.device import measured_peak_flops
 
         name = f"{torch.cuda.get_device_name(0)} (this machine's; peak measured)"
         memory = torch.cuda.get_device_properties(0).total_memory
@@ -117,7 +117,7 @@ STRATEGY = {"single": "one GPU", "ddp": "DDP", "fsdp": "FSDP2"}
 
 
 def gib(n: float) -> str:
-    from fixedfirst.memory import GIB
+    from fixedfirst.compute.memory import GIB
 
     return f"{n / GIB:,.1f}"
 
@@ -142,7 +142,7 @@ def changes(option, configured) -> str:
 
 
 def hardware_line(h) -> str:
-    from fixedfirst.memory import MARGIN
+    from fixedfirst.compute.memory import MARGIN
 
     return (
         f"{h.gpus} x {h.name}: {gib(h.memory)} GiB and {h.peak_flops / 1e12:,.0f} TFLOP/s peak "
@@ -218,7 +218,7 @@ def format_plan(plan, path: str) -> str:
 
 
 def mfu_source(mfu: float) -> str:
-    from fixedfirst.planning import ASSUMED_MFU
+    from fixedfirst.machine.planning import ASSUMED_MFU
 
     if mfu != ASSUMED_MFU:
         return f"MFU {mfu:.3g} from --mfu"

@@ -53,8 +53,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fixedfirst.experiments.sweep import load_sweep, run_sweep
-    from fixedfirst.hardware import resolve_device
+    from fixedfirst.machine.device import resolve_device
+    from fixedfirst.studies.sweep import load_sweep, run_sweep
 
     spec = load_sweep(args.sweep)
     only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None

@@ -16,7 +16,7 @@ from typing import Any
 from fixedfirst.config.run import RunConfig, section_names
 from fixedfirst.config.schema import toml_value
 from fixedfirst.errors import UserError
-from fixedfirst.paths import resolve_data_path
+from fixedfirst.files.paths import resolve_data_path
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -38,7 +38,7 @@ from fixedfirst.data.tokenizer import (
     Tokenizer,
 )
 from fixedfirst.errors import UserError
-from fixedfirst.files import write_error
+from fixedfirst.files.writing import write_error
 
 DEFAULT_SHARD_TOKENS = 100_000_000
 """Tokens per shard: 200 MB as uint16, few enough files for a FineWeb-sized corpus, small enough

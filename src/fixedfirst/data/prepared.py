@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fixedfirst.errors import UserError
-from fixedfirst.paths import shown
+from fixedfirst.files.paths import shown
 
 META_FILE = "meta.json"
 FORMAT = "fixedfirst-tokens"

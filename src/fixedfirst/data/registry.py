@@ -6,7 +6,7 @@ a run configuration, which options dataclass checks the kind's own table `[data.
 a task) how to score a checkpoint with the task's own metric (`fixedfirst eval --task NAME`).
 A module defines its kind and calls `register_kind` when it is imported. The library's own kinds
 (`synthetic`, `tokens`) are imported by `fixedfirst.data`; a task's kind is registered when its
-package is imported (the `fixedfirst` command imports the experiments before it runs a command),
+package is imported (the `fixedfirst` command imports `fixedfirst.tasks` before it runs a command),
 so this module names no task, and a new task is a package that registers itself
 (docs/design.md §16).
 """

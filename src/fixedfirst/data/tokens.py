@@ -31,7 +31,7 @@ from fixedfirst.data.shards import open_shard
 from fixedfirst.data.source import Batch, BatchSource, held_out_rows, in_batches, rank_rows
 from fixedfirst.data.tokenizer import TOKENIZER_DIR, Tokenizer, load_tokenizer
 from fixedfirst.errors import UserError
-from fixedfirst.paths import shown
+from fixedfirst.files.paths import shown
 
 
 class _Windows:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fixedfirst.errors import UserError
-from fixedfirst.files import write_json_atomic, write_text_atomic
+from fixedfirst.files.writing import write_json_atomic, write_text_atomic
 
 FORMAT = "fixedfirst-downstream"
 VERSION = 1

@@ -21,11 +21,11 @@ import numpy as np
 import torch
 
 from fixedfirst.data.registry import ScoredSequence
+from fixedfirst.evaluation.nll import autocast
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.model.loss import IGNORE_INDEX, next_token_loss
 from fixedfirst.serve.adaptive import teacher_forced_exit
 from fixedfirst.serve.exit_rules import ExitRule
-from fixedfirst.train.evaluation import autocast
 
 LOGITS_PER_BATCH = 1 << 24
 """Logit values a batch of windows may hold at once (64 MB in float32): windows are batched up

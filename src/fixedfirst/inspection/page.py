@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fixedfirst.errors import UserError
-from fixedfirst.files import write_text_atomic
+from fixedfirst.files.writing import write_text_atomic
 
 GENERATOR = '<meta name="generator" content="fixedfirst inspect">'
 """In the head of every page: how a later --out recognises a page it may replace."""

@@ -12,9 +12,9 @@ import os
 
 import torch
 
+from fixedfirst.compute.memory import GIB
 from fixedfirst.config import ModelConfig
 from fixedfirst.errors import UserError
-from fixedfirst.memory import GIB
 
 BYTES_SERVING = 4
 """fp32 weights, per parameter."""

@@ -1,6 +1,6 @@
 """Scoring many continuations of a few prompts: each shared prefix runs through the model once.
 
-Recall (experiments/bios/recall.py) asks each person 30 questions, and every question begins with
+Recall (tasks/bios/recall.py) asks each person 30 questions, and every question begins with
 `<bos>` and the person's name: 4 of the default world's 8.5 tokens per prompt. Run as whole
 prompts, the recurrence would compute those 4 tokens 30 times per person at every one of 64
 iterations; with the prefix computed once, recall costs about half as much.

@@ -1,12 +1,10 @@
 """Serving a trained looped model: adaptive-depth and depth-speculative generation, batches,
-export, and the tokenizer it needs.
+and the tokenizer it needs.
 
 `stream_adaptive` decodes with a per-token exit rule (`KLExit`, `EntropyExit`, `StateExit`,
 `ArgmaxExit`; `exit_rule(name, ...)`); `generate_batch` decodes prompts of different lengths as
 one padded batch; `load_served` opens a run directory or an exported one as a model plus its
-tokenizer; `export_run` writes a run's weights, configuration and tokenizer into a directory that
-`fixedfirst.load` restores for inference; `serve.hf` writes the same checkpoint as a Hugging Face
-transformers model (`--format hf`).
+tokenizer (exporting a run is `fixedfirst.export`).
 """
 
 from fixedfirst.serve.adaptive import (
@@ -28,8 +26,6 @@ from fixedfirst.serve.exit_rules import (
     exit_rule,
     kl_divergence,
 )
-from fixedfirst.serve.export import export_run
-from fixedfirst.serve.exported import load
 from fixedfirst.serve.generation import generate_text
 from fixedfirst.serve.loading import Served, load_served
 from fixedfirst.serve.scoring import score_pairs
@@ -46,12 +42,10 @@ __all__ = [
     "StateExit",
     "adaptive_step",
     "exit_rule",
-    "export_run",
     "generate_batch",
     "generate_text",
     "kl_divergence",
     "left_pad",
-    "load",
     "load_served",
     "score_pairs",
     "stream_adaptive",

@@ -31,7 +31,7 @@ from typing import ClassVar
 
 import torch
 
-from fixedfirst.compute import FlopModel
+from fixedfirst.compute.flops import FlopModel
 from fixedfirst.errors import UserError
 from fixedfirst.model import check_depth
 

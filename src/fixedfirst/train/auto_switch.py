@@ -20,15 +20,15 @@ from typing import Any
 
 import torch
 
-from fixedfirst.compute import FlopModel
+from fixedfirst.compute.flops import FlopModel
 from fixedfirst.config import RunConfig, TrainConfig
 from fixedfirst.data.source import BatchSource
+from fixedfirst.evaluation.nll import validation_nll
 from fixedfirst.schedules import Schedule
 from fixedfirst.switching.policy import Decision, SwitchPolicy
 from fixedfirst.train import distributed
 from fixedfirst.train.counters import Counters
 from fixedfirst.train.distributed import World
-from fixedfirst.train.evaluation import validation_nll
 from fixedfirst.train.optim import lr_at
 from fixedfirst.train.parallel import ParallelModel
 

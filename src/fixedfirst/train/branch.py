@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fixedfirst import locks
-from fixedfirst.compute import plan_budget
+from fixedfirst.compute.plan import plan_budget
 from fixedfirst.config import RunConfig
 from fixedfirst.errors import UserError
-from fixedfirst.files import write_error
-from fixedfirst.paths import absolute, shown
+from fixedfirst.files import locks
+from fixedfirst.files.paths import absolute, shown
+from fixedfirst.files.writing import write_error
 from fixedfirst.train.checkpoint import MODEL_FILE, Checkpoint, CheckpointManager
 from fixedfirst.train.identity import (
     CONFIG_KEY,

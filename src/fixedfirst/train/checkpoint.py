@@ -39,7 +39,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from fixedfirst.errors import UserError
-from fixedfirst.files import os_error_behind, readable_like_the_rest, remedy
+from fixedfirst.files.writing import os_error_behind, readable_like_the_rest, remedy
 
 FORMAT_VERSION = 1
 MODEL_FILE, TRAINER_FILE, META_FILE = "model.safetensors", "trainer.pt", "meta.json"

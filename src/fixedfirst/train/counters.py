@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fixedfirst.compute import Budget
+from fixedfirst.compute.plan import Budget
 
 
 @dataclass

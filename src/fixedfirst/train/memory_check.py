@@ -1,7 +1,7 @@
 """Will a training step fit in memory? Asked before the first step, and answered in one line when
 the allocator says no after all.
 
-The estimate is the memory model's (fixedfirst/memory.py, docs/design.md §15) at the deepest
+The estimate is the memory model's (fixedfirst/compute/memory.py, docs/design.md §15) at the deepest
 depth the run's schedule can draw, with the run's micro-batch, precision, activation
 checkpointing and sharding. A run whose estimate exceeds (1 - MARGIN) of the device's memory is
 refused before anything is written, naming what to change; `train.check_memory = false` trains
@@ -18,9 +18,7 @@ from typing import Any
 
 import torch
 
-from fixedfirst.config import RunConfig
-from fixedfirst.errors import UserError
-from fixedfirst.memory import (
+from fixedfirst.compute.memory import (
     GIB,
     MARGIN,
     Placement,
@@ -28,6 +26,8 @@ from fixedfirst.memory import (
     deepest_depth,
     training_memory,
 )
+from fixedfirst.config import RunConfig
+from fixedfirst.errors import UserError
 from fixedfirst.model.memory import device_memory
 from fixedfirst.train.distributed import World
 from fixedfirst.train.interrupt import resume_command

@@ -16,7 +16,7 @@ import torch
 from fixedfirst.config import RunConfig
 from fixedfirst.data.source import BatchSource
 from fixedfirst.errors import UserError
-from fixedfirst.paths import shown
+from fixedfirst.files.paths import shown
 from fixedfirst.train.checkpoint import Checkpoint
 from fixedfirst.train.identity import check_same_run, stored_config
 from fixedfirst.train.parallel import ParallelModel

@@ -5,7 +5,7 @@
     RUN/summary.json    the closing summary
     RUN/checkpoints/    step-NNNNNNN/ directories (each stores the configuration too)
     RUN/tokenizer/      the data's tokenizer (data without text has none)
-    RUN/.lock           held by the one process writing the run (see fixedfirst.locks)
+    RUN/.lock           held by the one process writing the run (see fixedfirst.files.locks)
     RUN/tensorboard/, RUN/wandb/, RUN/wandb-run-id    with train.log_to (`sinks.py`)
 
 A new run starts only in a directory that is new, empty, or holds what fixedfirst wrote there
@@ -25,14 +25,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from fixedfirst import locks
 from fixedfirst.config import RunConfig, apply_overrides, load_config, read_toml, to_toml
 from fixedfirst.data.prepared import is_prepared
 from fixedfirst.data.source import BatchSource
 from fixedfirst.data.tokenizer import TOKENIZER_DIR
 from fixedfirst.errors import UserError
-from fixedfirst.files import write_error, write_text_atomic
-from fixedfirst.paths import absolute, shown
+from fixedfirst.files import locks
+from fixedfirst.files.paths import absolute, shown
+from fixedfirst.files.writing import write_error, write_text_atomic
 from fixedfirst.train.identity import CONFIG_KEY, describe_differences, run_defining_differences
 from fixedfirst.train.tensorboard_sink import DIRECTORY as TENSORBOARD_DIR
 from fixedfirst.train.wandb_sink import ID_FILE as WANDB_ID_FILE

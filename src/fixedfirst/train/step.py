@@ -28,9 +28,9 @@ import torch
 
 from fixedfirst.config import TrainConfig
 from fixedfirst.data.source import Batch
+from fixedfirst.evaluation.nll import autocast
 from fixedfirst.model.loss import IGNORE_INDEX, next_token_loss
 from fixedfirst.train.distributed import all_sum
-from fixedfirst.train.evaluation import autocast
 from fixedfirst.train.parallel import ParallelModel
 
 _STATE_NOISE_STREAM = 0x5EED_57A7E

@@ -41,13 +41,15 @@ from typing import Any
 
 import torch
 
-from fixedfirst.compute import Budget, flop_model, plan_budget
+from fixedfirst.compute.flops import flop_model
+from fixedfirst.compute.plan import Budget, plan_budget
 from fixedfirst.config import RunConfig
 from fixedfirst.data.registry import build_source, resolve_data
 from fixedfirst.data.source import BatchSource, rank_rows
 from fixedfirst.errors import UserError
-from fixedfirst.files import write_json_atomic
-from fixedfirst.hardware import (
+from fixedfirst.evaluation.nll import mean_serving_nll, validation_nll
+from fixedfirst.files.writing import write_json_atomic
+from fixedfirst.machine.device import (
     choose_threads,
     given_peak_flops,
     resolve_device,
@@ -61,7 +63,6 @@ from fixedfirst.train.auto_switch import META_KEY, AutoSwitch, switch_summary
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.train.counters import Counters
 from fixedfirst.train.distributed import World, on_main
-from fixedfirst.train.evaluation import mean_serving_nll, validation_nll
 from fixedfirst.train.interrupt import Interrupt
 from fixedfirst.train.metrics import MetricsLog, read_metrics
 from fixedfirst.train.optim import build_optimizer, lr_at

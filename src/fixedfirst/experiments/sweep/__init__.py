@@ -1,6 +1,0 @@
-"""Schedule sweeps: a base config and named runs, trained, evaluated and tabulated (issue 5)."""
-
-from fixedfirst.experiments.sweep.runner import SweepOutcome, run_sweep
-from fixedfirst.experiments.sweep.spec import SweepSpec, load_sweep
-
-__all__ = ["SweepOutcome", "SweepSpec", "load_sweep", "run_sweep"]

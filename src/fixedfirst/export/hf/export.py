@@ -1,0 +1,160 @@
+"""`fixedfirst export RUN --out DIR --format hf` (docs/design.md §9): a transformers model.
+
+    DIR/
+      config.json              FixedFirstConfig: the [model] shape, `depth`, special-token ids,
+                               `auto_map` naming the modeling file, `fixedfirst` (provenance)
+      generation_config.json   start / stop / pad ids
+      model.safetensors        the weights under fixedfirst's own names, plus `eval_state`, the
+                               evaluation initial state (state_init = "normal")
+      modeling_fixedfirst.py   the model for transformers, self-contained (`modeling_fixedfirst.py`
+                               in this package, copied verbatim)
+      tokenizer.json, tokenizer_config.json   the run's tokenizer (`tokenizer.py`)
+      README.md                how to load it
+
+so that `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)` and
+`AutoTokenizer.from_pretrained(DIR)` load it with transformers alone, and lm-eval's stock `hf`
+model evaluates it. The initial state is stored rather than redrawn at load time, so the model
+reproduces fixedfirst's logits exactly whatever torch version draws differently.
+
+The modeling file is written from the math of docs/design.md §1, not by importing fixedfirst's
+model, and the tests hold its logits and generations to fixedfirst's.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fixedfirst.errors import UserError
+from fixedfirst.export.hf.tokenizer import hf_tokenizer_files
+from fixedfirst.export.reader import is_export
+from fixedfirst.export.writer import check_out_dir, write_directory
+from fixedfirst.serve.loading import load_served
+
+MODELING_FILE = "modeling_fixedfirst.py"
+MODEL_TYPE = "fixedfirst"
+
+
+def hf_config(model_config: dict[str, Any], depth: int, tokenizer, provenance: dict) -> dict:
+    """config.json: fixedfirst's [model] keys under transformers' usual names where there is one."""
+    from fixedfirst.config import ModelConfig, build_section
+
+    shape = build_section(ModelConfig, model_config)
+    return {
+        "architectures": ["FixedFirstForCausalLM"],
+        "model_type": MODEL_TYPE,
+        "auto_map": {
+            "AutoConfig": "modeling_fixedfirst.FixedFirstConfig",
+            "AutoModelForCausalLM": "modeling_fixedfirst.FixedFirstForCausalLM",
+        },
+        "vocab_size": shape.vocab_size,
+        "hidden_size": shape.d_model,
+        "num_attention_heads": shape.n_heads,
+        "n_prelude": shape.n_prelude,
+        "n_core": shape.n_core,
+        "n_coda": shape.n_coda,
+        "max_position_embeddings": shape.max_seq_len,
+        "intermediate_size": shape.hidden_size,
+        "mlp": shape.mlp,
+        "norm": shape.norm,
+        "injection": shape.injection,
+        "state_init": shape.state_init,
+        "eval_seed": shape.eval_seed,
+        "coda_norm": shape.coda_norm,
+        "rope_base": shape.rope_base,
+        "tie_word_embeddings": shape.tie_embeddings,
+        "depth": depth,
+        "bos_token_id": tokenizer.start_id,
+        "eos_token_id": tokenizer.stop_id,
+        "pad_token_id": getattr(tokenizer, "pad_id", tokenizer.stop_id),
+        "dtype": "float32",
+        "use_cache": True,
+        "fixedfirst": provenance,
+    }
+
+
+def model_card(config: dict[str, Any]) -> str:
+    source = config["fixedfirst"]
+    return f"""---
+library_name: transformers
+tags: [fixedfirst, looped-transformer, adaptive-depth]
+---
+# A fixedfirst looped transformer
+
+Exported by `fixedfirst export --format hf` from `{source["run"]}` step {source["step"]}
+({source["schedule"]}). One shared core block is applied `depth` times between a prelude and a
+coda; the same weights serve any depth (default {config["depth"]}, the deepest it trained at).
+
+```python
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+path = "."  # this directory, or its id on a hub
+model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+inputs = tokenizer("Q: Why", return_tensors="pt")  # the start-of-document token comes first
+out = model.generate(**inputs, max_new_tokens=40, depth=8)  # or model.config.depth = 8
+print(tokenizer.decode(out[0], skip_special_tokens=True))
+```
+
+Sampling as `fixedfirst generate --seed S --temperature T` does: `torch.manual_seed(S)`, then
+`generate(..., do_sample=True, temperature=T, top_k=0)`.
+"""
+
+
+def export_hf(run: str | Path, out: str | Path, step: int | None = None) -> dict[str, Any]:
+    """Write the run's checkpoint at `step` (default: the newest) as a transformers model into
+    `out`; return its config.json."""
+    from fixedfirst import __version__
+    from fixedfirst.schedules import describe
+    from fixedfirst.train.checkpoint import MODEL_FILE, save_weights, tied_aliases
+
+    out = Path(out)
+    check_out_dir(out)
+    if is_export(run):
+        raise UserError(f"{run} is already an export; export takes a run directory")
+    served = load_served(run, step, require_tokenizer=False)
+    assert served.run is not None
+    loaded = served.run
+    if served.tokenizer is None:
+        raise UserError(
+            f"--format hf needs a tokenizer, and this run trained on [data] kind = "
+            f"{loaded.config.data.kind!r} (no text); export it in fixedfirst's format instead"
+        )
+    model_config = loaded.config.to_dict()["model"]
+    files = hf_tokenizer_files(served.tokenizer, loaded.config.model.max_seq_len)
+    provenance = {
+        "run": str(run),
+        "step": loaded.checkpoint.step,
+        "tokens": loaded.checkpoint.meta.get("tokens"),
+        "schedule": describe(loaded.config.schedule),
+        "weights_sha256": loaded.checkpoint.meta["files"][MODEL_FILE],
+        "tokenizer": served.tokenizer.kind,
+        "version": __version__,
+    }
+    config = hf_config(model_config, served.default_depth, served.tokenizer, provenance)
+    model = loaded.model
+    aliases = tied_aliases(model)
+    weights = {
+        k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in aliases
+    }
+    if loaded.config.model.state_init == "normal":
+        weights["eval_state"] = model.eval_state.detach().cpu().contiguous()
+    generation = {
+        "bos_token_id": config["bos_token_id"],
+        "eos_token_id": config["eos_token_id"],
+        "pad_token_id": config["pad_token_id"],
+    }
+    files["config.json"] = json.dumps(config, indent=2) + "\n"
+    files["generation_config.json"] = json.dumps(generation, indent=2) + "\n"
+    files[MODELING_FILE] = (resources.files("fixedfirst.export.hf") / MODELING_FILE).read_text()
+    files["README.md"] = model_card(config)
+
+    def fill(directory: Path) -> None:
+        save_weights(weights, directory / "model.safetensors")
+        for name, text in files.items():
+            (directory / name).write_text(text, encoding="utf-8")
+
+    write_directory(out, fill)
+    return config

@@ -1,0 +1,91 @@
+"""Read what `fixedfirst export` wrote: an exported directory's config.json and its model.
+
+    DIR/
+      model.safetensors   the weights of one checkpoint (each tied tensor once)
+      config.json         what the model is and where it came from (below)
+      tokenizer/          the tokenizer's files (absent for runs on data without text)
+
+config.json: {"format": "fixedfirst-export", "version": 1, "model": {ModelConfig fields},
+"tokenizer": {"kind", "vocab_size", "start_id", "stop_id", "directory"} or null,
+"default_depth": the deepest depth the run trained at, "source": {run, step, tokens, schedule,
+weights_sha256}, "fixedfirst_version"}.
+
+An export holds no optimizer, RNG or data state: `fixedfirst.load(DIR)` needs only this directory
+and returns the model in eval mode, ready for `model(tokens, depth)`, `generate` or the KL-exit
+decoder. Writing an export is `export.py`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fixedfirst.config import ModelConfig, build_section
+from fixedfirst.errors import UserError
+from fixedfirst.model import LoopedTransformer
+
+EXPORT_FORMAT = "fixedfirst-export"
+EXPORT_VERSION = 1
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+TOKENIZER_DIR = "tokenizer"
+
+
+def is_export(path: str | Path) -> bool:
+    """Whether `path` looks like an export (it has a config.json), not a run directory."""
+    return (Path(path) / CONFIG_FILE).is_file()
+
+
+def read_export(directory: str | Path) -> dict[str, Any]:
+    """config.json of an export, checked to be one this version reads."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise UserError(f"{directory}: no such directory")
+    path = directory / CONFIG_FILE
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise UserError(
+            f"{directory}: not an export ({CONFIG_FILE} missing or unreadable); "
+            "make one with `fixedfirst export RUN --out DIR`"
+        ) from None
+    if isinstance(config, dict) and config.get("model_type") == "fixedfirst":
+        raise UserError(
+            f"{directory} is a transformers export (--format hf): load it with "
+            "AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True), or export the "
+            "run again without --format hf for fixedfirst"
+        )
+    if not isinstance(config, dict) or config.get("format") != EXPORT_FORMAT:
+        raise UserError(f"{path}: not written by `fixedfirst export`")
+    if config.get("version") != EXPORT_VERSION:
+        raise UserError(
+            f"{path}: export version {config.get('version')}, this fixedfirst reads "
+            f"version {EXPORT_VERSION}"
+        )
+    return config
+
+
+def load(directory: str | Path, device: str | torch.device = "cpu") -> LoopedTransformer:
+    """The exported model, in eval mode on `device`, for inference at any depth; a run
+    directory works too (its newest valid checkpoint), as for `load_served`."""
+    from fixedfirst.train.checkpoint import MODEL_FILE, Checkpoint
+
+    assert MODEL_FILE == WEIGHTS_FILE
+    directory = Path(directory)
+    if directory.is_dir() and not is_export(directory):
+        from fixedfirst.train.opening import load_run
+        from fixedfirst.train.run_dir import RunDir
+
+        if RunDir(directory).config_path.is_file():
+            return load_run(directory, device=device).model
+    config = read_export(directory)
+    if not isinstance(config.get("model"), dict):
+        raise UserError(f"{directory / CONFIG_FILE}: no model configuration")
+    model = LoopedTransformer(build_section(ModelConfig, config["model"]))
+    # The same reader as a training checkpoint's weights: names and shapes checked, tied
+    # tensors stored once; an export's model.safetensors has the checkpoint's layout.
+    Checkpoint(directory, meta={}).load_model(model)
+    return model.to(device).eval()

@@ -1,0 +1,1 @@
+"""Statistics of results over seeds: confidence intervals and the verdicts they support."""

@@ -1,0 +1,1 @@
+"""The architecture ablation: which switches make fixed-depth training collapse off depth."""

@@ -1,0 +1,83 @@
+"""report.md of the architecture ablation: the task metric at the training depth and at 2x, 4x
+and 16x it, per variant, and sentences computed from that table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fixedfirst.files.writing import write_text_atomic
+
+COLLAPSE = 0.5
+"""A variant collapses at a depth where it keeps less than this share of its training-depth
+score (the bios report's rule)."""
+
+
+def table(results: dict[str, Any]) -> dict[str, dict[int, list[float]]]:
+    """variant -> depth -> the score of every seed."""
+    out: dict[str, dict[int, list[float]]] = {}
+    for run in results["runs"].values():
+        for depth, value in run["scores"].items():
+            out.setdefault(run["variant"], {}).setdefault(int(depth), []).append(value)
+    return out
+
+
+def _cell(values: list[float]) -> str:
+    mean = float(np.mean(values))
+    if len(values) == 1:
+        return f"{mean:.3g}"
+    return f"{mean:.3g} ({min(values):.3g}-{max(values):.3g})"
+
+
+def findings(results: dict[str, Any]) -> list[str]:
+    k = results["training_depth"]
+    deepest = max(results["depths"])
+    rows = table(results)
+    out = []
+    collapsed, held = [], []
+    for variant, by_depth in rows.items():
+        at_k, at_deep = float(np.mean(by_depth[k])), float(np.mean(by_depth[deepest]))
+        kept = at_deep / at_k if at_k > 0 else float("nan")
+        text = f"{variant} ({at_k:.3g} at K={k}, {at_deep:.3g} at K={deepest}, {kept:.0%} kept)"
+        (collapsed if kept < COLLAPSE else held).append(text)
+    if collapsed:
+        out.append(
+            f"Trained at fixed K={k}, these variants keep less than {COLLAPSE:.0%} of their score "
+            f"at K={deepest}, the collapse the paper reports: " + "; ".join(collapsed) + "."
+        )
+    else:
+        out.append(f"No variant collapses at K={deepest} (none keeps less than {COLLAPSE:.0%}).")
+    if held:
+        out.append("These hold their score at 16x the training depth: " + "; ".join(held) + ".")
+    return out
+
+
+def write_report(results: dict[str, Any], path: Path) -> None:
+    rows = table(results)
+    depths = results["depths"]
+    header = "| variant | model overrides | " + " | ".join(f"K={d}" for d in depths) + " |"
+    lines = [
+        f"# Fixed-depth training across serving depths: {results['task']}",
+        "",
+        f"Each variant trained at fixed K={results['training_depth']} to "
+        f"{results['flop_budget']:.3g} modeled FLOPs (the `{results['preset']}` preset of "
+        f"`fixedfirst {results['task']}`), seeds {', '.join(map(str, results['seeds']))}; "
+        f"scored: {results['score_name']} (mean of the seeds, their range in brackets). "
+        f"Produced by `fixedfirst ablation --task {results['task']}`.",
+        "",
+        "## What the numbers show",
+        "",
+        *[f"- {s}" for s in findings(results)],
+        "",
+        "## Score by serving depth",
+        "",
+        header,
+        "| --- | --- |" + " --- |" * len(depths),
+    ]
+    for variant, overrides in results["variants"].items():
+        cells = " | ".join(_cell(rows[variant][d]) for d in depths)
+        lines.append(f"| {variant} | {', '.join(overrides) or '(the preset)'} | {cells} |")
+    lines.append("")
+    write_text_atomic(path, "\n".join(lines))

@@ -1,0 +1,171 @@
+"""What the bios experiment's recall supports, over seeds, by rules fixed before the numbers.
+
+Every arm trains once per seed; a seed fixes initialisation, biography order and template draws
+(the people are the data seed's, the same in every run: recall is memorisation, so there is no
+held-out set to draw, and an interval over seeds covers what the seeds vary). A cell is recalled
+bits per person at one (arm, budget fraction, serving depth); intervals are 95% t-intervals over
+seeds (`fixedfirst.stats.evidence`). The rules:
+
+- the regime (does recall run through the loop?): fixed K=4 at the full budget recalls at depth 4
+  at least REGIME_CEILING of the ceiling, and at depth 1 at most REGIME_SHALLOW of what it
+  recalls at depth 4, in every seed;
+- collapse (the paper's observation for fixed depth): an arm's recall at some serving depth in
+  COLLAPSE_DEPTHS is at most COLLAPSE of its recall at depth 4, in a seed where depth 4 recalls
+  at least NOTHING of the ceiling (less is too little to judge);
+- comparisons: same-seed differences of the mean recall over serving depths, and of recall at
+  depths 4 and 64, between the pairs of COMPARISONS, at every budget fraction;
+- at the ceiling: an arm's least recall over serving depths 2..64 (depth 1 apart: the paper's
+  claim is about deep serving) as a share of the ceiling, per seed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fixedfirst.stats.evidence import over_seeds, paired, sign
+
+REGIME_CEILING = 0.8
+REGIME_SHALLOW = 0.5
+COLLAPSE = 0.5
+NOTHING = 0.1
+COLLAPSE_DEPTHS = range(8, 65)
+COMPARISONS = (
+    ("fixed-first-4-0.8", "uniform-1-16"),
+    ("fixed-first-4-0.8", "fixed-4"),
+    ("fixed-4", "uniform-1-16"),
+    ("fixed-first-2-0.67", "uniform-1-16"),
+    ("fixed-first-2-0.67", "fixed-first-4-0.8"),
+    ("fixed-first-4-0.8", "fixed-first-4-0.8-wsd"),
+)
+"""(a, b) pairs compared as a - b, when both arms ran."""
+
+
+def bits_table(results: dict[str, Any]) -> dict[tuple[str, float, int], dict[int, float]]:
+    """(arm, budget fraction, seed) -> serving depth -> recalled bits per person."""
+    table: dict[tuple[str, float, int], dict[int, float]] = {}
+    for r in results["recall"]:
+        key = (r["schedule"], r["budget_fraction"], r["seed"])
+        table.setdefault(key, {})[r["depth"]] = r["bits_per_person"]
+    return table
+
+
+def _difference(a: dict[int, float], b: dict[int, float]) -> dict[str, Any] | None:
+    if len(set(a) & set(b)) < 2:
+        return None
+    interval = paired(a, b)
+    return {**interval.to_dict(), "sign": sign(interval)}
+
+
+def analyse(results: dict[str, Any]) -> dict[str, Any]:
+    table = bits_table(results)
+    ceiling = results["ceiling_bits"]
+    fractions = results["budget_fractions"]
+    depths = results["depths"]
+    arms = list(dict.fromkeys(r["schedule"] for r in results["recall"]))
+    seeds = sorted({r["seed"] for r in results["recall"]})
+    final = fractions[-1]
+
+    def per_seed(arm: str, fraction: float, value) -> dict[int, float]:
+        return {s: value(table[(arm, fraction, s)]) for s in seeds if (arm, fraction, s) in table}
+
+    def mean_over_depths(row: dict[int, float]) -> float:
+        return float(np.mean([row[d] for d in depths]))
+
+    out: dict[str, Any] = {
+        "arms": arms,
+        "seeds": seeds,
+        "ceiling_bits": ceiling,
+        "cells": {
+            arm: {
+                f"{fraction:g}": {
+                    "by_depth": {
+                        str(d): over_seeds(per_seed(arm, fraction, lambda r, d=d: r[d])).to_dict()
+                        for d in depths
+                    },
+                    "mean_over_depths": over_seeds(
+                        per_seed(arm, fraction, mean_over_depths)
+                    ).to_dict(),
+                }
+                for fraction in fractions
+                if per_seed(arm, fraction, mean_over_depths)
+            }
+            for arm in arms
+        },
+        "comparisons": [],
+        "collapse": {},
+        "at_ceiling": {},
+        "regime": None,
+        "learning_rate": {},
+    }
+    for a, b in COMPARISONS:
+        if a not in arms or b not in arms:
+            continue
+        for fraction in fractions:
+            entry = {"a": a, "b": b, "fraction": fraction}
+            for what, value in (
+                ("mean_over_depths", mean_over_depths),
+                ("depth_4", lambda r: r[4]),
+                (f"depth_{max(depths)}", lambda r: r[max(depths)]),
+            ):
+                if what == "depth_4" and 4 not in depths:
+                    continue
+                entry[what] = _difference(
+                    per_seed(a, fraction, value), per_seed(b, fraction, value)
+                )
+            out["comparisons"].append(entry)
+    if 4 in depths:
+        for arm in arms:
+            out["collapse"][arm] = _collapse(per_seed(arm, final, dict), ceiling)
+        if "fixed-4" in arms and 1 in depths:
+            out["regime"] = _regime(per_seed("fixed-4", final, dict), ceiling)
+    deep = [d for d in depths if d >= 2]
+    for arm in arms:
+        least = per_seed(arm, final, lambda r: min(r[d] for d in deep) / ceiling)
+        out["at_ceiling"][arm] = {"depths": [min(deep), max(deep)], **over_seeds(least).to_dict()}
+    for name, run in results["runs"].items():
+        switch = run.get("switch") or {}
+        if "lr" in switch:
+            out["learning_rate"][name] = {
+                "lr_schedule": run.get("lr_schedule"),
+                "at_switch": switch["lr"],
+                "mean_finish": switch["mean_finish_lr"],
+                "peak": switch["peak_lr"],
+            }
+    return out
+
+
+def _collapse(rows: dict[int, dict[int, float]], ceiling: float) -> dict[str, Any]:
+    """Per seed: the least recall at COLLAPSE_DEPTHS as a share of depth 4's, and whether that is
+    a collapse; seeds recalling too little at depth 4 are left out (and named)."""
+    kept, judged_out = {}, []
+    for seed, row in rows.items():
+        if row[4] < NOTHING * ceiling:
+            judged_out.append(seed)
+            continue
+        deep = {d: v for d, v in row.items() if d in COLLAPSE_DEPTHS}
+        worst = min(deep, key=deep.get)
+        kept[seed] = {"depth": worst, "kept": deep[worst] / row[4]}
+    return {
+        "per_seed": {str(s): k for s, k in kept.items()},
+        "collapsed_seeds": sorted(s for s, k in kept.items() if k["kept"] <= COLLAPSE),
+        "too_little_to_judge": sorted(judged_out),
+    }
+
+
+def _regime(rows: dict[int, dict[int, float]], ceiling: float) -> dict[str, Any]:
+    per_seed = {}
+    for seed, row in rows.items():
+        at4, at1 = row[4] / ceiling, (row[1] / row[4] if row[4] > 0 else float("inf"))
+        per_seed[str(seed)] = {
+            "depth_4_of_ceiling": at4,
+            "depth_1_of_depth_4": at1,
+            "holds": at4 >= REGIME_CEILING and at1 <= REGIME_SHALLOW,
+        }
+    return {
+        "ceiling_share": REGIME_CEILING,
+        "shallow_share": REGIME_SHALLOW,
+        "per_seed": per_seed,
+        "holds_in_every_seed": all(p["holds"] for p in per_seed.values()),
+    }

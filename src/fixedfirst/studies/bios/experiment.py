@@ -1,0 +1,320 @@
+"""Figure 1: depth schedules trained on the same people at matched modeled FLOPs, over seeds.
+
+The paper's synthetic experiment: fixed K=4, uniform K in 1..16, and fixed-first (K0=4, switch
+0.8, uniform finish), optionally fixed-first K0=2 at 0.67 and fixed-first with a warmup-stable-
+decay learning rate, each trained with every seed of the preset to the same modeled training-FLOP
+budget, so a cheap schedule gets more optimizer steps. Each run keeps checkpoints at 15% and 45%
+of the budget and at its end (the trainer's FLOP snapshots); each checkpoint's recall is measured
+at serving depths 1..64 in one pass of the recurrence per prompt batch; `analysis.py` turns the
+seeds' recall into intervals and verdicts.
+
+A preset is a TOML file: the run sections (`[model]`, `[data]`, `[train]`, `[eval]`) shared by
+the three runs, plus an `[experiment]` section (budget, snapshots, serving depths, recall sample).
+Runs live in `DIR/runs/NAME/` (see `fixedfirst.studies.training`), and each checkpoint's recall is
+cached beside it, so a second invocation with the same DIR reuses everything already done.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from fixedfirst.config import RunConfig, apply_overrides
+from fixedfirst.errors import UserError
+from fixedfirst.files.writing import write_json_atomic
+from fixedfirst.schedules import describe
+from fixedfirst.studies.presets import PAPER_SCHEDULES, read_preset
+from fixedfirst.studies.side_by_side import Experiment, Job, conduct
+from fixedfirst.studies.training import PlannedRun, RunOutcome, finished_summary, run_directory
+from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
+from fixedfirst.train.run_dir import RunDir
+
+PRESETS = ("default", "smoke", "loop")
+FIGURE1 = ("fixed-4", "uniform-1-16", "fixed-first-4-0.8")
+"""The paper's three schedules of Figure 1."""
+SCHEDULES: dict[str, list[str]] = {
+    **{name: PAPER_SCHEDULES[name] for name in (*FIGURE1, "fixed-first-2-0.67")},
+    "fixed-first-4-0.8-wsd": [
+        *PAPER_SCHEDULES["fixed-first-4-0.8"],
+        "train.lr_schedule=wsd",
+        "train.decay=0.2",
+    ],
+}
+"""Arm name -> overrides: Figure 1's schedules, fixed-first K0=2 at 0.67, and fixed-first K0=4 at
+0.8 under warmup-stable-decay whose decay is the finishing stage (the cosine schedule gives that
+stage 13-20% of the peak learning rate; this one starts it at the peak)."""
+
+
+@dataclass
+class ExperimentConfig:
+    """The `[experiment]` section of a bios preset."""
+
+    SECTION = "experiment"
+
+    flops: float = 1e15
+    """Modeled training-FLOP budget of every run (compute-matched)."""
+    snapshots: list[float] = field(default_factory=lambda: [0.15, 0.45])
+    """Fractions of the budget evaluated besides the end of the run."""
+    depths: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64])
+    """Serving depths at which recall is measured."""
+    recall_people: int | None = None
+    """People scored by recall (the first n, an unbiased sample); default all."""
+    recall_batch: int = 512
+    """Prompts per recall forward pass."""
+    seeds: list[int] = field(default_factory=lambda: [0])
+    """Training seeds (initialisation, biography order and template draws; the people are the
+    data seed's); every schedule runs with each."""
+    schedules: list[str] = field(default_factory=lambda: list(FIGURE1))
+    """Arms to train: fixed-4, uniform-1-16, fixed-first-4-0.8 (Figure 1), fixed-first-2-0.67,
+    fixed-first-4-0.8-wsd."""
+
+    def __post_init__(self) -> None:
+        s = self.SECTION
+        if self.flops <= 0:
+            raise UserError(f"{s}.flops: the FLOP budget must be > 0, got {self.flops}")
+        if not self.snapshots or any(not 0 < f < 1 for f in self.snapshots):
+            raise UserError(
+                f"{s}.snapshots: fractions must be in (0, 1), got {self.snapshots} "
+                "(the end of each run, 1, is always evaluated)"
+            )
+        if not self.depths or any(d < 1 for d in self.depths):
+            raise UserError(f"{s}.depths: depths must be >= 1, got {self.depths}")
+        if self.recall_people is not None and self.recall_people < 1:
+            raise UserError(f"{s}.recall_people: must be >= 1, got {self.recall_people}")
+        if self.recall_batch < 1:
+            raise UserError(f"{s}.recall_batch: must be >= 1, got {self.recall_batch}")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
+            raise UserError(f"{s}.seeds: distinct seeds >= 0, at least one, got {self.seeds}")
+        unknown = [n for n in self.schedules if n not in SCHEDULES]
+        if not self.schedules or unknown or len(set(self.schedules)) != len(self.schedules):
+            raise UserError(
+                f"{s}.schedules: distinct names from {', '.join(SCHEDULES)}, got {self.schedules}"
+            )
+
+    @property
+    def fractions(self) -> list[float]:
+        return [*sorted(self.snapshots), 1.0]
+
+
+@dataclass
+class Preset:
+    name: str
+    experiment: ExperimentConfig
+    base: dict[str, Any]
+    """The raw run sections shared by all runs (schedule overrides are applied per run)."""
+
+    def run_config(self, schedule: str, seed: int) -> RunConfig:
+        snapshots = "[" + ", ".join(repr(f) for f in self.experiment.snapshots) + "]"
+        extra = [
+            f"train.flops={self.experiment.flops!r}",
+            f"train.snapshots={snapshots}",
+            f"train.seed={seed}",
+        ]
+        return RunConfig.from_dict(apply_overrides(self.base, [*extra, *SCHEDULES[schedule]]))
+
+    def planned_runs(self) -> list[PlannedRun]:
+        e = self.experiment
+        return [
+            PlannedRun(run_name(schedule, seed), self.run_config(schedule, seed))
+            for schedule in e.schedules
+            for seed in e.seeds
+        ]
+
+
+def run_name(schedule: str, seed: int) -> str:
+    return f"{schedule}-seed{seed}"
+
+
+def parse_run_name(name: str) -> tuple[str, int]:
+    schedule, seed = name.rsplit("-seed", 1)
+    return schedule, int(seed)
+
+
+def load_preset(name: str, overrides: list[str] | None = None) -> Preset:
+    """A shipped preset (`default`, `smoke`) or a path to a preset TOML, plus `--set` overrides."""
+    read = read_preset("fixedfirst.studies.bios", PRESETS, name, overrides, ExperimentConfig)
+    preset = Preset(name, read.experiment, read.base)
+    preset.planned_runs()  # validate every run's sections up front
+    return preset
+
+
+def snapshot_checkpoint(run: Path, fraction: float) -> Checkpoint:
+    manager = CheckpointManager(RunDir(run).checkpoints_path)
+    tag = "final" if fraction == 1.0 else f"snapshot-{fraction:g}"
+    ckpt = manager.with_tag(tag)
+    if ckpt is None:
+        raise UserError(f"{run} has no checkpoint tagged {tag!r}; delete the run and start again")
+    return ckpt
+
+
+def recall_of_checkpoint(
+    run: Path, config: RunConfig, ckpt: Checkpoint, experiment: ExperimentConfig
+) -> dict[str, Any]:
+    """The checkpoint's recall report, computed once and cached beside the run."""
+    from fixedfirst.data.registry import kind_options
+    from fixedfirst.model import LoopedTransformer
+    from fixedfirst.tasks.bios.recall import evaluate_recall
+    from fixedfirst.tasks.bios.world import build_world
+
+    cache = run / f"recall-step-{ckpt.step:07d}.json"
+    key = {"depths": sorted(experiment.depths), "people": experiment.recall_people}
+    if cache.is_file():
+        cached = json.loads(cache.read_text())
+        if cached.get("key") == key:
+            return cached["report"]
+    ckpt.verify()
+    model = LoopedTransformer(config.model)
+    ckpt.load_model(model)
+    report = evaluate_recall(
+        model.eval(),
+        build_world(kind_options(config), config.data.seed),
+        experiment.depths,
+        people=experiment.recall_people,
+        batch_size=experiment.recall_batch,
+    ).to_dict()
+    write_json_atomic(cache, {"key": key, "report": report})
+    return report
+
+
+def print_recall(
+    name: str, fraction: float, step: int, report: dict[str, Any], seconds: float
+) -> None:
+    bits = ", ".join(f"K={r['depth']} {r['bits_per_person']:.1f}" for r in report["by_depth"][::3])
+    print(
+        f"  recall {name} at {fraction:.0%} of the budget (step {step}): {bits} bits "
+        f"({seconds:.0f} s)",
+        flush=True,
+    )
+
+
+def recall_job(
+    run: Path, config: RunConfig, fraction: float, experiment: ExperimentConfig
+) -> tuple[int, dict[str, Any]]:
+    """(step, recall report) of a run's checkpoint at `fraction` of the budget: a worker's job."""
+    ckpt = snapshot_checkpoint(run, fraction)
+    return ckpt.step, recall_of_checkpoint(run, config, ckpt, experiment)
+
+
+def collect_results(
+    preset: Preset, outcomes: list[RunOutcome], quiet: bool = False
+) -> dict[str, Any]:
+    """Recall of every run at every budget fraction, plus each run's cost."""
+    from fixedfirst.data.registry import kind_options
+    from fixedfirst.studies.bios.analysis import analyse
+    from fixedfirst.tasks.bios.world import build_pools
+
+    records, runs = [], {}
+    for outcome in outcomes:
+        schedule, seed = parse_run_name(outcome.name)
+        config = preset.run_config(schedule, seed)
+        for fraction in preset.experiment.fractions:
+            ckpt = snapshot_checkpoint(outcome.path, fraction)
+            started = time.perf_counter()
+            report = recall_of_checkpoint(outcome.path, config, ckpt, preset.experiment)
+            if not quiet:
+                print_recall(
+                    outcome.name, fraction, ckpt.step, report, time.perf_counter() - started
+                )
+            for r in report["by_depth"]:
+                records.append(
+                    {
+                        "schedule": schedule,
+                        "seed": seed,
+                        "budget_fraction": fraction,
+                        "depth": r["depth"],
+                        "bits_per_person": r["bits_per_person"],
+                        "step": ckpt.step,
+                        "flops": ckpt.meta["flops"],
+                    }
+                )
+        s = outcome.summary
+        runs[outcome.name] = {
+            "schedule": schedule,
+            "seed": seed,
+            "description": describe(config.schedule),
+            "lr_schedule": config.train.lr_schedule,
+            "switch": s.get("switch"),
+            "path": str(outcome.path),
+            "steps": s["steps"],
+            "tokens": s["tokens"],
+            "flops": s["flops"],
+            "wall_s": s["wall"],
+            "precision": s.get("precision"),
+            "phases": s["phases"],
+        }
+    e = preset.experiment
+    base = preset.run_config(e.schedules[0], e.seeds[0])
+    options = kind_options(base)
+    results = {
+        "format": "fixedfirst-bios-results",
+        "version": 2,
+        "preset": preset.name,
+        "flop_budget": preset.experiment.flops,
+        "ceiling_bits": build_pools(options, base.data.seed).bits_per_person(),
+        "people": options.people,
+        "recall_people": preset.experiment.recall_people or options.people,
+        "depths": sorted(preset.experiment.depths),
+        "budget_fractions": preset.experiment.fractions,
+        "experiment": asdict(preset.experiment),
+        "runs": runs,
+        "recall": records,
+    }
+    results["analysis"] = analyse(results)
+    return results
+
+
+def run_experiment(
+    preset: Preset, out: Path, quiet: bool = False, jobs: int | None = None
+) -> dict[str, Any]:
+    """Train (or reuse) the three runs, measure recall, write results.json, the figure, report.
+
+    jobs: worker processes (None: one per free core on a CPU, up to the runs left to train;
+    see `fixedfirst.studies.side_by_side`). With more than one, those runs train side by side and
+    each checkpoint's recall starts as soon as the checkpoint exists."""
+    runs = preset.planned_runs()
+    recalls = []
+    for planned in runs:
+        path = run_directory(out, planned.name).path
+        for fraction in preset.experiment.fractions:
+            args = (path, planned.config, fraction, preset.experiment)
+            ready = partial(_checkpoint_ready, path, fraction)
+            recalls.append(Job(f"{planned.name} {fraction:g}", recall_job, args, ready=ready))
+    experiment = Experiment(
+        name="bios",
+        runs=runs,
+        flops=preset.experiment.flops,
+        evaluations=recalls,
+        evaluated="recall",
+        show=_show_recall,
+        collect=partial(collect_results, preset),
+        collecting="recall_evaluation",
+        write=_write_figure_and_report,
+    )
+    return conduct(experiment, out, quiet, jobs)
+
+
+def _show_recall(job: Job, result: tuple[int, dict[str, Any]], seconds: float) -> None:
+    path, _, fraction, _ = job.args
+    step, report = result
+    print_recall(path.name, fraction, step, report, seconds)
+
+
+def _write_figure_and_report(results: dict[str, Any], out: Path) -> None:
+    from fixedfirst.studies.bios.figure import plot_figure1
+    from fixedfirst.studies.bios.report import write_report
+
+    plot_figure1(results, out / "figure1.png")
+    write_report(results, out / "report.md")
+
+
+def _checkpoint_ready(run: Path, fraction: float) -> bool:
+    """A snapshot's checkpoint exists (written atomically), or the run has finished: then the
+    recall runs, or says in one line which checkpoint is missing (`snapshot_checkpoint`)."""
+    if finished_summary(RunDir(run)) is not None:
+        return True
+    manager = CheckpointManager(RunDir(run).checkpoints_path)
+    return fraction < 1.0 and manager.with_tag(f"snapshot-{fraction:g}") is not None

@@ -1,0 +1,200 @@
+"""report.md for Figure 1: sentences computed from the seeds' recall, then the tables behind them.
+
+Every sentence is produced from results.json (`analysis.py`): comparisons as same-seed differences
+with their 95% intervals over seeds and the word those allow (higher, lower, cannot tell), the
+regime and collapse questions answered per seed. Nothing is canned, so a run that disagrees with
+the paper says so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fixedfirst.files.writing import write_text_atomic
+from fixedfirst.studies.bios.analysis import COLLAPSE, NOTHING
+from fixedfirst.studies.bios.figure import label
+
+SIGN_WORDS = {"positive": "higher", "negative": "lower", "cannot tell": "cannot tell"}
+
+
+def bits(c: dict[str, Any]) -> str:
+    """An arm's recall over seeds: mean [95% interval], or the single seed's value."""
+    if c["low"] is None:
+        return f"{c['mean']:.1f}"
+    return f"{c['mean']:.1f} [{c['low']:.1f}, {c['high']:.1f}]"
+
+
+def compact(c: dict[str, Any]) -> str:
+    """mean ± half-width of the 95% interval (table cells)."""
+    if c["low"] is None:
+        return f"{c['mean']:.1f}"
+    return f"{c['mean']:.1f} ± {(c['high'] - c['low']) / 2:.1f}"
+
+
+def difference(d: dict[str, Any] | None) -> str:
+    if d is None:
+        return "one seed: no interval"
+    return f"{d['mean']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}] bits ({SIGN_WORDS[d['sign']]})"
+
+
+def findings(results: dict[str, Any]) -> list[str]:
+    a = results["analysis"]
+    ceiling = results["ceiling_bits"]
+    n = len(a["seeds"])
+    fractions = results["budget_fractions"]
+    out = [
+        f"{n} seed{'s' if n > 1 else ''} per arm; intervals are 95% over seeds, differences "
+        "are same-seed differences; a difference whose interval contains 0 cannot be told apart."
+    ]
+    for fraction in fractions:
+        cells = {
+            arm: a["cells"][arm][f"{fraction:g}"]
+            for arm in a["arms"]
+            if f"{fraction:g}" in a["cells"][arm]
+        }
+        means = ", ".join(
+            f"{label(arm)} {bits(c['mean_over_depths'])}"
+            for arm, c in sorted(cells.items(), key=lambda x: -x[1]["mean_over_depths"]["mean"])
+        )
+        if max(c["mean_over_depths"]["mean"] for c in cells.values()) < NOTHING * ceiling:
+            out.append(
+                f"At {fraction:.0%} of the FLOP budget no arm recalls much yet (mean over serving "
+                f"depths: {means} bits of {ceiling:.2f})."
+            )
+            continue
+        at4 = ", ".join(f"{label(arm)} {bits(c['by_depth']['4'])}" for arm, c in cells.items())
+        text = (
+            f"At {fraction:.0%} of the FLOP budget, recall averaged over serving depths: {means} "
+            f"bits of {ceiling:.2f}; at serving depth 4: {at4}."
+        )
+        compared = [c for c in a["comparisons"] if c["fraction"] == fraction]
+        if compared:
+            text += " Same-seed differences of the average: " + "; ".join(
+                f"{label(c['a'])} minus {label(c['b'])} {difference(c['mean_over_depths'])}"
+                for c in compared
+            )
+            text += "."
+        out.append(text)
+    regime = a.get("regime")
+    if regime is not None:
+        seeds = "; ".join(
+            f"seed {s}: depth 4 at {100 * r['depth_4_of_ceiling']:.0f}% of the ceiling, depth 1 at "
+            f"{100 * r['depth_1_of_depth_4']:.0f}% of depth 4"
+            for s, r in regime["per_seed"].items()
+        )
+        verdict = (
+            "holds in every seed: recall runs through the loop"
+            if regime["holds_in_every_seed"]
+            else "does not hold in every seed"
+        )
+        out.append(
+            f"The regime (fixed K=4 at the full budget recalls at depth 4 >= "
+            f"{100 * regime['ceiling_share']:.0f}% of the ceiling and at depth 1 <= "
+            f"{100 * regime['shallow_share']:.0f}% of its depth-4 recall) {verdict} ({seeds})."
+        )
+    for arm, c in a["collapse"].items():
+        if not c["per_seed"]:
+            continue
+        kept = "; ".join(
+            f"seed {s}: {100 * k['kept']:.0f}% at depth {k['depth']}"
+            for s, k in c["per_seed"].items()
+        )
+        collapsed = c["collapsed_seeds"]
+        verdict = (
+            f"collapses in seed{'s' if len(collapsed) > 1 else ''} "
+            + ", ".join(map(str, collapsed))
+            if collapsed
+            else "collapses in no seed"
+        )
+        left = c["too_little_to_judge"]
+        note = (
+            f" (seeds {', '.join(map(str, left))} recall too little at depth 4 to judge)"
+            if left
+            else ""
+        )
+        if arm == "fixed-4" or collapsed:
+            out.append(
+                f"Off-depth collapse at the full budget (recall at some serving depth 8..64 at "
+                f"most {100 * COLLAPSE:.0f}% of that at depth 4): {label(arm)} {verdict}; the "
+                f"least kept share per seed: {kept}{note}."
+            )
+    for arm, c in a["at_ceiling"].items():
+        if arm.startswith("fixed-first"):
+            low, high = c["depths"]
+            out.append(
+                f"{label(arm)} at the full budget: its least recall over serving depths "
+                f"{low}..{high} is {100 * c['mean']:.0f}% of the ceiling on average over seeds "
+                f"({100 * c['min']:.0f}-{100 * c['max']:.0f}%)."
+            )
+    rates = {}
+    for name, r in a["learning_rate"].items():
+        arm = results["runs"][name]["schedule"]
+        rates.setdefault(arm, r)
+    for arm, r in rates.items():
+        out.append(
+            f"{label(arm)} ({r['lr_schedule']} learning rate): at the switch the rate is "
+            f"{r['at_switch']:.2e} ({100 * r['at_switch'] / r['peak']:.0f}% of the peak), over "
+            f"the finishing stage {r['mean_finish']:.2e} on average "
+            f"({100 * r['mean_finish'] / r['peak']:.0f}%)."
+        )
+    steps: dict[str, list[int]] = {}
+    for run in results["runs"].values():
+        steps.setdefault(run["schedule"], []).append(run["steps"])
+    out.append(
+        "Optimizer steps at matched FLOPs: "
+        + ", ".join(
+            f"{label(arm)} {min(s)}" + (f"-{max(s)}" if max(s) != min(s) else "")
+            for arm, s in steps.items()
+        )
+        + ": a deeper update is a dearer one."
+    )
+    return out
+
+
+def write_report(results: dict[str, Any], path: Path) -> None:
+    a = results["analysis"]
+    depths = results["depths"]
+    budget = results["flop_budget"]
+    lines = [
+        "# bioS recall at matched training FLOPs (Figure 1)",
+        "",
+        f"{results['people']} people, ceiling {results['ceiling_bits']:.2f} bits per person; "
+        f"recall measured on {results['recall_people']} people; every run is planned on the "
+        f"depths it draws to end within one step below the budget of {budget:.3g} modeled "
+        "training FLOPs (the runs table gives each run's realised FLOPs and their share of the "
+        "budget; a snapshot is the first checkpoint at or past its fraction of the budget). "
+        f"Produced by `fixedfirst bios --preset {results['preset']}`.",
+        "",
+        "## What the numbers show",
+        "",
+        *[f"- {s}" for s in findings(results)],
+        "",
+        "## Recalled bits per person by serving depth",
+        "",
+        "Mean over seeds ± half the width of its 95% interval over seeds.",
+        "",
+        "| arm | budget | " + " | ".join(f"K={d}" for d in depths) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in depths) + " |",
+    ]
+    for fraction in results["budget_fractions"]:
+        for arm in a["arms"]:
+            cell = a["cells"][arm].get(f"{fraction:g}")
+            if cell is not None:
+                row = " | ".join(compact(cell["by_depth"][str(d)]) for d in depths)
+                lines.append(f"| {label(arm)} | {fraction:.0%} | {row} |")
+    lines += [
+        "",
+        "## Runs",
+        "",
+        "| run | schedule | steps | tokens | modeled FLOPs | of the budget | "
+        "training wall-clock s |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, r in results["runs"].items():
+        lines.append(
+            f"| {name} | {r['description']} | {r['steps']} | {r['tokens']:,} | "
+            f"{r['flops']:.4e} | {100 * r['flops'] / budget:.2f}% | {r['wall_s']:.0f} |"
+        )
+    lines.append("")
+    write_text_atomic(path, "\n".join(lines))

@@ -1,0 +1,269 @@
+"""What the chains experiment's scores support, by rules fixed before the numbers were seen.
+
+The unit is the seed: every schedule trains once per seed, and each seed is scored on its own draw
+of evaluation sequences, shared by the schedules of that seed (`source.evaluation_seed`). A
+score is a seed's accuracy (a mean over its sequences); an interval is a 95% t-interval over
+seeds (`fixedfirst.stats.evidence`), of one schedule's score or of a same-seed difference. A
+difference whose interval contains zero is "cannot tell". The rules (docs/design.md §5, "chains:
+the rules"):
+
+- bands by role: `easy` and `hard` halves of the training range, `near` (up to twice the training
+  range) and `far` (beyond) (`bands.py`);
+- depth decides the answer: accuracy on `hard` at depth 16 (the deepest the paper's schedules
+  train) minus depth 1, per schedule; the bar for uniform training is DEPTH_MATTERS;
+- extrapolation: accuracy at the deepest serving depth minus depth 16 on `near` and `far`;
+- at matched FLOPs: every schedule minus uniform, same seed, at the COMPARISONS cells, on the
+  standard set and on every other named set;
+- extrapolates best: the schedule with the highest mean on `near` at the deepest depth; it is
+  "best" only if its difference to every other schedule is positive;
+- solved up to d: every difficulty 0..d at accuracy >= SOLVED, at a fixed depth (16, the deepest)
+  and at the depth each run chooses on its selection set (the depth with the best `near` accuracy
+  there; never on the test labels);
+- collapse: a schedule collapses when, in some seed, its in-range accuracy at a depth in
+  COLLAPSE_DEPTHS is at most half of its accuracy at COLLAPSE_FROM;
+- the KL exit rule: accuracy and mean depth per band.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fixedfirst.stats.evidence import over_seeds, paired, sign, verdict
+
+SOLVED = 0.9
+"""Accuracy at which a difficulty counts as solved."""
+TRAINING_DEPTH = 16
+"""The deepest depth the paper's schedules train at (uniform 1..16 and the finishes)."""
+DEPTH_MATTERS = 0.40
+"""The bar for "depth decides the answer": uniform's hard-band accuracy at depth 16 at least 40
+points above depth 1."""
+REFERENCE = "uniform-1-16"
+"""The schedule every other is compared with at matched FLOPs."""
+ROLES = ("easy", "hard", "near", "far")
+COMPARISONS = (("hard", 1), ("hard", TRAINING_DEPTH), ("near", None), ("far", None))
+"""(band, depth) cells of the matched-FLOP comparison; None is the deepest serving depth."""
+COLLAPSE_FROM = 4
+COLLAPSE_DEPTHS = (8, 12, 16, 24, 32, 48, 64)
+
+
+def band_roles(bands: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """role -> band label, from the order `bands.py` writes them in (in range, then beyond)."""
+    labels = list(bands)
+    in_range = [b for b in labels if bands[b]["in_range"]]
+    beyond = [b for b in labels if not bands[b]["in_range"]]
+    return dict(zip(ROLES, [*in_range, *beyond], strict=False))
+
+
+def _accuracy(run: dict[str, Any], set_name: str, role: str, depth: int) -> float:
+    scored = run["scores"]["sets"][set_name]
+    band = band_roles(scored["bands"])[role]
+    return scored["bands"][band]["by_depth"][str(depth)]
+
+
+def solved_up_to(accuracy: list[float]) -> int:
+    """The largest d with every difficulty 0..d at >= SOLVED; -1 when difficulty 0 is not."""
+    solved = -1
+    for d, a in enumerate(accuracy):
+        if a < SOLVED:
+            break
+        solved = d
+    return solved
+
+
+def chosen_depth(run: dict[str, Any], depths: list[int]) -> int:
+    """The depth with the best `near` accuracy on the run's selection set (the smallest on a
+    tie): a depth chosen without the test labels."""
+    selection = run["scores"]["selection"]
+    near = selection["bands"][band_roles(selection["bands"])["near"]]["by_depth"]
+    return max(depths, key=lambda d: (near[str(d)], -d))
+
+
+def in_range_accuracy(run: dict[str, Any], depth: int, max_ops: int) -> float:
+    return float(np.mean(run["scores"]["sets"]["standard"]["accuracy"][str(depth)][: max_ops + 1]))
+
+
+def _interval(
+    values_a: dict[int, float], values_b: dict[int, float], bar: float | None = None
+) -> dict[str, Any] | None:
+    """The same-seed difference a - b with its sign (and its verdict against `bar`, a claimed
+    lower bound), or None with fewer than two seeds."""
+    if len(set(values_a) & set(values_b)) < 2:
+        return None
+    interval = paired(values_a, values_b)
+    out = {**interval.to_dict(), "sign": sign(interval)}
+    if bar is not None:
+        out["verdict"] = verdict(interval, "above", bar)
+    return out
+
+
+def analyse(runs: dict[str, dict[str, Any]], depths: list[int], max_ops: int) -> dict[str, Any]:
+    schedules = list(dict.fromkeys(r["schedule"] for r in runs.values()))
+    seeds = {s: {r["seed"]: r for r in runs.values() if r["schedule"] == s} for s in schedules}
+    first = next(iter(runs.values()))["scores"]
+    set_names = list(first["sets"])
+    deepest = max(depths)
+    cells = [(role, deepest if d is None else d) for role, d in COMPARISONS]
+
+    def values(schedule: str, set_name: str, role: str, depth: int) -> dict[int, float]:
+        return {s: _accuracy(r, set_name, role, depth) for s, r in seeds[schedule].items()}
+
+    out: dict[str, Any] = {
+        "schedules": schedules,
+        "seeds": sorted({r["seed"] for r in runs.values()}),
+        "sets": {
+            name: {
+                "eval_ops": first["sets"][name]["eval_ops"],
+                "bands": {
+                    role: {
+                        "label": label,
+                        "low": first["sets"][name]["bands"][label]["low"],
+                        "high": first["sets"][name]["bands"][label]["high"],
+                    }
+                    for role, label in band_roles(first["sets"][name]["bands"]).items()
+                },
+            }
+            for name in set_names
+        },
+        "training_depth": TRAINING_DEPTH,
+        "deepest_depth": deepest,
+        "solved_threshold": SOLVED,
+        "depth_matters": DEPTH_MATTERS,
+        "reference": REFERENCE if REFERENCE in schedules else None,
+        "band_accuracy": {},
+        "depth_gain": {},
+        "extrapolation": {},
+        "versus_reference": {},
+        "solved": {},
+        "collapse": {},
+        "accuracy_by_difficulty": {},
+        "kl_exit": {},
+    }
+    for s in schedules:
+        out["band_accuracy"][s] = {
+            name: {
+                role: {str(d): over_seeds(values(s, name, role, d)).to_dict() for d in depths}
+                for role in out["sets"][name]["bands"]
+            }
+            for name in set_names
+        }
+        out["depth_gain"][s] = _interval(
+            values(s, "standard", "hard", TRAINING_DEPTH),
+            values(s, "standard", "hard", 1),
+            DEPTH_MATTERS,
+        )
+        out["extrapolation"][s] = {
+            role: _interval(
+                values(s, "standard", role, deepest), values(s, "standard", role, TRAINING_DEPTH)
+            )
+            for role in ("near", "far")
+            if role in out["sets"]["standard"]["bands"]
+        }
+        if out["reference"] is not None and s != REFERENCE:
+            out["versus_reference"][s] = {
+                name: {
+                    f"{role}@{depth}": _interval(
+                        values(s, name, role, depth), values(REFERENCE, name, role, depth)
+                    )
+                    for role, depth in cells
+                    if role in out["sets"][name]["bands"]
+                }
+                for name in set_names
+            }
+        out["solved"][s] = _solved(seeds[s], depths, deepest)
+        out["collapse"][s] = _collapse(seeds[s], depths, max_ops)
+        out["accuracy_by_difficulty"][s] = {
+            name: {
+                str(d): np.mean(
+                    [r["scores"]["sets"][name]["accuracy"][str(d)] for r in seeds[s].values()],
+                    axis=0,
+                ).tolist()
+                for d in depths
+            }
+            for name in set_names
+        }
+        out["kl_exit"][s] = _kl_exit(seeds[s], first["sets"]["standard"]["bands"])
+    out["extrapolates_best"] = _best(out, values, deepest)
+    return out
+
+
+def _solved(runs: dict[int, dict[str, Any]], depths: list[int], deepest: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for what, pick in (
+        (f"K={TRAINING_DEPTH}", lambda r: TRAINING_DEPTH),
+        (f"K={deepest}", lambda r: deepest),
+        ("chosen", lambda r: chosen_depth(r, depths)),
+    ):
+        if what.startswith("K=") and int(what[2:]) not in depths:
+            continue
+        per_seed = {s: pick(r) for s, r in runs.items()}
+        solved = {
+            s: float(solved_up_to(r["scores"]["sets"]["standard"]["accuracy"][str(per_seed[s])]))
+            for s, r in runs.items()
+        }
+        out[what] = {"depths": per_seed, **over_seeds(solved).to_dict()}
+    return out
+
+
+def _collapse(runs: dict[int, dict[str, Any]], depths: list[int], max_ops: int) -> dict[str, Any]:
+    """Per seed: the smallest in-range accuracy at COLLAPSE_DEPTHS as a share of that at
+    COLLAPSE_FROM, and whether it is at most a half."""
+    measured = [d for d in COLLAPSE_DEPTHS if d in depths]
+    if COLLAPSE_FROM not in depths or not measured:
+        return {}
+    kept = {}
+    for s, r in runs.items():
+        base = in_range_accuracy(r, COLLAPSE_FROM, max_ops)
+        kept[s] = min(in_range_accuracy(r, d, max_ops) for d in measured) / base
+    return {
+        "kept": over_seeds(kept).to_dict(),
+        "collapsed_seeds": sorted(s for s, k in kept.items() if k <= 0.5),
+    }
+
+
+def _kl_exit(runs: dict[int, dict[str, Any]], bands: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    exits = {s: r["scores"]["kl_exit"] for s, r in runs.items()}
+    first = next(iter(exits.values()))
+    return {
+        "threshold": first["threshold"],
+        "max_depth": first["max_depth"],
+        "accuracy": np.mean([e["accuracy"] for e in exits.values()], axis=0).tolist(),
+        "mean_depth": np.mean([e["mean_depth"] for e in exits.values()], axis=0).tolist(),
+        "bands": {
+            role: {
+                what: over_seeds(
+                    {
+                        s: float(np.mean(e[what][bands[label]["low"] : bands[label]["high"] + 1]))
+                        for s, e in exits.items()
+                    }
+                ).to_dict()
+                for what in ("accuracy", "mean_depth")
+            }
+            for role, label in band_roles(bands).items()
+        },
+    }
+
+
+def _best(out: dict[str, Any], values, deepest: int) -> dict[str, Any] | None:
+    """The schedule with the highest mean `near` accuracy at the deepest depth, and its same-seed
+    differences to every other schedule; "best" holds only when all of them are positive."""
+    schedules = out["schedules"]
+    if "near" not in out["sets"]["standard"]["bands"] or len(schedules) < 2:
+        return None
+    means = {
+        s: out["band_accuracy"][s]["standard"]["near"][str(deepest)]["mean"] for s in schedules
+    }
+    top = max(schedules, key=lambda s: means[s])
+    against = {
+        s: _interval(
+            values(top, "standard", "near", deepest), values(s, "standard", "near", deepest)
+        )
+        for s in schedules
+        if s != top
+    }
+    known = [d for d in against.values() if d is not None]
+    holds = (
+        bool(known) and len(known) == len(against) and all(d["sign"] == "positive" for d in known)
+    )
+    return {"schedule": top, "depth": deepest, "against": against, "holds": holds}

@@ -1,0 +1,233 @@
+"""Depth that matters: every schedule of the paper on the chains task, at matched modeled FLOPs.
+
+Fixed K=4, uniform 1..16, fixed-first (K0=4, switch 0.8; K0=2, switch 0.67) and the progressive
+curriculum, each trained with every seed of the preset to the same modeled training-FLOP budget
+(planned on the depths each run draws: every run ends within one step below the budget), then
+scored on the named evaluation sets at serving depths 1..64 and every difficulty, and under the
+KL exit rule (`scoring.py`); `analysis.py` turns the scores into intervals over seeds and verdicts
+by rules fixed in advance. Runs train side by side in worker processes (one per free core on a
+CPU), each scored as soon as it finishes. Runs live in DIR/runs/SCHEDULE-seedN/ and their scores
+beside them, so invoking the experiment again reuses everything already done.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from fixedfirst.config import RunConfig, apply_overrides
+from fixedfirst.errors import UserError
+from fixedfirst.schedules import describe
+from fixedfirst.serve.adaptive import KLExit
+from fixedfirst.studies.presets import PAPER_SCHEDULES, SCHEDULE_LABELS, read_preset
+from fixedfirst.studies.side_by_side import Experiment, Job, conduct, run_finished
+from fixedfirst.studies.training import PlannedRun, RunOutcome, run_directory
+from fixedfirst.tasks.chains.sets import SETS, STANDARD
+
+PRESETS = ("default", "smoke")
+
+
+@dataclass
+class ExperimentConfig:
+    """The `[experiment]` section of a chains preset."""
+
+    SECTION = "experiment"
+
+    flops: float = 3e12
+    """Modeled training-FLOP budget of every run (compute-matched)."""
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    """Training seeds (model initialisation, data order and the draw of evaluation sequences);
+    every schedule runs with each."""
+    schedules: list[str] = field(default_factory=lambda: list(PAPER_SCHEDULES))
+    """Which of the paper's schedules to train: fixed-4, uniform-1-16, fixed-first-4-0.8,
+    fixed-first-2-0.67, progressive."""
+    depths: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64])
+    """Serving depths at which accuracy is measured (one pass of the recurrence)."""
+    sequences: int = 256
+    """Sequences of the standard evaluation set and of the selection set (each has one label of
+    every difficulty 0..eval_ops)."""
+    sets: list[str] = field(default_factory=lambda: list(SETS))
+    """Named evaluation sets scored besides `standard` (tasks/chains/sets.py): neg-0.1,
+    neg-0.9, plus-only, neg-only, alternating, plus-plus-neg-neg, longest."""
+    set_sequences: int = 128
+    """Sequences of every named set other than the standard one."""
+    kl_threshold: float = 1e-3
+    """The KL exit rule's threshold (Huginn's default)."""
+    kl_max_depth: int = 64
+    """The KL exit rule's deepest iteration."""
+
+    def __post_init__(self) -> None:
+        s = self.SECTION
+        if self.flops <= 0:
+            raise UserError(f"{s}.flops: the FLOP budget must be > 0, got {self.flops}")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
+            raise UserError(f"{s}.seeds: distinct seeds >= 0, at least one, got {self.seeds}")
+        unknown = [n for n in self.schedules if n not in PAPER_SCHEDULES]
+        if not self.schedules or unknown:
+            raise UserError(
+                f"{s}.schedules: choose from {', '.join(PAPER_SCHEDULES)}, got {self.schedules}"
+            )
+        if not self.depths or min(self.depths) < 1 or max(self.depths) > 1024:
+            raise UserError(f"{s}.depths: depths must be in 1..1024, got {self.depths}")
+        if not 2 <= self.sequences <= 100_000:
+            raise UserError(f"{s}.sequences: must be in 2..100000, got {self.sequences}")
+        if not 2 <= self.set_sequences <= 100_000:
+            raise UserError(f"{s}.set_sequences: must be in 2..100000, got {self.set_sequences}")
+        unknown_sets = [n for n in self.sets if n not in SETS]
+        if STANDARD not in self.sets or unknown_sets or len(set(self.sets)) != len(self.sets):
+            raise UserError(
+                f"{s}.sets: distinct names from {', '.join(SETS)}, {STANDARD!r} among them, "
+                f"got {self.sets}"
+            )
+        if not 0 <= self.kl_threshold <= 10:
+            raise UserError(f"{s}.kl_threshold: must be in [0, 10], got {self.kl_threshold}")
+        if not 1 <= self.kl_max_depth <= 1024:
+            raise UserError(f"{s}.kl_max_depth: must be in 1..1024, got {self.kl_max_depth}")
+
+    @property
+    def rule(self) -> KLExit:
+        return KLExit(self.kl_threshold, self.kl_max_depth)
+
+
+def run_name(schedule: str, seed: int) -> str:
+    return f"{schedule}-seed{seed}"
+
+
+@dataclass
+class Preset:
+    name: str
+    experiment: ExperimentConfig
+    base: dict[str, Any]
+    """The raw run sections shared by all runs (schedule and seed are set per run)."""
+
+    def run_config(self, schedule: str, seed: int) -> RunConfig:
+        overrides = [f"train.flops={self.experiment.flops!r}", f"train.seed={seed}"]
+        raw = apply_overrides(self.base, [*overrides, *PAPER_SCHEDULES[schedule]])
+        return RunConfig.from_dict(raw)
+
+    def planned_runs(self) -> list[PlannedRun]:
+        e = self.experiment
+        return [
+            PlannedRun(run_name(schedule, seed), self.run_config(schedule, seed))
+            for schedule in e.schedules
+            for seed in e.seeds
+        ]
+
+
+def load_preset(name: str, overrides: list[str] | None = None) -> Preset:
+    """A shipped preset (`default`, `smoke`) or a path to a preset TOML, plus `--set` overrides."""
+    read = read_preset("fixedfirst.studies.chains", PRESETS, name, overrides, ExperimentConfig)
+    preset = Preset(name, read.experiment, read.base)
+    config = preset.run_config(preset.experiment.schedules[0], preset.experiment.seeds[0])
+    if config.data.kind != "chains":
+        raise UserError(
+            f"a chains preset trains on [data] kind = 'chains', not {config.data.kind!r}"
+        )
+    return preset
+
+
+def score_job(run: Path, experiment: ExperimentConfig) -> dict[str, Any]:
+    """A finished run's scores (computed once, cached beside the run): a worker's job."""
+    from fixedfirst.studies.chains.scoring import score_run
+
+    e = experiment
+    return score_run(run, e.depths, e.sequences, e.rule, e.sets, e.set_sequences)
+
+
+def collect_results(
+    preset: Preset, outcomes: list[RunOutcome], quiet: bool = False
+) -> dict[str, Any]:
+    """Every run's cost and scores, in one JSON-ready document."""
+    from fixedfirst.data.registry import kind_options
+    from fixedfirst.studies.chains.analysis import analyse
+
+    e = preset.experiment
+    runs = {}
+    for outcome in outcomes:
+        schedule, seed = outcome.name.rsplit("-seed", 1)
+        started = time.perf_counter()
+        scores = score_job(outcome.path, e)
+        if not quiet:
+            print_scores(outcome.name, scores, time.perf_counter() - started)
+        s = outcome.summary
+        runs[outcome.name] = {
+            "schedule": schedule,
+            "label": SCHEDULE_LABELS[schedule],
+            "description": describe(preset.run_config(schedule, int(seed)).schedule),
+            "seed": int(seed),
+            "path": str(outcome.path),
+            "steps": s["steps"],
+            "tokens": s["tokens"],
+            "flops": s["flops"],
+            "wall_s": s["wall"],
+            "scores": scores,
+        }
+    options = kind_options(preset.run_config(e.schedules[0], e.seeds[0]))
+    return {
+        "format": "fixedfirst-chains-results",
+        "version": 2,
+        "preset": preset.name,
+        "flop_budget": e.flops,
+        "task": asdict(options),
+        "experiment": asdict(e),
+        "chance": 1 / options.values,
+        "runs": runs,
+        "analysis": analyse(runs, e.depths, options.max_ops),
+    }
+
+
+def print_scores(name: str, scores: dict[str, Any], seconds: float) -> None:
+    standard = scores["sets"][STANDARD]["bands"]
+    hard = [b for b in standard.values() if b["in_range"]][-1]
+    label = f"{hard['low']}..{hard['high']}"
+    shown = ", ".join(
+        f"K={d} {100 * hard['by_depth'][str(d)]:.0f}%"
+        for d in (1, 4, 16, 64)
+        if str(d) in hard["by_depth"]
+    )
+    print(f"  scored {name}: difficulty {label} {shown} ({seconds:.0f} s)", flush=True)
+
+
+def run_experiment(
+    preset: Preset, out: Path, quiet: bool = False, jobs: int | None = None
+) -> dict[str, Any]:
+    """Train (or reuse) every run, score it, write results.json, the figures and report.md.
+
+    jobs: worker processes (None: one per free core on a CPU, up to the runs left to train;
+    see `fixedfirst.studies.side_by_side`). With more than one, each run is scored as soon as it
+    has finished."""
+    runs = preset.planned_runs()
+    scorings = []
+    for planned in runs:
+        path = run_directory(out, planned.name).path
+        ready = partial(run_finished, path)
+        scorings.append(
+            Job(f"score {planned.name}", score_job, (path, preset.experiment), ready=ready)
+        )
+    experiment = Experiment(
+        name="chains",
+        runs=runs,
+        flops=preset.experiment.flops,
+        evaluations=scorings,
+        evaluated="scoring",
+        show=_show_scores,
+        collect=partial(collect_results, preset),
+        collecting="scoring",
+        write=_write_figures_and_report,
+    )
+    return conduct(experiment, out, quiet, jobs)
+
+
+def _show_scores(job: Job, result: dict[str, Any], seconds: float) -> None:
+    print_scores(job.args[0].name, result, seconds)
+
+
+def _write_figures_and_report(results: dict[str, Any], out: Path) -> None:
+    from fixedfirst.studies.chains.figure import plot_figures
+    from fixedfirst.studies.chains.report import write_report
+
+    plot_figures(results, out)
+    write_report(results, out / "report.md")

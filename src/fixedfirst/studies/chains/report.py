@@ -1,0 +1,292 @@
+"""report.md of the chains experiment: findings computed from the numbers, then the tables.
+
+Every sentence is produced from results.json (`analysis.py`): each claim's quantity as a mean over
+seeds with its 95% interval over seeds, and the word the interval allows (higher, lower, or
+cannot tell). Nothing is canned, so a run that disagrees with the paper, or with an earlier run,
+says so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fixedfirst.files.writing import write_text_atomic
+from fixedfirst.tasks.chains.sets import STANDARD
+
+TABLE_DEPTHS = (1, 2, 4, 8, 16, 32, 64)
+SIGN_WORDS = {"positive": "higher", "negative": "lower", "cannot tell": "cannot tell"}
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def points(d: dict[str, Any] | None) -> str:
+    """A same-seed difference in accuracy points: mean [95% interval]."""
+    if d is None:
+        return "one seed: no interval"
+    return f"{100 * d['mean']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
+
+
+def score(c: dict[str, Any]) -> str:
+    """One arm's accuracy over seeds: mean [95% interval], or the single seed's value."""
+    if c["low"] is None:
+        return _pct(c["mean"])
+    return f"{_pct(c['mean'])} [{_pct(c['low'])}, {_pct(c['high'])}]"
+
+
+def _label(results: dict[str, Any], schedule: str) -> str:
+    return next(r["label"] for r in results["runs"].values() if r["schedule"] == schedule)
+
+
+def _band(a: dict[str, Any], role: str, set_name: str = STANDARD) -> str:
+    return a["sets"][set_name]["bands"][role]["label"]
+
+
+def findings(results: dict[str, Any]) -> list[str]:
+    a = results["analysis"]
+    n = len(a["seeds"])
+    k16, deepest = a["training_depth"], a["deepest_depth"]
+    ref = a["reference"]
+    out = []
+    gains = []
+    for s, gain in a["depth_gain"].items():
+        if gain is None:
+            continue
+        text = f"{_label(results, s)} {points(gain)}"
+        if s == ref:
+            text += f" (bar {100 * a['depth_matters']:.0f} points: {gain['verdict']})"
+        gains.append(text)
+    if gains:
+        out.append(
+            f"Depth decides the answer: on difficulty {_band(a, 'hard')} (the harder half of the "
+            f"training range) accuracy at K={k16} minus K=1, points, mean over {n} seeds [95% "
+            "interval over seeds]: " + "; ".join(gains) + "."
+        )
+    extrapolating = []
+    for s, per_band in a["extrapolation"].items():
+        cells = [
+            f"{_band(a, role)} {points(d)} ({SIGN_WORDS[d['sign']]})"
+            for role, d in per_band.items()
+            if d is not None
+        ]
+        if cells:
+            extrapolating.append(f"{_label(results, s)}: " + ", ".join(cells))
+    if extrapolating:
+        out.append(
+            f"Serving deeper than trained, accuracy at K={deepest} minus K={k16} beyond the "
+            "training range: " + "; ".join(extrapolating) + "."
+        )
+    if ref is not None:
+        for s, per_set in a["versus_reference"].items():
+            cells = [
+                f"{_band(a, cell.split('@')[0])} at K={cell.split('@')[1]} {points(d)} "
+                f"({SIGN_WORDS[d['sign']]})"
+                for cell, d in per_set[STANDARD].items()
+                if d is not None
+            ]
+            if cells:
+                out.append(
+                    f"At matched FLOPs, {_label(results, s)} minus {_label(results, ref)} (same "
+                    "seed, points): " + "; ".join(cells) + "."
+                )
+    best = a.get("extrapolates_best")
+    if best is not None:
+        against = "; ".join(f"{_label(results, s)} {points(d)}" for s, d in best["against"].items())
+        out.append(
+            f"Extrapolates best (highest mean on {_band(a, 'near')} at K={best['depth']}): "
+            f"{_label(results, best['schedule'])}, "
+            + (
+                "ahead of every other schedule in the paired differences"
+                if best["holds"]
+                else "but not ahead of every other schedule beyond the seeds' spread"
+            )
+            + f" ({against})."
+        )
+    solved = []
+    for s, rules in a["solved"].items():
+        cells = [
+            f"{what} {r['mean']:.1f} ({r['min']:.0f}-{r['max']:.0f})" for what, r in rules.items()
+        ]
+        solved.append(f"{_label(results, s)}: " + ", ".join(cells))
+    out.append(
+        f"Solved up to difficulty d (every difficulty 0..d at >= {100 * a['solved_threshold']:.0f}%"
+        f"; the training range ends at {results['task']['max_ops']}), mean over seeds (range), at "
+        f"K={k16}, at K={deepest} and at the depth each run chose on its selection set: "
+        + "; ".join(solved)
+        + "."
+    )
+    collapse = []
+    for s, c in a["collapse"].items():
+        if not c:
+            continue
+        kept = c["kept"]
+        seeds = c["collapsed_seeds"]
+        collapse.append(
+            f"{_label(results, s)} keeps {100 * kept['min']:.0f}-{100 * kept['max']:.0f}% "
+            + (
+                f"(collapses in seeds {', '.join(map(str, seeds))})"
+                if seeds
+                else "(no seed collapses)"
+            )
+        )
+    if collapse:
+        out.append(
+            "Off-depth collapse (in-range accuracy at some depth 8..64 at most half of that at "
+            "K=4): the least kept share of K=4's in-range accuracy, over seeds: "
+            + "; ".join(collapse)
+            + "."
+        )
+    depth_text = []
+    for s, exit_rule in a["kl_exit"].items():
+        bands = exit_rule["bands"]
+        depth_text.append(
+            f"{_label(results, s)} "
+            + " / ".join(f"{b['mean_depth']['mean']:.1f}" for b in bands.values())
+        )
+    first = next(iter(a["kl_exit"].values()))
+    out.append(
+        f"KL exit (threshold {first['threshold']:g}, at most {first['max_depth']} iterations) "
+        "uses on average, for difficulty "
+        + " / ".join(b["label"] for b in a["sets"][STANDARD]["bands"].values())
+        + ", these many core iterations: "
+        + "; ".join(depth_text)
+        + "."
+    )
+    return out
+
+
+def accuracy_table(
+    results: dict[str, Any], set_name: str = STANDARD, depths: tuple[int, ...] = TABLE_DEPTHS
+) -> list[str]:
+    a = results["analysis"]
+    shown = [d for d in depths if d in results["experiment"]["depths"]]
+    roles = a["sets"][set_name]["bands"]
+    lines = [
+        "| schedule | K | " + " | ".join(f"d {b['label']}" for b in roles.values()) + " |",
+        "| --- | --- |" + " --- |" * len(roles),
+    ]
+    for s in a["schedules"]:
+        for depth in shown:
+            cells = [score(a["band_accuracy"][s][set_name][role][str(depth)]) for role in roles]
+            lines.append(f"| {_label(results, s)} | {depth} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def sets_table(results: dict[str, Any]) -> list[str]:
+    """Every named set: accuracy on the hard band at K=16 and on the near band at the deepest
+    depth, and the latter's same-seed difference to the reference schedule."""
+    a = results["analysis"]
+    k16, deepest, ref = a["training_depth"], a["deepest_depth"], a["reference"]
+    lines = [
+        f"| set | schedule | hard band at K={k16} | near band at K={deepest} | "
+        f"near at K={deepest} vs {_label(results, ref) if ref else 'reference'} |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, info in a["sets"].items():
+        hard, near = info["bands"]["hard"], info["bands"].get("near")
+        for s in a["schedules"]:
+            acc = a["band_accuracy"][s][name]
+            near_cell = (
+                "–" if near is None else f"{near['label']}: " + score(acc["near"][str(deepest)])
+            )
+            versus = "–"
+            if ref is not None and s != ref and near is not None:
+                d = a["versus_reference"][s][name].get(f"near@{deepest}")
+                versus = "–" if d is None else f"{points(d)} ({SIGN_WORDS[d['sign']]})"
+            hard_cell = f"{hard['label']}: {score(acc['hard'][str(k16)])}"
+            lines.append(
+                f"| {name} | {_label(results, s)} | {hard_cell} | {near_cell} | {versus} |"
+            )
+    return lines
+
+
+def _exit_table(results: dict[str, Any]) -> list[str]:
+    a = results["analysis"]
+    roles = a["sets"][STANDARD]["bands"]
+    lines = [
+        "| schedule | "
+        + " | ".join(f"d {b['label']}: acc % / depth" for b in roles.values())
+        + " |",
+        "| --- |" + " --- |" * len(roles),
+    ]
+    for s, exit_rule in a["kl_exit"].items():
+        cells = [
+            f"{_pct(exit_rule['bands'][role]['accuracy']['mean'])} / "
+            f"{exit_rule['bands'][role]['mean_depth']['mean']:.1f}"
+            for role in roles
+        ]
+        lines.append(f"| {_label(results, s)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _runs_table(results: dict[str, Any]) -> list[str]:
+    budget = results["flop_budget"]
+    lines = [
+        "| run | schedule | seed | steps | tokens | modeled FLOPs | of the budget | wall-clock s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, r in results["runs"].items():
+        lines.append(
+            f"| {name} | {r['description']} | {r['seed']} | {r['steps']} | {r['tokens']:,} | "
+            f"{r['flops']:.4e} | {100 * r['flops'] / budget:.2f}% | {r['wall_s']:.0f} |"
+        )
+    return lines
+
+
+def write_report(results: dict[str, Any], path: Path) -> None:
+    task, e = results["task"], results["experiment"]
+    a = results["analysis"]
+    n = len(a["seeds"])
+    intervals = sum(
+        d is not None
+        for per_set in a["versus_reference"].values()
+        for cells in per_set.values()
+        for d in cells.values()
+    )
+    lines = [
+        "# Depth that matters: the chains task",
+        "",
+        f"Every schedule trained with seeds {', '.join(map(str, a['seeds']))} to the same budget "
+        f"of {results['flop_budget']:.3g} modeled training FLOPs (each run ends within one step "
+        f"below it). Sequences of {task['statements']} statements, values mod {task['values']}, "
+        f"training chains of 0..{task['max_ops']} operations. Each seed is scored on its own "
+        f"draw of evaluation sequences ({e['sequences']} standard ones, each with one chain of "
+        f"{task['eval_ops']} operations; {e['set_sequences']} of every other named set), shared "
+        f"by the schedules of that seed. Chance is {100 * results['chance']:.1f}%. Produced by "
+        f"`fixedfirst chains --preset {results['preset']}`.",
+        "",
+        f"Intervals are 95% t-intervals over the {n} seeds, of one schedule's accuracy or of a "
+        'same-seed difference; "cannot tell" means the interval contains zero. The rules '
+        "(bands, depths, what counts as solved, the depth chosen on the selection set) were "
+        "fixed before the numbers (docs/design.md §5). With "
+        f"{intervals} matched-FLOP differences below, about {0.05 * intervals:.0f} may exclude "
+        "zero by chance alone even where the schedules do not differ.",
+        "",
+        "## What the numbers show",
+        "",
+        *[f"- {s}" for s in findings(results)],
+        "",
+        "## Accuracy by serving depth and difficulty band (standard set)",
+        "",
+        "Exact-match accuracy (%) at serving depth K, mean over seeds [95% interval over seeds].",
+        "",
+        *accuracy_table(results),
+        "",
+        "## Harder and shifted sets",
+        "",
+        "Each named set changes one thing against the standard set (tasks/chains/sets.py).",
+        "",
+        *sets_table(results),
+        "",
+        "## KL exit",
+        "",
+        *_exit_table(results),
+        "",
+        "## Runs",
+        "",
+        *_runs_table(results),
+        "",
+    ]
+    write_text_atomic(path, "\n".join(lines))

@@ -1,0 +1,343 @@
+"""An experiment's work in several worker processes at once: runs and evaluations side by side.
+
+A small model uses many threads poorly (docs/design.md §10 has the measurements): workers of one
+thread each keep every core busy with its own run, and an evaluation that waits for a checkpoint
+(bios recall at 15% of the budget) starts as soon as the checkpoint is on disk, in whichever
+worker is free, instead of after every run has finished.
+
+The work is a list of `Job`s: a function (pickled by reference, so module-level), its arguments,
+and optionally a predicate the parent checks before handing the job out (a checkpoint exists).
+A job that is not ready waits. Whatever a job writes lands where the single-process path would
+write it (run directories, caches beside them), so running the experiment again, with or without
+workers, reuses all of it.
+
+Stopping. On Ctrl-C (which the terminal sends to the workers too), on `kill -INT` of this
+process, or when a job fails, the parent sends every worker SIGUSR1, which a worker takes as a
+first Ctrl-C, however often it comes (`train.interrupt.request_stop`): a training run saves a
+checkpoint at its next step and stops, also when the request came while it was still setting
+up; an evaluation finishes (seconds). Then the experiment stops with the error, or with the
+command that resumes it.
+
+An experiment (bios, chains) says what it runs, evaluates and writes (`Experiment`); `conduct`
+does the rest, the same for every experiment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fixedfirst.data.registry import KINDS, DataKind, register_kind
+from fixedfirst.errors import UserError
+from fixedfirst.files import locks
+from fixedfirst.files.writing import write_json_atomic
+from fixedfirst.studies.training import (
+    PlannedRun,
+    RunOutcome,
+    check_runs_startable,
+    finished_summary,
+    prepare_out_dir,
+    run_all,
+    run_directory,
+    run_one,
+)
+from fixedfirst.train.interrupt import STOP_SIGNALS, TrainingInterrupted, scheduler_signals
+from fixedfirst.train.run_dir import RunDir
+
+STOP_SIGNAL = getattr(signal, "SIGUSR1", signal.SIGINT)
+"""The parent's stop request to its workers (POSIX; where there is no SIGUSR1, SIGINT)."""
+
+STATUS_EVERY = 30.0
+"""Seconds between status lines while jobs run."""
+
+
+@dataclass
+class Job:
+    """One piece of an experiment's work for a worker process."""
+
+    label: str
+    call: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    ready: Callable[[], bool] | None = None
+    """Checked in the parent before the job is handed out; None: ready at once."""
+    progress: Callable[[], float | None] | None = None
+    """Fraction done, read in the parent for the status line (a run's metrics file)."""
+
+
+def plan_workers(requested: int | None, jobs: int, device: str) -> tuple[int, int]:
+    """(workers, threads per worker) for `jobs` jobs that each could use the whole machine.
+
+    requested: --jobs (None: automatic). Automatic is one worker on a GPU (the runs would share
+    one device) and otherwise one worker per free core up to the number of jobs, the cores
+    shared out evenly (OMP_NUM_THREADS, when set, is the number of cores to use)."""
+    from fixedfirst.machine.device import choose_threads
+
+    cores, _ = choose_threads(None)
+    if requested is not None:
+        if requested < 1:
+            raise UserError(f"--jobs must be >= 1, got {requested}")
+        workers = min(requested, max(1, jobs))
+    elif device in ("cuda", "auto") and _cuda_available():
+        workers = 1
+    else:
+        workers = max(1, min(cores, jobs))
+    return workers, max(1, cores // workers)
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _start_worker(threads: int, kinds: list[DataKind]) -> None:
+    from fixedfirst.train.interrupt import request_stop
+
+    # A spawned worker imports only what it unpickles: it knows the parent's data kinds once
+    # they are registered here (unpickling them imports the modules that define them).
+    for kind in kinds:
+        register_kind(kind)
+
+    # Ctrl-C reaches every process of the terminal's group: a worker must not die of it with a
+    # traceback, nor lose it while a run sets up; a training run's own handler takes over while
+    # it trains (a second Ctrl-C there stops at once, as in one process).
+    # A scheduler's SIGTERM may reach every process of the job: the same stop request.
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, request_stop)
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # what a run's `train.threads` then picks
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _already_stopping(signum: int, frame: Any) -> None:
+    """A repeated SIGTERM or SIGUSR1 while the workers checkpoint: nothing more to do."""
+
+
+def _stop_on_signal(signum: int, frame: Any) -> None:
+    """The parent's SIGTERM or SIGUSR1 (a scheduler preempting the job): stop as Ctrl-C does,
+    the workers checkpointing first, and exit with the requeue status. Only the first counts, so
+    that more of them cannot cut the checkpoints short (handlers run in the main thread)."""
+    for other in STOP_SIGNALS:
+        if other != signal.SIGINT:
+            signal.signal(other, _already_stopping)
+    raise TrainingInterrupted("", signum)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Ask every worker to stop as a first Ctrl-C would (SIGUSR1: never taken for a second)."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(OSError):
+            os.kill(process.pid, STOP_SIGNAL)
+
+
+def run_jobs(
+    jobs: list[Job],
+    workers: int,
+    threads: int,
+    on_done: Callable[[Job, Any, float], None] | None = None,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Run every job in `workers` processes of `threads` threads; label -> result.
+
+    on_done(job, result, seconds) is called in the parent as each job finishes."""
+    labels = [j.label for j in jobs]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"job labels must be unique, got {labels}")
+    waiting = list(jobs)
+    running: dict[Future, tuple[Job, float]] = {}
+    results: dict[str, Any] = {}
+    started = last_status = time.monotonic()
+    context = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(
+        workers, context, initializer=_start_worker, initargs=(threads, list(KINDS.values()))
+    )
+    with scheduler_signals(_stop_on_signal):
+        try:
+            while waiting or running:
+                for job in list(waiting):  # readiness read from disk only while a worker is free
+                    if len(running) == workers:
+                        break
+                    if job.ready is None or job.ready():
+                        waiting.remove(job)
+                        running[pool.submit(job.call, *job.args)] = (job, time.monotonic())
+                if not running:  # every waiting job was checked, and nothing can make one ready
+                    names = ", ".join(j.label for j in waiting)
+                    raise UserError(f"nothing is running and these can never start: {names}")
+                done, _ = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
+                for future in done:
+                    job, t0 = running.pop(future)
+                    results[job.label] = future.result()
+                    if on_done is not None:
+                        on_done(job, results[job.label], time.monotonic() - t0)
+                now = time.monotonic()
+                if not quiet and now - last_status >= STATUS_EVERY:
+                    last_status = now
+                    print(
+                        _status([j for j, _ in running.values()], waiting, now - started),
+                        flush=True,
+                    )
+        except KeyboardInterrupt as stop:  # Ctrl-C, or (TrainingInterrupted) a scheduler's signal
+            _stop_workers(pool)
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise TrainingInterrupted(
+                "stopped (runs in training saved a checkpoint); run the same command again: it "
+                "resumes them and reuses what is done",
+                getattr(stop, "signum", signal.SIGINT),
+            ) from None
+        except BrokenProcessPool:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise UserError(
+                "a worker process died (out of memory, or killed); run the same command again: "
+                "it resumes the runs and reuses what is done, or use --jobs 1"
+            ) from None
+        except BaseException:
+            # A job failed: the other runs checkpoint and stop, so that the error is seen now.
+            _stop_workers(pool)
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+        return results
+
+
+def _status(running: list[Job], waiting: list[Job], elapsed: float) -> str:
+    parts = []
+    for job in running:
+        fraction = job.progress() if job.progress is not None else None
+        parts.append(job.label if fraction is None else f"{job.label} {fraction:.0%}")
+    minutes, seconds = divmod(int(elapsed), 60)
+    return (
+        f"  {minutes}:{seconds:02d} running: {', '.join(parts)}; {len(waiting)} waiting"
+        if parts
+        else f"  {minutes}:{seconds:02d} {len(waiting)} waiting"
+    )
+
+
+def run_progress(run: Path, budget: float) -> Callable[[], float | None]:
+    """The fraction of `budget` FLOPs a run has trained, from its metrics file's last line."""
+
+    def fraction() -> float | None:
+        try:
+            with open(Path(run) / "metrics.jsonl", "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 4096))
+                last = f.read().splitlines()[-1]
+            return min(1.0, json.loads(last)["flops"] / budget)
+        except (OSError, IndexError, ValueError, KeyError, TypeError):
+            return None
+
+    return fraction
+
+
+def training_jobs(runs: list[PlannedRun], root: Path, budget: float | None = None) -> list[Job]:
+    """One job per run: train (or reuse) it into root/runs/NAME (`experiment.run_one`), its
+    progress read from its metrics file as a fraction of `budget` FLOPs (None: the run's own
+    planned FLOPs)."""
+    from fixedfirst.compute.plan import plan_budget
+
+    jobs = []
+    for planned in runs:
+        path = run_directory(root, planned.name).path
+        flops = budget if budget is not None else plan_budget(planned.config).flops
+        jobs.append(
+            Job(planned.name, run_one, (planned, root, True), progress=run_progress(path, flops))
+        )
+    return jobs
+
+
+def run_finished(run: Path) -> bool:
+    """The run in `run` has trained to the end of its budget (a follow-up job's readiness)."""
+    return finished_summary(RunDir(run)) is not None
+
+
+@dataclass
+class Experiment:
+    """What an experiment (bios, chains) brings to the flow every experiment shares (`conduct`)."""
+
+    name: str
+    """Its command: one experiment at a time writes DIR (a lock of this name)."""
+    runs: list[PlannedRun]
+    flops: float
+    """Every run's FLOP budget (a training job's progress)."""
+    evaluations: list[Job]
+    """The evaluations of the runs' checkpoints, each ready as soon as its checkpoint is."""
+    evaluated: str
+    """What the evaluations are, as the side-by-side line names them ("recall")."""
+    show: Callable[[Job, Any, float], None]
+    """Prints an evaluation's result (job, result, seconds)."""
+    collect: Callable[[list[RunOutcome], bool], dict[str, Any]]
+    """The results from the runs' outcomes (quiet or not), the evaluations read back from their
+    caches."""
+    collecting: str
+    """The name of `collect`'s part of the wall-clock in the results."""
+    write: Callable[[dict[str, Any], Path], None]
+    """Writes the figures and the report from the results into DIR."""
+
+
+def conduct(experiment: Experiment, out: Path, quiet: bool, jobs: int | None) -> dict[str, Any]:
+    """Run an experiment into `out` and return its results (also in DIR/results.json).
+
+    First everything that could stop it part-way, before DIR is written: every run can start
+    (`check_runs_startable`) and the worker processes for the runs left to train fit
+    (`plan_workers`; `jobs`: --jobs). Then, holding DIR's lock, with several workers the runs and
+    their evaluations go side by side; then every run is trained or reused in this process
+    (`run_all`, which reuses what the workers did) and collected. The results record the
+    wall-clock of each part and the processes used."""
+    e = experiment
+    check_runs_startable(e.runs, out)
+    to_train = [r for r in e.runs if finished_summary(run_directory(out, r.name)) is None]
+    workers, threads = plan_workers(jobs, len(to_train), e.runs[0].config.train.device)
+    prepare_out_dir(out)
+    with locks.holding(out, e.name):  # one experiment at a time writes DIR
+        wall_clock: dict[str, float] = {}
+        if workers > 1:
+            started = time.perf_counter()
+            _side_by_side(e, out, workers, threads, quiet)
+            wall_clock["side_by_side"] = time.perf_counter() - started
+        started = time.perf_counter()
+        outcomes = run_all(e.runs, out, quiet or workers > 1)
+        trained = time.perf_counter()
+        results = e.collect(outcomes, quiet or workers > 1)
+        wall_clock["training_and_reuse"] = trained - started
+        wall_clock[e.collecting] = time.perf_counter() - trained
+        results["wall_clock_s"] = wall_clock
+        # What each process used: the planned share side by side, the trainer's own choice alone.
+        alone = max(o.summary.get("threads", 0) for o in outcomes) or None
+        each = threads if workers > 1 else alone
+        results["workers"] = {"processes": workers, "threads_each": each}
+        write_json_atomic(out / "results.json", results)
+        e.write(results, out)
+        return results
+
+
+def _side_by_side(e: Experiment, out: Path, workers: int, threads: int, quiet: bool) -> None:
+    """Train the runs and run their evaluations in `workers` processes: trainings first, since a
+    free worker should take the longest work before any evaluation."""
+    jobs = [*training_jobs(e.runs, out, e.flops), *e.evaluations]
+
+    def on_done(job: Job, result: Any, seconds: float) -> None:
+        if quiet:
+            return
+        if isinstance(result, RunOutcome):
+            how = "reused" if result.reused else f"trained in {seconds:.0f} s"
+            print(f"  {job.label}: {result.summary['steps']} steps, {how}", flush=True)
+        else:
+            e.show(job, result, seconds)
+
+    if not quiet:
+        print(
+            f"{len(e.runs)} runs and their {e.evaluated} side by side in {workers} processes of "
+            f"{threads} thread(s) (--jobs)",
+            flush=True,
+        )
+    run_jobs(jobs, workers, threads, on_done, quiet)

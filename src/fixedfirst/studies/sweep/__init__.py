@@ -1,0 +1,6 @@
+"""Schedule sweeps: a base config and named runs, trained, evaluated and tabulated (issue 5)."""
+
+from fixedfirst.studies.sweep.runner import SweepOutcome, run_sweep
+from fixedfirst.studies.sweep.spec import SweepSpec, load_sweep
+
+__all__ = ["SweepOutcome", "SweepSpec", "load_sweep", "run_sweep"]

@@ -1,0 +1,140 @@
+"""Claims of the paper, each a sentence and a test the sweep's seeds decide.
+
+A sweep file may list `[[claims]]` (spec.py checks them when it loads): a sentence, two
+[[runs]] entries a and b, the metric compared (the sweep's metric, or its value at one serving
+depth), the paired quantity (a[s] / b[s] - 1 or a[s] - b[s], seed by seed) and the side of a
+bound the sentence puts it on. The quantity's mean over the seeds both entries finished and its
+95% t-interval decide the verdict (`evidence.verdict`): reproduced when the whole interval lies
+on the claimed side, not reproduced when it lies wholly on the other, and otherwise the seeds
+cannot tell. Which side is "better" is the sentence's business: NLL falls and a task's score
+rises as a model improves, so the file says "below" or "above", never this code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fixedfirst.stats.evidence import LEVEL, Claim, common_seeds, paired, paired_relative, verdict
+from fixedfirst.studies.sweep.seed_table import (
+    group_values,
+    quantity_name,
+    what_intervals_cover,
+)
+
+MEASURES = ("relative", "difference")
+"""relative: a[s] / b[s] - 1 for each seed; difference: a[s] - b[s]."""
+DEPTH_PREFIX = "depth:"
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """One [[claims]] table of a sweep file, checked."""
+
+    text: str
+    a: str
+    b: str
+    metric: str
+    """"mean" (the sweep's metric) or "depth:K" (the metric at serving depth K)."""
+    measure: str
+    claim: Claim
+    bound: float
+
+    @property
+    def depth(self) -> int | None:
+        return int(self.metric[len(DEPTH_PREFIX) :]) if self.metric != "mean" else None
+
+    def quantity(self, metric: str, score_name: str | None) -> str:
+        """The paired quantity in words, e.g. "a/b - 1 of mean serving NLL"."""
+        of = quantity_name(metric, score_name, self.depth)
+        return (
+            f"{self.a}/{self.b} - 1 of {of}"
+            if self.measure == "relative"
+            else (f"{self.a} - {self.b} of {of}")
+        )
+
+
+def evaluate_claims(
+    claims: list[ClaimSpec], rows: list[dict[str, Any]], metric: str, score_name: str | None
+) -> list[dict[str, Any]]:
+    """Each claim's paired quantity over the seeds both entries finished, and its verdict."""
+    results = []
+    for c in claims:
+        a = group_values(rows, c.a, metric, c.depth)
+        b = group_values(rows, c.b, metric, c.depth)
+        seeds = common_seeds(a, b)
+        result: dict[str, Any] = {
+            "text": c.text,
+            "a": c.a,
+            "b": c.b,
+            "metric": c.metric,
+            "measure": c.measure,
+            "claim": c.claim,
+            "bound": c.bound,
+            "quantity": c.quantity(metric, score_name),
+            "seeds": seeds,
+            "n": len(seeds),
+            "mean": None,
+            "low": None,
+            "high": None,
+            "verdict": "cannot tell",
+        }
+        if c.measure == "relative" and any(b[s] == 0 for s in seeds):
+            result["note"] = f"{c.b} scored 0 for a seed: no ratio a/b"
+        elif len(seeds) >= 2:
+            interval = (paired_relative if c.measure == "relative" else paired)(a, b)
+            result.update(
+                mean=interval.mean,
+                low=interval.low,
+                high=interval.high,
+                verdict=verdict(interval, c.claim, c.bound),
+            )
+        elif seeds:  # one seed: its value, but no interval to decide with
+            (s,) = seeds
+            result["mean"] = a[s] / b[s] - 1.0 if c.measure == "relative" else a[s] - b[s]
+        results.append(result)
+    return results
+
+
+def _value(result: dict[str, Any], value: float | None, signed: bool = True) -> str:
+    if value is None:
+        return "–"
+    if result["measure"] == "relative":
+        return f"{100 * value:+.2f}%" if signed else f"{100 * value:.2f}%"
+    return f"{value:+.4f}" if signed else f"{value:.4f}"
+
+
+def verdict_words(result: dict[str, Any]) -> str:
+    """reproduced, not reproduced, or cannot tell at n seeds."""
+    if result["verdict"] == "cannot tell":
+        return f"cannot tell at {result['n']} seed{'s' if result['n'] != 1 else ''}"
+    return result["verdict"]
+
+
+def claims_markdown(results: list[dict[str, Any]], metric: str) -> str:
+    """claims.md: each claim's sentence, the paired quantity's mean and interval, the verdict."""
+    lines = [
+        "| claim | quantity | mean | 95% interval | n | claimed | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        interval = "–" if r["low"] is None else f"[{_value(r, r['low'])}, {_value(r, r['high'])}]"
+        cells = [
+            r["text"],
+            r["quantity"],
+            _value(r, r["mean"]),
+            interval,
+            str(r["n"]),
+            f"{r['claim']} {_value(r, r['bound'])}",
+            f"**{verdict_words(r)}**" + (f" ({r['note']})" if r.get("note") else ""),
+        ]
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    lines += [
+        "",
+        "Quantity: for each seed both entries finished, a/b - 1 (in %) or a - b of the metric "
+        f"named; mean: its mean over those n seeds; interval: its two-sided {LEVEL:.0%} "
+        "t-interval (none for fewer than 2 seeds). Verdict: reproduced when the whole interval "
+        "lies on the claimed side of the bound, not reproduced when it lies wholly on the other "
+        "side, otherwise the seeds cannot tell. " + what_intervals_cover(metric),
+    ]
+    return "\n".join(lines) + "\n"

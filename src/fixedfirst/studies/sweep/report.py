@@ -1,0 +1,90 @@
+"""A sweep's report from its rows: results.json, table.md, claims.md, the figures and, for a
+switch study, its table, numbers and figure.
+
+Everything here reads numbers already measured (the rows, from each run's summary and cached
+evaluations); nothing trains or evaluates, so the report of a finished sweep is rewritten in
+seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from fixedfirst.evaluation.nll import EVAL_DEPTHS
+from fixedfirst.files.writing import write_text_atomic
+from fixedfirst.studies.sweep.claims import claims_markdown, evaluate_claims
+from fixedfirst.studies.sweep.depth_figure import plot_nll_by_depth
+from fixedfirst.studies.sweep.figure3 import plot_figure3
+from fixedfirst.studies.sweep.results import (
+    compare_to_reference,
+    results_document,
+    table_markdown,
+    write_results,
+    write_text,
+)
+from fixedfirst.studies.sweep.seed_table import seed_groups, seed_table_markdown
+from fixedfirst.studies.sweep.spec import SweepSpec
+from fixedfirst.studies.sweep.switch_figure import plot_switch_study
+from fixedfirst.studies.sweep.switch_study import arms_of, study_markdown, verdicts
+from fixedfirst.studies.training import run_directory
+
+
+def write_report(
+    spec: SweepSpec, out: Path, rows: list[dict[str, Any]], missing: list[str]
+) -> list[Path]:
+    """results.json, table.md, (with claims) claims.md, nll_by_depth.png, (when its run
+    finished) figure3.png and, for a switch study, switch_study.md/.json/.png (`write_study`)."""
+    same_seed = spec.seeds is not None
+    compare_to_reference(rows, spec.reference, same_seed)
+    score_name = rows[0].get("task_score_name") if spec.metric == "task" else None
+    document = results_document(rows, spec.reference, spec.path, EVAL_DEPTHS)
+    table = table_markdown(rows, spec.reference, missing, same_seed)
+    if spec.seeds is not None:
+        groups = seed_groups(rows, spec.reference_group, spec.metric)
+        document["groups"] = groups
+        table += "\n## Over seeds\n\n" + seed_table_markdown(
+            groups, spec.reference_group, spec.metric, score_name
+        )
+    files = [out / "results.json", out / "table.md"]
+    if spec.claims:
+        document["claims"] = evaluate_claims(spec.claims, rows, spec.metric, score_name)
+        write_text(out / "claims.md", claims_markdown(document["claims"], spec.metric))
+        files.append(out / "claims.md")
+    write_results(out, document, table)
+    if same_seed:
+        figure = plot_nll_by_depth(rows, spec.reference_group, out / "nll_by_depth.png", True)
+    else:
+        figure = plot_nll_by_depth(rows, spec.reference, out / "nll_by_depth.png")
+    files.append(figure)
+    if spec.figure3 is not None and any(r["name"] == spec.figure3 for r in rows):
+        figure3_run = run_directory(out, spec.figure3).path
+        files.append(plot_figure3(figure3_run, out / "figure3.png"))
+    if spec.switch_study:
+        files += write_study(rows, spec.metric, score_name or "mean serving NLL", out)
+    return files
+
+
+def write_study(rows: list[dict[str, Any]], metric: str, metric_name: str, out: Path) -> list[Path]:
+    """switch_study.md, switch_study.json and switch_study.png in `out`."""
+    arms = arms_of(rows, metric)
+    if not arms:
+        return []
+    document = {
+        "metric": metric,
+        "metric_name": metric_name,
+        "lower_is_better": metric == "nll",
+        "arms": [
+            {**asdict(a), "mean": a.mean, "spread": a.spread, "compute": a.compute} for a in arms
+        ],
+        "verdicts": [
+            {**asdict(v), "quality_miss": v.quality_miss, "compute_miss": v.compute_miss}
+            for v in verdicts(arms, metric == "nll")
+        ],
+    }
+    write_text_atomic(out / "switch_study.json", json.dumps(document, indent=2) + "\n")
+    write_text_atomic(out / "switch_study.md", study_markdown(arms, metric, metric_name))
+    figure = plot_switch_study(arms, metric, metric_name, out / "switch_study.png")
+    return [out / "switch_study.md", out / "switch_study.json", figure]

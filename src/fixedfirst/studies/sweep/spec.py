@@ -1,0 +1,410 @@
+"""A sweep file: one base configuration and a list of named runs that each change a few keys.
+
+    # SWEEP.toml
+    base = "../lm-200m.toml"            # a run config file (relative to this file), or inline
+                                        # [base.model], [base.train], ... tables like a run config
+
+    [sweep]
+    reference = "uniform"               # the uniform 1..16 run savings and NLL are compared with
+                                        # (optional)
+    figure3 = "ff-k2-s0.67-uniform"     # the fixed-first run drawn as Figure 3 (optional)
+    eval_batches = 8                    # validation batches of the final evaluation (optional)
+    seeds = [0, 1, 2]                   # every run once per seed, as NAME-seedS (optional)
+    metric = "nll"                      # or "task": the data kind's own metric, e.g. chains
+                                        # accuracy, also measured at every serving depth
+    switch_study = true                 # the auto-switch study's table and figure (optional)
+
+    [[runs]]
+    name = "uniform"
+    schedule.kind = "uniform"           # `section.key = value`, exactly like `--set`
+
+    [[runs]]
+    name = "uniform-matched"
+    schedule.kind = "uniform"
+    flops_of = "ff-k4-s0.67-uniform"    # train.flops = that run's modeled FLOPs
+
+    [[claims]]                          # a sentence of the paper and its test (needs seeds)
+    text = "K0=2, switch 0.67: mean serving NLL within 0.5% of uniform"
+    a = "ff-k2-s0.67-uniform"           # [[runs]] entries
+    b = "uniform"
+    metric = "mean"                     # the sweep's metric (default), or "depth:K": at depth K
+    measure = "relative"                # a[s] / b[s] - 1 per seed, or "difference": a[s] - b[s]
+    claim = "below"                     # the quantity lies below (or "above") the bound
+    bound = 0.005
+
+A base file name is relative to the sweep file; a relative data.path is, as in every run config,
+relative to the file that holds it (the base file, or this one). Each run is the base with its keys
+applied on top, validated like any run config. With `seeds`, each [[runs]] entry is a group of
+runs, NAME-seedS with train.seed = S, and `reference`, `figure3` and `flops_of` name entries (the
+first seed's run, or the same seed's). `flops_of` makes a compute-matched run: its FLOP budget is
+the other run's modeled training FLOPs from the compute model, so nobody copies a FLOP count by
+hand and it stays right when the base changes (not an auto-switch run's: what that spends is
+known only once it has switched).
+
+With `seeds`, the final NLL evaluation of run NAME-seedS scores validation rows drawn from the
+whole validation split by S, the same rows for every entry (so differences stay paired), and
+table.md adds a table of each entry over its seeds (seed_table.py). A claim is decided by the
+interval over seeds of its paired quantity (claims.py, claims.md); which side is better is the
+sentence's to say (NLL falls, a task's score rises), so `claim` is never guessed. Everything is
+checked when the file is loaded, before anything trains: a typo found after an hour of training
+costs the hour.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fixedfirst.compute.plan import UNIFORM_REFERENCE, plan_budget
+from fixedfirst.config import SECTIONS, RunConfig, read_toml
+from fixedfirst.errors import UserError
+from fixedfirst.files.paths import resolve_data_path
+from fixedfirst.studies.sweep.claims import DEPTH_PREFIX, MEASURES, ClaimSpec
+from fixedfirst.studies.training import PlannedRun
+
+TOP_LEVEL_KEYS = ("base", "sweep", "runs", "claims")
+SWEEP_KEYS = ("reference", "figure3", "eval_batches", "seeds", "metric", "switch_study")
+RUN_KEYS = ("name", "flops_of")
+CLAIM_KEYS = ("text", "a", "b", "metric", "measure", "claim", "bound")
+CLAIM_REQUIRED = ("text", "a", "b", "measure", "claim", "bound")
+SECTION_NAMES = tuple(c.SECTION for c in SECTIONS)
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+@dataclass
+class SweepSpec:
+    """A validated sweep: its runs in file order and how to report them."""
+
+    path: Path
+    runs: list[PlannedRun]
+    reference: str | None
+    figure3: str | None
+    eval_batches: int | None
+    flops_of: dict[str, str]
+    """run name -> the run whose modeled FLOPs it is matched to."""
+    groups: dict[str, str]
+    """run name -> its [[runs]] entry (the same entry's runs differ only in train.seed)."""
+    metric: str = "nll"
+    """`nll`: mean serving NLL; `task`: the data kind's own metric (DataKind.evaluate)."""
+    switch_study: bool = False
+    seeds: list[int] | None = None
+    claims: list[ClaimSpec] = field(default_factory=list)
+
+    @property
+    def reference_group(self) -> str | None:
+        """The [[runs]] entry of the reference run."""
+        return None if self.reference is None else self.groups[self.reference]
+
+    def run(self, name: str) -> PlannedRun:
+        return next(r for r in self.runs if r.name == name)
+
+    def select(self, only: list[str] | None) -> list[PlannedRun]:
+        """The runs named in `only` (in file order), or all of them; an entry's name stands for
+        every seed of it (`uniform` for `uniform-seed0`, `uniform-seed1`, ...)."""
+        if not only:
+            return list(self.runs)
+        entries = list(dict.fromkeys(self.groups[r.name] for r in self.runs))
+        known = set(entries) | {r.name for r in self.runs}
+        unknown = [n for n in only if n not in known]
+        if unknown:
+            listed = ", ".join(entries)
+            per_seed = " (each also as NAME-seedN)" if self.seeds is not None else ""
+            raise UserError(
+                f"--only: no run or entry named {unknown[0]!r} in {self.path}; "
+                f"entries{per_seed}: {listed}"
+            )
+        return [r for r in self.runs if r.name in only or self.groups[r.name] in only]
+
+
+def _table(value: Any, key: str, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: {key} must be a table of key = value lines")
+    return value
+
+
+def _unknown(keys, valid, where: str, what: str = "key") -> None:
+    for key in keys:
+        if key not in valid:
+            raise UserError(f"{where}: unknown {what} {key!r}; valid: " + ", ".join(valid))
+
+
+def _base_dict(raw: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The base configuration as raw TOML data, from a file or from inline [base.*] sections."""
+    if "base" not in raw:
+        raise UserError(
+            f'{path}: no base configuration; add base = "RUN.toml" (a run config file) or '
+            "inline [base.model], [base.train], ... sections"
+        )
+    base = raw["base"]
+    if isinstance(base, str):
+        base_path = Path(base) if Path(base).is_absolute() else path.parent / base
+        try:
+            return resolve_data_path(read_toml(base_path), base_path.parent)
+        except UserError as e:
+            raise UserError(f"{path}: base: {e}") from None
+    if not isinstance(base, dict):
+        raise UserError(f"{path}: base must be a file name or [base.SECTION] tables")
+    _unknown(base, SECTION_NAMES, f"{path}: [base]", "section")
+    return resolve_data_path(base, path.parent)
+
+
+def _with_run_keys(base: dict[str, Any], run: dict[str, Any], where: str) -> dict[str, Any]:
+    """The base with a run's `section.key = value` entries applied on top (like --set)."""
+    merged = {k: dict(v) for k, v in base.items()}
+    for section, values in run.items():
+        if section in RUN_KEYS:
+            continue
+        if section not in SECTION_NAMES:
+            _unknown([section], [*RUN_KEYS, *SECTION_NAMES], where)
+        for key, value in _table(values, section, where).items():
+            merged.setdefault(section, {})[key] = value
+    return merged
+
+
+def _build_config(data: dict[str, Any], where: str) -> RunConfig:
+    try:
+        config = RunConfig.from_dict(data)
+        plan_budget(config)  # a budget below one step is an error now, not after other runs
+    except UserError as e:
+        raise UserError(f"{where}: {e}") from None
+    return config
+
+
+def _run_name(entry: dict[str, Any], index: int, path: Path) -> str:
+    name = entry.get("name")
+    if name is None:
+        raise UserError(f'{path}: runs[{index}] has no name; add name = "..."')
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise UserError(
+            f"{path}: runs[{index}].name = {name!r}: use letters, digits, '.', '_' and '-' "
+            "(it names the run's directory)"
+        )
+    return name
+
+
+def load_sweep(path: str | Path) -> SweepSpec:
+    """Read and validate a sweep file; every run's configuration is built and checked."""
+    path = Path(path)
+    raw = read_toml(path)
+    _unknown(raw, TOP_LEVEL_KEYS, str(path))
+    base = _base_dict(raw, path)
+    _build_config(base, f"{path}: base")
+    settings = _table(raw.get("sweep", {}), "[sweep]", str(path))
+    _unknown(settings, SWEEP_KEYS, f"{path}: [sweep]")
+
+    entries = raw.get("runs")
+    if not isinstance(entries, list) or not entries:
+        raise UserError(f'{path}: no runs; add [[runs]] tables, each with name = "..."')
+    seeds = _seeds(settings, path)
+    entry_names: list[str] = []
+    runs: list[PlannedRun] = []
+    groups: dict[str, str] = {}
+    flops_of: dict[str, str] = {}
+    for index, entry in enumerate(entries):
+        entry = _table(entry, f"runs[{index}]", str(path))
+        name = _run_name(entry, index, path)
+        if name in entry_names:
+            raise UserError(f"{path}: two runs are named {name!r}; run names must be unique")
+        entry_names.append(name)
+        where = f'{path}: run "{name}"'
+        if seeds is not None and "seed" in entry.get("train", {}):
+            raise UserError(f"{where}: sets train.seed, but [sweep] seeds sets every run's seed")
+        if "flops_of" in entry:
+            _check_flops_of(entry["flops_of"], entry, entry_names, flops_of, where)
+        for seed in seeds if seeds is not None else [None]:
+            run = name if seed is None else f"{name}-seed{seed}"
+            data = _with_run_keys(base, resolve_data_path(entry, path.parent), where)
+            if seed is not None:
+                data.setdefault("train", {})["seed"] = seed
+            if "flops_of" in entry:
+                target = _named(entry["flops_of"], seed)
+                target_config = next(r.config for r in runs if r.name == target)
+                if target_config.schedule.auto_switch:
+                    raise UserError(
+                        f"{where}: flops_of = {entry['flops_of']!r} is an auto-switch run, whose "
+                        "cost is known only once it has switched; match a run of fixed schedule"
+                    )
+                flops_of[run] = target
+                data.setdefault("train", {})["flops"] = plan_budget(target_config).flops
+            runs.append(PlannedRun(run, _build_config(data, where)))
+            groups[run] = name
+
+    first = {name: _named(name, None if seeds is None else seeds[0]) for name in entry_names}
+    spec = SweepSpec(
+        path=path,
+        runs=runs,
+        reference=_reference(settings, runs, first, path),
+        figure3=_figure3(settings, runs, first, path),
+        eval_batches=_eval_batches(settings, path),
+        flops_of=flops_of,
+        groups=groups,
+        metric=_metric(settings, runs, path),
+        switch_study=_switch_study(settings, runs, path),
+        seeds=seeds,
+        claims=_claims(raw.get("claims", []), entry_names, seeds, path),
+    )
+    return spec
+
+
+def _named(entry: str, seed: int | None) -> str:
+    """The run of [[runs]] entry `entry` with `seed` (the entry itself without seeds)."""
+    return entry if seed is None else f"{entry}-seed{seed}"
+
+
+def _seeds(settings: dict[str, Any], path: Path) -> list[int] | None:
+    seeds = settings.get("seeds")
+    if seeds is None:
+        return None
+    ok = isinstance(seeds, list) and seeds and len(set(map(repr, seeds))) == len(seeds)
+    if not ok or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds):
+        raise UserError(
+            f"{path}: sweep.seeds must be a list of distinct integers >= 0, got {seeds!r}"
+        )
+    return seeds
+
+
+def _metric(settings: dict[str, Any], runs: list[PlannedRun], path: Path) -> str:
+    from fixedfirst.data.registry import data_kind
+
+    metric = settings.get("metric", "nll")
+    if metric not in ("nll", "task"):
+        raise UserError(f"{path}: sweep.metric must be 'nll' or 'task', got {metric!r}")
+    if metric == "task":
+        for planned in runs:
+            if data_kind(planned.config.data.kind).evaluate is None:
+                raise UserError(
+                    f'{path}: sweep.metric = "task", but run "{planned.name}" trains on '
+                    f"data.kind = {planned.config.data.kind!r}, which has no task metric"
+                )
+    return metric
+
+
+def _switch_study(settings: dict[str, Any], runs: list[PlannedRun], path: Path) -> bool:
+    study = settings.get("switch_study", False)
+    if not isinstance(study, bool):
+        raise UserError(f"{path}: sweep.switch_study must be true or false, got {study!r}")
+    if study and not any(r.config.schedule.kind == "fixed-first" for r in runs):
+        raise UserError(f"{path}: sweep.switch_study needs fixed-first runs; the sweep has none")
+    return study
+
+
+def _check_flops_of(
+    target: Any, entry: dict[str, Any], names: list[str], flops_of: dict[str, str], where: str
+) -> None:
+    if not isinstance(target, str) or target not in names[:-1]:
+        raise UserError(
+            f"{where}: flops_of = {target!r} must name a run listed above this one "
+            "(its modeled FLOPs become this run's train.flops)"
+        )
+    if any(t == target or t.startswith(f"{target}-seed") for t in flops_of):
+        raise UserError(
+            f"{where}: flops_of = {target!r} is itself compute-matched; match the original run"
+        )
+    if "flops" in entry.get("train", {}):
+        raise UserError(f"{where}: set either flops_of or train.flops, not both")
+
+
+def _reference(
+    settings: dict[str, Any], runs: list[PlannedRun], first: dict[str, str], path: Path
+) -> str | None:
+    name = settings.get("reference")
+    if name is None:
+        return None
+    matches = [r for r in runs if r.name == first.get(name, name)]
+    if not matches:
+        raise UserError(f"{path}: sweep.reference = {name!r} is not one of the runs")
+    s = matches[0].config.schedule
+    ref = UNIFORM_REFERENCE
+    if (s.kind, s.k_min, s.k_max) != (ref.kind, ref.k_min, ref.k_max):
+        raise UserError(
+            f"{path}: sweep.reference = {name!r} must train uniform {ref.k_min}..{ref.k_max}, "
+            "the schedule modeled savings are measured against"
+        )
+    if matches[0].config.train.flops is not None:
+        raise UserError(f"{path}: sweep.reference = {name!r} must use the token budget, not flops")
+    return matches[0].name
+
+
+def _figure3(
+    settings: dict[str, Any], runs: list[PlannedRun], first: dict[str, str], path: Path
+) -> str | None:
+    """The named Figure 3 run, or by default the first fixed-first run (None if there is none)."""
+    name = settings.get("figure3")
+    if name is None:
+        return next((r.name for r in runs if r.config.schedule.kind == "fixed-first"), None)
+    matches = [r for r in runs if r.name == first.get(name, name)]
+    if not matches:
+        raise UserError(f"{path}: sweep.figure3 = {name!r} is not one of the runs")
+    if matches[0].config.schedule.kind != "fixed-first":
+        raise UserError(
+            f"{path}: sweep.figure3 = {name!r} must be a fixed-first run (it has a switch)"
+        )
+    return matches[0].name
+
+
+def _eval_batches(settings: dict[str, Any], path: Path) -> int | None:
+    value = settings.get("eval_batches")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"{path}: sweep.eval_batches must be an integer >= 1, got {value!r}")
+    return value
+
+
+def _claims(entries: Any, names: list[str], seeds: list[int] | None, path: Path) -> list[ClaimSpec]:
+    """The [[claims]] tables, checked: names of [[runs]] entries, a metric, measure and side."""
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise UserError(f"{path}: claims must be [[claims]] tables of key = value lines")
+    if entries and (seeds is None or len(seeds) < 2):
+        raise UserError(
+            f"{path}: [[claims]] are decided by intervals over seeds; set [sweep] seeds to at "
+            "least 2 seeds, e.g. seeds = [0, 1, 2]"
+        )
+    return [_claim(entry, names, f"{path}: claims[{i}]") for i, entry in enumerate(entries)]
+
+
+def _claim(entry: dict[str, Any], names: list[str], where: str) -> ClaimSpec:
+    from fixedfirst.evaluation.nll import EVAL_DEPTHS
+
+    _unknown(entry, CLAIM_KEYS, where)
+    missing = [k for k in CLAIM_REQUIRED if k not in entry]
+    if missing:
+        raise UserError(
+            f"{where}: missing {', '.join(missing)}; a claim needs " + ", ".join(CLAIM_REQUIRED)
+        )
+    text = entry["text"]
+    if not isinstance(text, str) or not text.strip():
+        raise UserError(f"{where}: text must be the claim's sentence, got {text!r}")
+    for key in ("a", "b"):
+        if entry[key] not in names:
+            raise UserError(
+                f"{where}: {key} = {entry[key]!r} is not a [[runs]] entry; entries: "
+                + ", ".join(names)
+            )
+    if entry["a"] == entry["b"]:
+        raise UserError(f"{where}: a and b both name {entry['a']!r}; compare two entries")
+    metric = entry.get("metric", "mean")
+    if metric != "mean" and metric not in [f"{DEPTH_PREFIX}{d}" for d in EVAL_DEPTHS]:
+        raise UserError(
+            f'{where}: metric = {metric!r}: use "mean" (the sweep\'s metric) or '
+            f'"depth:K" with K one of the evaluated depths {", ".join(map(str, EVAL_DEPTHS))}'
+        )
+    if entry["measure"] not in MEASURES:
+        raise UserError(
+            f'{where}: measure = {entry["measure"]!r}: use "relative" (a/b - 1 per seed) '
+            'or "difference" (a - b per seed)'
+        )
+    if entry["claim"] not in ("above", "below"):
+        raise UserError(
+            f'{where}: claim = {entry["claim"]!r}: use "below" or "above" (the '
+            "side of bound the sentence puts the quantity on)"
+        )
+    bound = entry["bound"]
+    if isinstance(bound, bool) or not isinstance(bound, int | float) or not math.isfinite(bound):
+        raise UserError(f"{where}: bound must be a number, got {bound!r}")
+    return ClaimSpec(
+        text, entry["a"], entry["b"], metric, entry["measure"], entry["claim"], float(bound)
+    )

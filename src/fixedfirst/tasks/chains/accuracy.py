@@ -1,0 +1,108 @@
+"""Exact-match accuracy on the chains evaluation set, by serving depth and by difficulty.
+
+A label is right when the argmax of the model's output at its position is the chain's value.
+Every evaluation sequence has one label of each difficulty 0..eval_ops (on its long chain), so
+accuracy at difficulty d is a mean over independent sequences, and a band of difficulties is
+scored per sequence (the share of its labels in the band that are right) before averaging, which
+keeps the sequences the unit of the 95% intervals. All serving depths come from one pass of the
+recurrence (`logits_by_depth`).
+
+The KL exit rule (`fixedfirst.serve.KLExit`) is scored on the same labels: each position of each
+sequence iterates until its output distribution settles, and we report the accuracy and the depth
+it used per difficulty: whether the model spends more iterations on harder labels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fixedfirst.model import LoopedTransformer
+from fixedfirst.serve.adaptive import KLExit, teacher_forced_kl_exit
+from fixedfirst.tasks.chains.source import EvaluationSet
+
+
+@dataclass
+class Correctness:
+    """correct[k, n, d]: was sequence n's label of difficulty d right at the k-th depth."""
+
+    depths: list[int]
+    correct: np.ndarray
+
+    def accuracy(self) -> dict[int, list[float]]:
+        """depth -> accuracy at each difficulty 0..eval_ops."""
+        means = self.correct.mean(axis=1)
+        return {depth: means[k].tolist() for k, depth in enumerate(self.depths)}
+
+    def band_scores(self, low: int, high: int) -> np.ndarray:
+        """(depths, sequences): each sequence's share of right labels with difficulty in
+        low..high."""
+        return self.correct[:, :, low : high + 1].mean(axis=2)
+
+
+@torch.no_grad()
+def correctness_by_depth(
+    model: LoopedTransformer, evaluation: EvaluationSet, depths: list[int], batch_size: int = 256
+) -> Correctness:
+    """Right or wrong for every (depth, sequence, difficulty), one pass per batch."""
+    was_training = model.training
+    model.eval()
+    wanted = sorted(set(depths))
+    rows = []
+    try:
+        for start in range(0, evaluation.sequences, batch_size):
+            inputs = evaluation.batch.inputs[start : start + batch_size]
+            targets = evaluation.batch.targets[start : start + batch_size]
+            positions = evaluation.positions[start : start + batch_size]
+            expected = targets.gather(1, positions)
+            per_depth = []
+            for _, logits in model.logits_by_depth(inputs, wanted):
+                predicted = logits.argmax(dim=-1).gather(1, positions)
+                per_depth.append((predicted == expected).numpy())
+            rows.append(np.stack(per_depth))
+    finally:
+        model.train(was_training)
+    return Correctness(wanted, np.concatenate(rows, axis=1))
+
+
+@dataclass
+class ExitResult:
+    """The KL exit rule per difficulty: accuracy and mean depth used (means over sequences)."""
+
+    threshold: float
+    max_depth: int
+    accuracy: list[float]
+    mean_depth: list[float]
+
+    def to_dict(self) -> dict:
+        return vars(self).copy()
+
+
+@torch.no_grad()
+def kl_exit_by_difficulty(
+    model: LoopedTransformer, evaluation: EvaluationSet, rule: KLExit, batch_size: int = 256
+) -> ExitResult:
+    """Every position decoded under the exit rule (teacher-forced: each sees the true inputs)."""
+    was_training = model.training
+    model.eval()
+    right, used = [], []
+    try:
+        for start in range(0, evaluation.sequences, batch_size):
+            inputs = evaluation.batch.inputs[start : start + batch_size]
+            targets = evaluation.batch.targets[start : start + batch_size]
+            positions = evaluation.positions[start : start + batch_size]
+            logits, depths = teacher_forced_kl_exit(model, inputs, rule)
+            predicted = logits.argmax(dim=-1).gather(1, positions)
+            right.append((predicted == targets.gather(1, positions)).numpy())
+            used.append(depths.gather(1, positions).numpy())
+    finally:
+        model.train(was_training)
+    right_all, used_all = np.concatenate(right), np.concatenate(used)
+    return ExitResult(
+        rule.threshold,
+        rule.max_depth,
+        right_all.mean(axis=0).tolist(),
+        used_all.mean(axis=0).tolist(),
+    )
