@@ -38,7 +38,6 @@ from fixedfirst.config import ModelConfig, TrainConfig, load_config
 from fixedfirst.data.source import Batch
 from fixedfirst.machine.device import measured_peak_flops
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.train.compilation import compile_blocks
 from fixedfirst.train.memory_check import is_out_of_memory
 from fixedfirst.train.optim import build_optimizer
 from fixedfirst.train.peak_memory import step_peak
@@ -105,7 +104,7 @@ def train_run(
     torch.manual_seed(0)
     model = LoopedTransformer(config).to(device).train()
     if compiled:
-        compile_blocks(model)
+        model.compile_loop()
     train = TrainConfig(batch_size=micro, seq_len=seq)
     optimizer = build_optimizer(model, train)
     x = torch.randint(0, config.vocab_size, (micro, seq + 1), device=device)

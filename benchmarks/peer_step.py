@@ -41,7 +41,6 @@ from fixedfirst.config import ModelConfig, TrainConfig
 from fixedfirst.data.source import Batch
 from fixedfirst.machine.device import choose_threads, measured_peak_flops
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.train.compilation import compile_blocks
 from fixedfirst.train.optim import build_optimizer
 from fixedfirst.train.step import state_seeds, train_step
 
@@ -169,7 +168,7 @@ def ours(d: int, compiled: bool):
     torch.manual_seed(0)
     model = LoopedTransformer(model_config(d)).train()
     if compiled:
-        compile_blocks(model)
+        model.compile_loop()
     optimizer = build_optimizer(model, TRAIN)
 
     def step(batch: Batch, depth: int, i: int) -> float:

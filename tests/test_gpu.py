@@ -65,12 +65,10 @@ def test_bf16_autocast_training_follows_fp32(device):
     assert max(abs(a - b) for a, b in zip(fp32, bf16, strict=True)) < 0.02, (fp32, bf16)
 
 
-def test_compiled_blocks_compute_what_eager_ones_do(device):
-    from fixedfirst.train.compilation import compile_blocks
-
+def test_the_compiled_loop_computes_what_the_eager_one_does(device):
     eager = fresh_model(device)
     compiled = copy.deepcopy(eager)
-    compile_blocks(compiled)
+    compiled.compile_loop()
     x = batch(0, device).inputs
     outputs = []
     for model in (eager, compiled):

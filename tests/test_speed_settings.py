@@ -14,7 +14,7 @@ import torch
 from fixedfirst.machine import device as hardware
 from fixedfirst.train import compilation
 from fixedfirst.train.trainer import Trainer
-from tests.trainer_helpers import tiny_config, train_records
+from tests.trainer_helpers import comparable, final_weights, tiny_config, train_records
 
 CPU = torch.device("cpu")
 
@@ -124,17 +124,61 @@ def test_small_runs_stay_eager_by_default(tmp_path):
     assert summary["compiled"] is False
 
 
+COMPILED_STEPS = ["train.tokens=1024", "train.checkpoint_every=0", "train.threads=1"]
+"""Eight steps of the tiny run (fixed K0 = 2, then depths up to 6), one thread."""
+
+
 def test_compiled_training_takes_the_same_steps_as_eager(tmp_path):
-    """A few steps of the tiny run with compiled blocks: the same losses as eager to 1e-5
-    (fused kernels round differently, so not bit for bit), and the same checkpoint keys."""
+    """The tiny run (a prelude, the concat injection, a coda) trained with its loop compiled
+    takes the steps eager fp32 takes: the same losses to 1e-5 at every step (fused kernels round
+    differently, so not bit for bit), the same checkpoint keys, and the summary says how."""
     torch._dynamo.reset()
-    steps = ["train.tokens=640", "train.checkpoint_every=0", "train.threads=1"]
-    eager = Trainer(tiny_config(*steps), tmp_path / "eager", quiet=True)
+    eager = Trainer(tiny_config(*COMPILED_STEPS), tmp_path / "eager", quiet=True)
     eager.train()
-    compiled = Trainer(tiny_config(*steps, "train.compile=true"), tmp_path / "comp", quiet=True)
+    config = tiny_config(*COMPILED_STEPS, "train.compile=true")
+    compiled = Trainer(config, tmp_path / "comp", quiet=True)
     assert compiled.compiled.compile
-    compiled.train()
+    summary = compiled.train()
     a, b = train_records(tmp_path / "eager"), train_records(tmp_path / "comp")
-    assert len(a) == len(b) == 5
+    assert len(a) == len(b) == 8 and len({r["depth"] for r in a}) > 2
     assert [r["loss"] for r in b] == pytest.approx([r["loss"] for r in a], rel=1e-5, abs=1e-5)
     assert compiled.model.state_dict().keys() == eager.model.state_dict().keys()
+    assert summary["compiled"] is True and summary["compile_reason"] == "train.compile"
+    assert summary["compile_cache"] == compilation.cache_directory() is not None
+    assert summary["precision"] == "fp32" and summary["weights_dtype"] == "float32"
+
+
+def test_a_resumed_compiled_run_is_the_uninterrupted_one_bit_for_bit(tmp_path):
+    """Compiled, as eager: three steps, a pause and a resume in a new trainer (which compiles
+    again, from the cache) give the weights and metric lines of eight steps straight through."""
+    config = tiny_config(*COMPILED_STEPS, "train.compile=true")
+    Trainer(config, tmp_path / "straight", quiet=True).train()
+    Trainer(config, tmp_path / "paused", quiet=True).train(stop_after=3)
+    Trainer(config, tmp_path / "paused", resume=True, quiet=True).train()
+    a, b = final_weights(tmp_path / "straight"), final_weights(tmp_path / "paused")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert comparable(train_records(tmp_path / "straight")) == comparable(
+        train_records(tmp_path / "paused")
+    )
+
+
+def test_compile_true_without_a_compiler_is_one_line_before_the_run_exists(tmp_path, monkeypatch):
+    from fixedfirst.errors import UserError
+
+    monkeypatch.setattr(compilation.shutil, "which", lambda _: None)
+    with pytest.raises(
+        UserError, match=r"^train.compile = true needs a C\+\+ compiler .+ or false$"
+    ):
+        Trainer(tiny_config("train.compile=true"), tmp_path / "run", quiet=True)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_shared_cache_is_set_while_inside_and_yields_to_the_users(tmp_path, monkeypatch):
+    monkeypatch.delenv(compilation.CACHE_ENV, raising=False)
+    with compilation.shared_cache(tmp_path / "cache"):
+        assert compilation.cache_directory() == str((tmp_path / "cache").absolute())
+    assert compilation.cache_directory() is None
+    monkeypatch.setenv(compilation.CACHE_ENV, str(tmp_path / "mine"))
+    with compilation.shared_cache(tmp_path / "cache"):
+        assert compilation.cache_directory() == str(tmp_path / "mine")
+    assert compilation.cache_directory() == str(tmp_path / "mine")

@@ -19,8 +19,9 @@ the coda and head are simply applied at every requested k on the way up.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -77,6 +78,8 @@ class LoopedTransformer(nn.Module):
             generator=torch.Generator().manual_seed(config.eval_seed),
         )
         self.register_buffer("eval_state", eval_state, persistent=False)
+        self.loop_compiled = False
+        """Set by `compile_loop`: cache-less iterations run compiled."""
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -154,7 +157,20 @@ class LoopedTransformer(nn.Module):
     ) -> torch.Tensor:
         """One iteration s_k = core(W_s s_{k-1} + W_e e) (`concat`; s + e for `add`), given
         `injection` = `injection(e)`; `index` is k - 1, which names the iteration's cache
-        entries (each iteration keeps its own keys and values)."""
+        entries (each iteration keeps its own keys and values). After `compile_loop`, an
+        iteration without a cache runs as one compiled graph."""
+        if cache is None and self.loop_compiled:
+            return compiled_iteration()(self, state, injection)
+        return self.iterate_eager(state, injection, index, cache)
+
+    def iterate_eager(
+        self,
+        state: torch.Tensor,
+        injection: torch.Tensor,
+        index: int = 0,
+        cache: LayerCaches | None = None,
+    ) -> torch.Tensor:
+        """`iterate` as PyTorch runs it op by op (what `compile_loop` compiles)."""
         if self.adapter is None:
             x = state + injection
         else:
@@ -179,6 +195,15 @@ class LoopedTransformer(nn.Module):
         if positions is not None:
             x = x.gather(1, positions.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
         return self.head(self.out_norm(x))
+
+    def compile_loop(self) -> None:
+        """torch.compile in place what a training or evaluation forward runs: each prelude and
+        coda block, and a core iteration (the injection's matmul-add and every core block) as
+        one graph. The depth loop stays in Python, so no depth recompiles; decoding with a
+        cache stays eager. Parameter names, and so checkpoints, are unchanged."""
+        for block in (*self.prelude, *self.coda):
+            block.compile()
+        self.loop_compiled = True
 
     # -- whole forwards, evaluation and decoding ----------------------------------------------
 
@@ -374,6 +399,13 @@ class LoopedTransformer(nn.Module):
             counts[name] = n
         counts["total"] = sum(counts.values())
         return counts
+
+
+@functools.cache
+def compiled_iteration() -> Callable[..., torch.Tensor]:
+    """One compiled `iterate_eager` for every model of the process: the model is an argument,
+    so a copy of a compiled model runs its own weights (dynamo guards on their shapes)."""
+    return torch.compile(LoopedTransformer.iterate_eager)
 
 
 def sample_next(

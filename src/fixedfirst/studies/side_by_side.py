@@ -51,6 +51,7 @@ from fixedfirst.studies.training import (
     run_directory,
     run_one,
 )
+from fixedfirst.train.compilation import STUDY_CACHE, shared_cache
 from fixedfirst.train.interrupt import STOP_SIGNALS, TrainingInterrupted, scheduler_signals
 from fixedfirst.train.run_dir import RunDir
 
@@ -298,7 +299,8 @@ def conduct(experiment: Experiment, out: Path, quiet: bool, jobs: int | None) ->
     to_train = [r for r in e.runs if finished_summary(run_directory(out, r.name)) is None]
     workers, threads = plan_workers(jobs, len(to_train), e.runs[0].config.train.device)
     prepare_out_dir(out)
-    with locks.holding(out, e.name):  # one experiment at a time writes DIR
+    # One experiment at a time writes DIR; its runs share one cache of compiled graphs.
+    with locks.holding(out, e.name), shared_cache(out / STUDY_CACHE):
         wall_clock: dict[str, float] = {}
         if workers > 1:
             started = time.perf_counter()

@@ -115,6 +115,7 @@ class Trainer:
             config, self.budget.total_steps, self.flops_model, self.source, *place
         )
         check_packages(t.log_to)
+        compilation.check_compiler(t.compile, self.device)
         self.given_peak = given_peak_flops()
         local = t.batch_size // self.world_size
         micro = t.micro_batch(self.world_size)
@@ -156,7 +157,7 @@ class Trainer:
         torch.manual_seed(t.seed)  # the same initial weights on every rank
         model = LoopedTransformer(config.model).to(self.device)
         if self.compiled.compile:
-            compilation.compile_blocks(model)
+            model.compile_loop()
         self.parallel = ParallelModel(model, self.world, t.strategy, self.device, self.dtype)
         self.model = self.parallel.module
         # After sharding: FSDP2 replaces the parameters by sharded ones.
@@ -455,8 +456,14 @@ class Trainer:
 
     def _summary(self) -> dict[str, Any]:
         summary = self.counters.summary(describe(self.config.schedule), self.budget)
+        # How the arithmetic ran (docs/guides/study-speed.md): none of it defines the run.
         summary.update(
-            threads=self.threads, compiled=self.compiled.compile, precision=self.precision
+            threads=self.threads,
+            compiled=self.compiled.compile,
+            compile_reason=self.compiled.reason,
+            compile_cache=compilation.cache_directory() if self.compiled.compile else None,
+            precision=self.precision,
+            weights_dtype=str(next(self.model.parameters()).dtype).removeprefix("torch."),
         )
         summary["peak_flops"] = {"per_process": self.peak_per_process, "from": self.peak_from}
         summary["switch"] = switch_summary(

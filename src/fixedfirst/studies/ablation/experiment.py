@@ -34,6 +34,7 @@ from fixedfirst.studies.training import (
     prepare_out_dir,
     run_all,
 )
+from fixedfirst.train.compilation import STUDY_CACHE, shared_cache
 
 TASKS = {
     "bios": "fixedfirst.studies.bios.experiment",
@@ -122,7 +123,7 @@ def run_ablation(ablation: Ablation, out: Path, quiet: bool = False) -> dict[str
     runs = ablation.planned_runs()
     check_runs_startable(runs, out)
     prepare_out_dir(out)
-    with locks.holding(out, "ablation"):
+    with locks.holding(out, "ablation"), shared_cache(out / STUDY_CACHE):
         started = time.perf_counter()
         outcomes = run_all(runs, out, quiet)
         scored, names = {}, set()

@@ -55,6 +55,7 @@ from fixedfirst.studies.training import (
     run_all,
     run_directory,
 )
+from fixedfirst.train.compilation import STUDY_CACHE, shared_cache
 from fixedfirst.train.run_dir import run_defining_differences
 
 
@@ -148,7 +149,8 @@ def run_sweep(
     to_train = [p for p in selected if _status(p, out) != "finished"]
     workers, threads = plan_workers(jobs, len(to_train), selected[0].config.train.device)
     check_out_dir(out)
-    with locks.holding(out, "sweep"):  # one sweep at a time writes DIR
+    # One sweep at a time writes DIR; its runs share one cache of compiled graphs.
+    with locks.holding(out, "sweep"), shared_cache(out / STUDY_CACHE):
         return _sweep(spec, out, selected, quiet, device, workers, threads)
 
 
