@@ -63,6 +63,7 @@ def test_the_language_model_table_runs_end_to_end(tmp_path, corpus, capsys):  # 
                 "eval_batches": "eval_batches = 1",
                 "seeds": "seeds = [0, 1]",
                 "precision": 'precision = "fp32"',  # bf16 on a model this small is slower
+                "compile": "compile = false",  # 38 runs of a few steps: compiling would not pay
             },
             corpus,
         )
