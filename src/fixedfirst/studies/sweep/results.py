@@ -4,7 +4,7 @@ Every number in a row comes from somewhere a reader can check: tokens and wall-c
 run's `summary.json` (wall-clock counts training steps only, not evaluation or checkpoints);
 modeled FLOPs are the training FLOPs of the depths the run drew under the compute model (the
 quantity compute-matched runs are planned with, and what the wall-clock follows), shown beside the
-FLOP budget of a compute-matched run; modeled savings from `compute.modeled_savings` (the
+FLOP budget of a compute-matched run; modeled savings from `RunPlan.modeled_savings` (the
 schedule's expected FLOPs against uniform 1..16's at the same token budget); NLL from
 the run's saved evaluation JSON (`run_eval`). Savings in wall-clock and the NLL difference are
 relative to the sweep's reference run.
@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from fixedfirst.compute.plan import modeled_savings
+from fixedfirst.compute.plan import plan_run
 from fixedfirst.evaluation.nll import SERVING_RANGE
 from fixedfirst.files.writing import write_text_atomic
 from fixedfirst.schedules import describe
@@ -51,7 +51,9 @@ def result_row(
     config = planned.config
     switch = summary.get("switch")
     probe_flops = (switch or {}).get("probe_flops", 0.0)
-    switch_step = switch["step"] if switch and switch.get("auto") else None
+    plan = plan_run(config, summary["total_steps"])
+    if switch and switch.get("auto") and switch["step"] is not None:
+        plan = plan.decided(switch["step"])
     return {
         "name": planned.name,
         "group": group or planned.name,
@@ -65,7 +67,7 @@ def result_row(
         "modeled_flops": summary["flops"],
         "expected_flops": summary.get("expected_flops"),
         "flop_budget": summary.get("flop_budget"),
-        "modeled_savings": modeled_savings(config, summary["total_steps"], switch_step),
+        "modeled_savings": plan.modeled_savings(),
         "switch": switch,
         "probe_flops": probe_flops,
         "compute": summary["flops"] + probe_flops,

@@ -30,7 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from fixedfirst.compute.plan import plan_budget
+from fixedfirst.compute.plan import plan_run
 from fixedfirst.errors import UserError
 from fixedfirst.evaluation.cached import cached_evaluation
 from fixedfirst.evaluation.nll import EVAL_DEPTHS
@@ -93,7 +93,7 @@ def print_plan(spec: SweepSpec, selected: list[PlannedRun], out: Path) -> None:
     print(f"sweep {spec.path}: {len(spec.runs)} runs into {out}")
     print(f"  {'run':<28s} {'steps':>6s} {'tokens':>11s} {'modeled FLOPs':>13s}  status")
     for planned in spec.runs:
-        budget = plan_budget(planned.config)
+        budget = plan_run(planned.config)
         status = _status(planned, out) if planned.name in chosen else "not selected"
         print(
             f"  {planned.name:<28s} {budget.total_steps:>6d} {budget.tokens:>11,} "
@@ -107,7 +107,7 @@ class SweepProgress:
 
     def __init__(self, runs: list[PlannedRun], out: Path, quiet: bool) -> None:
         self.quiet = quiet
-        self.flops = {r.name: plan_budget(r.config).flops for r in runs}
+        self.flops = {r.name: plan_run(r.config).flops for r in runs}
         self.todo = {r.name for r in runs if _status(r, out) != "finished"}
         self.total = sum(self.flops.values())
         self.done = sum(f for n, f in self.flops.items() if n not in self.todo)

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fixedfirst.compute.plan import UNIFORM_REFERENCE, plan_budget
+from fixedfirst.compute.plan import UNIFORM_REFERENCE, plan_run
 from fixedfirst.config import SECTIONS, RunConfig, read_toml
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import resolve_data_path
@@ -167,7 +167,7 @@ def _with_run_keys(base: dict[str, Any], run: dict[str, Any], where: str) -> dic
 def _build_config(data: dict[str, Any], where: str) -> RunConfig:
     try:
         config = RunConfig.from_dict(data)
-        plan_budget(config)  # a budget below one step is an error now, not after other runs
+        plan_run(config)  # a budget below one step is an error now, not after other runs
     except UserError as e:
         raise UserError(f"{where}: {e}") from None
     return config
@@ -228,7 +228,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
                         "cost is known only once it has switched; match a run of fixed schedule"
                     )
                 flops_of[run] = target
-                data.setdefault("train", {})["flops"] = plan_budget(target_config).flops
+                data.setdefault("train", {})["flops"] = plan_run(target_config).flops
             runs.append(PlannedRun(run, _build_config(data, where)))
             groups[run] = name
 
