@@ -229,7 +229,7 @@ def two_way_bootstrap(
 
 @dataclass(frozen=True)
 class CrossedInterval(Estimate):
-    """The grand mean of a seeds x held-out blocks matrix with its t-interval (`crossed_interval`)."""
+    """A seeds x held-out blocks matrix's grand mean with its t-interval (`crossed_interval`)."""
 
     se: float
     df: float
