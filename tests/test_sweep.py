@@ -211,7 +211,10 @@ def test_base_may_be_a_run_config_file(tmp_path, corpus):
 
 BAD_SWEEPS = {
     "unknown top-level key": (BASE + SETTINGS + RUNS + "\nextra = 1\n", ["unknown key 'extra'"]),
-    "unknown [sweep] key": (BASE + SETTINGS + "colour = 1\n" + RUNS, ["[sweep]", "'colour'"]),
+    "unknown [sweep] key": (
+        BASE + SETTINGS + "colour = 1\n" + RUNS,
+        ["unknown key sweep.colour", "valid keys in [sweep]"],
+    ),
     "unknown base key": (
         BASE.replace("d_model = 32", "d_modle = 32") + SETTINGS + RUNS,
         ["base", "unknown key model.d_modle"],
@@ -238,7 +241,7 @@ BAD_SWEEPS = {
     "run without a name": (BASE + SETTINGS + "[[runs]]\nschedule.k0 = 1\n", ["has no name"]),
     "seeds repeated": (
         BASE + SETTINGS + "seeds = [0, 0]\n" + RUNS,
-        ["sweep.seeds must be a list of distinct integers >= 0"],
+        ["sweep.seeds: must be a list of distinct integers >= 0"],
     ),
     "matched to an auto switch": (
         BASE + SETTINGS + RUNS + 'schedule.switch = "auto"\nswitch.window = 0.5\n'

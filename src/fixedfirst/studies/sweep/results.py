@@ -44,10 +44,13 @@ def result_row(
     evaluation: dict[str, Any],
     flops_of: str | None,
     group: str | None = None,
+    blocks: int | None = None,
+    curve: dict[str, list[float]] | None = None,
 ) -> dict[str, Any]:
     """One run's numbers, before the comparison with the reference. `switch` is where a
     fixed-first run switched (summary.json's); `compute` adds an auto switch's probes to the
-    training FLOPs, what the run cost in all."""
+    training FLOPs, what the run cost in all; `blocks`: the shared held-out rows' blocks, whose
+    mean serving NLLs the row carries for the intervals; `curve`: its logged training loss."""
     config = planned.config
     switch = summary.get("switch")
     probe_flops = (switch or {}).get("probe_flops", 0.0)
@@ -76,10 +79,44 @@ def result_row(
         "eval_step": evaluation["step"],
         "eval_tokens": evaluation["scored_tokens"],
         "eval_sequences": evaluation.get("sequences"),
-        "eval_sequences_asked": evaluation["batches"] * evaluation["batch_size"],
+        "eval_sequences_asked": evaluation.get("rows")
+        or evaluation["batches"] * evaluation["batch_size"],
         "validation_seed": evaluation.get("validation_seed"),
+        "validation_sha256": evaluation["validation_sha256"],
+        "eval_precision": evaluation.get("precision"),
         "nll_by_depth": evaluation["nll_by_depth"],
         "mean_serving_nll": evaluation["mean_serving_nll"],
+        **({"heldout_blocks": block_means(evaluation, blocks)} if blocks else {}),
+        **({"loss_curve": curve} if curve is not None else {}),
+    }
+
+
+def block_means(evaluation: dict[str, Any], blocks: int) -> dict[str, list[float]]:
+    """Each depth's mean NLL over each of `blocks` equal consecutive blocks of the scored rows,
+    and ("mean") each block's mean over serving depths 1..16 (rows of equal token counts)."""
+    out = {}
+    for depth, rows in evaluation["row_nll"].items():
+        size = len(rows) // blocks
+        if size * blocks != len(rows):
+            raise ValueError(f"{len(rows)} rows do not split into {blocks} equal blocks")
+        out[depth] = [sum(rows[i * size : (i + 1) * size]) / size for i in range(blocks)]
+    if all(str(d) in out for d in SERVING_RANGE):
+        serving = [out[str(d)] for d in SERVING_RANGE]
+        out["mean"] = [sum(column) / len(serving) for column in zip(*serving, strict=True)]
+    return out
+
+
+def loss_curve(metrics: Path) -> dict[str, list[float]]:
+    """A run's logged training steps: step, loss, depth and gradient norm, compact enough to
+    commit for every run of a study, so that spikes and divergence can be seen."""
+    from fixedfirst.train.metrics import read_metrics
+
+    records = read_metrics(metrics, "train")
+    return {
+        "step": [r["step"] for r in records],
+        "loss": [round(r["loss"], 4) for r in records],
+        "depth": [r["depth"] for r in records],
+        "grad_norm": [float(f"{r['grad_norm']:.4g}") for r in records],
     }
 
 
