@@ -50,6 +50,24 @@ a = "ff"
 b = "uniform-matched"
 primary = false
 
+[[claims]]
+text = "ff within 50% of uniform"
+a = "ff"
+b = "uniform"
+measure = "relative"
+claim = "below"
+bound = 0.5
+
+[[claims]]
+text = "fixed-4 at depth 16 above uniform"
+a = "fixed-4"
+b = "uniform"
+metric = "depth:16"
+measure = "difference"
+claim = "above"
+bound = 0.0
+primary = false
+
 [[factors]]
 name = "lr"
 title = "learning-rate schedule"
@@ -132,6 +150,14 @@ def test_a_factor_study_shares_one_held_out_set_and_tables_its_gaps(tmp_path, ca
     )
     assert wsd["change"]["mean"] == pytest.approx(wsd_hand - by_hand, abs=1e-6)
     assert wsd["change"]["verdict"] in ("higher", "lower", "cannot tell")
+    # A claim on the same pair is the same quantity, with the same interval over seeds and blocks.
+    claim, exploratory = results["claims"]
+    assert claim["covers"] == "seeds and held-out blocks" and "family" not in claim
+    assert (claim["mean"], claim["low"], claim["high"]) == pytest.approx(
+        (first["gap"]["mean"], first["gap"]["low"], first["gap"]["high"])
+    )
+    assert exploratory["family"] == "exploratory, Holm over 1"
+    assert exploratory["covers"] == "seeds and held-out blocks"
     markdown = (out / "factors.md").read_text()
     assert markdown == factors_markdown(factor_table(results["runs"], *_specs(study)))
     assert "learning-rate schedule, cosine -> wsd" in markdown
