@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -187,6 +188,31 @@ def test_only_trains_the_named_runs_and_reports_what_finished(tmp_path, capsys, 
     assert "| ff-k2 |" in table and "Not finished yet (left out): uniform." in table
     ff = json.loads((out / "results.json").read_text())["runs"][0]
     assert ff["wall_savings"] is None and ff["mean_nll_rel_diff"] is None  # no reference yet
+
+
+def test_the_runs_of_a_sweep_keep_their_compiled_graphs_in_its_directory(
+    tmp_path, capsys, corpus, monkeypatch
+):
+    """Every run the sweep trains sees DIR/compile-cache as inductor's cache directory (worker
+    processes inherit it), and the setting ends with the sweep."""
+    from fixedfirst.train.compilation import CACHE_ENV
+    from fixedfirst.train.trainer import Trainer
+
+    seen = []
+    original = Trainer.train
+
+    def train(self, *args, **kwargs):
+        seen.append(os.environ.get(CACHE_ENV))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "train", train)
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    out = tmp_path / "out"
+    sweep = write_sweep(tmp_path, corpus)
+    code, _, err = run_cli(capsys, "sweep", sweep, "--out", out, "--jobs", 1, "--only", "ff-k2")
+    assert code == 0, err
+    assert seen == [str((out / "compile-cache").absolute())]
+    assert CACHE_ENV not in os.environ
 
 
 def test_compute_matched_run_gets_the_other_runs_modeled_flops(tmp_path, corpus):
