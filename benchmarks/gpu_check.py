@@ -2,9 +2,9 @@
 
     .venv/bin/python benchmarks/gpu_check.py [--steps 5] [--no-compile]
 
-1. The GPU-marked tests (tests/test_gpu.py): bf16 autocast training against fp32, compiled
-   blocks against eager ones, FSDP2 on one rank (NCCL) against the plain model, cached decoding
-   against the uncached forward, all on CUDA.
+1. The GPU-marked tests (tests/test_gpu.py): bf16 autocast training against fp32, the
+   compiled loop against the eager one, FSDP2 on one rank (NCCL) against the plain model,
+   cached decoding against the uncached forward, all on CUDA.
 2. A short training of configs/lm-200m.toml's model (synthetic tokens, bf16, the trainer's own
    step) at depths 4 and 16, eager and with torch.compile: per run, tokens/s, MFU against the
    matmul peak measured here (hardware.measured_peak_flops, as the trainer's MFU), and the

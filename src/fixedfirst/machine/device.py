@@ -53,10 +53,11 @@ def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
 
 BF16_FASTER = 1.5
 """How much faster a bf16 matmul must be than fp32 for `precision = "fast"` to pick bf16. A CPU
-without native bf16 emulates it and is slower; with it, the project's 2-core CPU (AVX512-BF16)
-multiplies 1024^2 matrices 4.1-4.7x as fast (`bf16_speedup`, two and one threads), and the bios
-demo's d = 128 runs train in 0.83x the time (benchmarks/demo_speed.py): the matmuls are faster,
-the rest of the step is not."""
+without native bf16 emulates it and is far slower (the project's 2-core AMD EPYC, AVX2 only:
+about a hundredth of fp32's rate, docs/guides/study-speed.md); with it, the project's earlier
+2-core CPU (AVX512-BF16) multiplied 1024^2 matrices 4.1-4.7x as fast (`bf16_speedup`, two and
+one threads), and the bios demo's d = 128 runs trained in 0.83x the time
+(benchmarks/demo_speed.py): the matmuls are faster, the rest of the step is not."""
 
 
 @cache
