@@ -346,9 +346,7 @@ def _figure3(
     return matches[0].name
 
 
-def _claims(
-    entries: Any, names: list[str], settings: SweepSettings, path: Path
-) -> list[ClaimSpec]:
+def _claims(entries: Any, names: list[str], settings: SweepSettings, path: Path) -> list[ClaimSpec]:
     """The [[claims]] tables, checked: names of [[runs]] entries, a metric, measure and side."""
     seeds = settings.seeds
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
