@@ -53,3 +53,12 @@ def test_config_reference_lists_every_key(capsys):
     assert "**[data.bios]**" in out
     for f in fields(BiosOptions):
         assert f"`{f.name}`" in out
+    from fixedfirst.studies.bios.experiment import ExperimentConfig as Bios
+    from fixedfirst.studies.chains.experiment import ExperimentConfig as Chains
+
+    for study, experiment in (("bios", Bios), ("chains", Chains)):
+        section = out[out.index(f"**[experiment] ({study})**") :]
+        section = section[: section.index("\n\n", section.index("| --- |"))]
+        assert [f"`{f.name}`" in section for f in fields(experiment)] == [True] * len(
+            fields(experiment)
+        )

@@ -1,4 +1,5 @@
-"""`fixedfirst config-reference`: every configuration key, its default and what it means."""
+"""`fixedfirst config-reference`: every configuration key, its default and what it means: the run
+sections, each data kind's options, and the `[experiment]` section of the study presets."""
 
 from __future__ import annotations
 
@@ -25,6 +26,14 @@ def _print_table(title: str, doc: str, rows: list[tuple[str, str, str]], markdow
     print()
 
 
+def _preset_sections() -> list[tuple[str, type]]:
+    """(command, its preset's [experiment] dataclass) for the studies that read presets."""
+    from fixedfirst.studies.bios.experiment import ExperimentConfig as BiosExperiment
+    from fixedfirst.studies.chains.experiment import ExperimentConfig as ChainsExperiment
+
+    return [("bios", BiosExperiment), ("chains", ChainsExperiment)]
+
+
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.data.registry import KINDS, data_kind
 
@@ -37,6 +46,12 @@ def run(args: argparse.Namespace) -> int:
         if kind.options is not None:
             doc = f'Options of `[data] kind = "{name}"`: {kind.summary}.'
             _print_table(f"[data.{name}]", doc, field_docs(kind.options), args.markdown)
+    for command, experiment in _preset_sections():
+        doc = (
+            f"A `fixedfirst {command}` preset's own section (`--preset FILE`, or "
+            f"`--set experiment.KEY=VALUE`); its other sections are a run's, without [schedule]."
+        )
+        _print_table(f"[experiment] ({command})", doc, field_docs(experiment), args.markdown)
     if args.markdown:
         print("Data kinds (`[data] kind`):\n")
         print("\n".join(f"- `{n}`: {data_kind(n).summary}" for n in KINDS))
