@@ -118,3 +118,23 @@ def test_the_readme_is_a_front_door():
         assert command in readme
     for page in sorted((DOCS / "studies").glob("*.md")):
         assert f"](docs/studies/{page.name})" in readme, f"README does not link {page.name}"
+
+
+def test_the_readmes_links_resolve():
+    """README.md is not part of the site, so mkdocs does not check its links: every relative link
+    names a file of the repository, and every #anchor a heading of the README (GitHub's slugs)."""
+    readme = (ROOT / "README.md").read_text()
+    slugs = {
+        re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        for heading in re.findall(r"^#+ (.+)$", readme, flags=re.M)
+    }
+    links = re.findall(r"\]\(([^)\s]+)\)", readme)
+    assert len(links) >= 20
+    for link in links:
+        if link.startswith(("http://", "https://")):
+            continue
+        path, _, anchor = link.partition("#")
+        if path:
+            assert (ROOT / path).exists(), f"README links {link}, which does not exist"
+        else:
+            assert anchor in slugs, f"README links #{anchor}, which is no heading of it"
