@@ -47,10 +47,15 @@ def test_the_schedules_guide_lists_every_schedule_kind():
 
 
 def test_the_configuration_guide_names_every_sweep_key():
+    from dataclasses import fields
+
     from fixedfirst.studies.sweep import spec
+    from fixedfirst.studies.sweep.claims import ClaimSpec
+    from fixedfirst.studies.sweep.settings import SweepSettings
 
     page = (DOCS / "guides" / "configuration.md").read_text()
-    keys = {*spec.TOP_LEVEL_KEYS, *spec.SWEEP_KEYS, *spec.RUN_KEYS, *spec.CLAIM_KEYS}
+    tables = [f.name for section in (SweepSettings, ClaimSpec) for f in fields(section)]
+    keys = {*spec.TOP_LEVEL_KEYS, *spec.RUN_KEYS, *tables}
     spelled = ("`{}`", "{} =", "[{}]", "[[{}]]")
     missing = sorted(k for k in keys if not any(s.format(k) in page for s in spelled))
     assert not missing, f"docs/guides/configuration.md does not describe: {missing}"

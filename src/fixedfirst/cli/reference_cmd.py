@@ -1,9 +1,11 @@
 """`fixedfirst config-reference`: every configuration key, its default and what it means: the run
-sections, each data kind's options, and the `[experiment]` section of the study presets."""
+sections, each data kind's options, the `[experiment]` section of the study presets and the
+`[sweep]` and `[[claims]]` tables of a sweep file."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import MISSING, fields
 
 from fixedfirst.config import SECTIONS, field_docs
 
@@ -26,32 +28,46 @@ def _print_table(title: str, doc: str, rows: list[tuple[str, str, str]], markdow
     print()
 
 
-def _preset_sections() -> list[tuple[str, type]]:
-    """(command, its preset's [experiment] dataclass) for the studies that read presets."""
+def _study_sections() -> list[tuple[str, str, type]]:
+    """(title, what it is, its dataclass) for the tables the studies read beside run sections."""
     from fixedfirst.studies.bios.experiment import ExperimentConfig as BiosExperiment
     from fixedfirst.studies.chains.experiment import ExperimentConfig as ChainsExperiment
+    from fixedfirst.studies.sweep.claims import ClaimSpec
+    from fixedfirst.studies.sweep.settings import SweepSettings
 
-    return [("bios", BiosExperiment), ("chains", ChainsExperiment)]
+    preset = (
+        "A `fixedfirst {}` preset's own section (`--preset FILE`, or "
+        "`--set experiment.KEY=VALUE`); its other sections are a run's, without [schedule]."
+    )
+    required = ", ".join(f"`{f.name}`" for f in fields(ClaimSpec) if f.default is MISSING)
+    return [
+        ("[experiment] (bios)", preset.format("bios"), BiosExperiment),
+        ("[experiment] (chains)", preset.format("chains"), ChainsExperiment),
+        ("[sweep] (a sweep file)", _summary(SweepSettings), SweepSettings),
+        (
+            "[[claims]] (a sweep file)",
+            f"{_summary(ClaimSpec)} Required: {required}.",
+            ClaimSpec,
+        ),
+    ]
+
+
+def _summary(section: type) -> str:
+    return " ".join((section.__doc__ or "").split("\n\n")[0].split())
 
 
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.data.registry import KINDS, data_kind
 
     for section in SECTIONS:
-        rows = field_docs(section)
-        doc = " ".join((section.__doc__ or "").split("\n\n")[0].split())
-        _print_table(f"[{section.SECTION}]", doc, rows, args.markdown)
+        _print_table(f"[{section.SECTION}]", _summary(section), field_docs(section), args.markdown)
     for name in KINDS:
         kind = data_kind(name)
         if kind.options is not None:
             doc = f'Options of `[data] kind = "{name}"`: {kind.summary}.'
             _print_table(f"[data.{name}]", doc, field_docs(kind.options), args.markdown)
-    for command, experiment in _preset_sections():
-        doc = (
-            f"A `fixedfirst {command}` preset's own section (`--preset FILE`, or "
-            f"`--set experiment.KEY=VALUE`); its other sections are a run's, without [schedule]."
-        )
-        _print_table(f"[experiment] ({command})", doc, field_docs(experiment), args.markdown)
+    for title, doc, section in _study_sections():
+        _print_table(title, doc, field_docs(section), args.markdown)
     if args.markdown:
         print("Data kinds (`[data] kind`):\n")
         print("\n".join(f"- `{n}`: {data_kind(n).summary}" for n in KINDS))
