@@ -163,24 +163,31 @@ def paired_over_rows(
     level: float = LEVEL,
 ) -> CrossedInterval:
     """a - b (or a / b - 1) paired by seed on a shared held-out set, with an interval covering
-    the seeds and the held-out sample.
+    the seeds and the held-out sample (`paired_matrix`)."""
+    return crossed_interval(paired_matrix(a, b, relative), level)
 
-    The estimate is the mean over seeds of each seed's whole-set quantity, exactly what the
-    seed-only `paired`/`paired_relative` estimate. A relative one is linearised per block
-    (delta method): y[s, j] = G_s + (a[s, j] - (1 + G_s) b[s, j]) / mean_j b[s, j], whose block
-    mean is G_s = mean_j a / mean_j b - 1, and whose spread over blocks is what the held-out
-    sample adds."""
+
+def paired_matrix(
+    a: Mapping[int, Sequence[float]], b: Mapping[int, Sequence[float]], relative: bool
+) -> np.ndarray:
+    """(seeds both have, blocks): per seed and block, the paired quantity whose grand mean is
+    the mean over seeds of each seed's whole-set a - b or a / b - 1.
+
+    A relative one is linearised per block (delta method): y[s, j] = G_s + (a[s, j] - (1 + G_s)
+    b[s, j]) / mean_j b[s, j], whose block mean is G_s = mean_j a / mean_j b - 1 exactly, and
+    whose spread over blocks is what the held-out sample adds. Seed-only `paired` and
+    `paired_relative` estimate the same mean."""
     seeds = _two_or_more(a, b)
     x, y = blocks_matrix(a, seeds), blocks_matrix(b, seeds)
     if x.shape != y.shape:
         raise ValueError(f"a and b are scored on different blocks: {x.shape} and {y.shape}")
     if not relative:
-        return crossed_interval(x - y, level)
+        return x - y
     b_mean = y.mean(axis=1, keepdims=True)
     if np.any(b_mean == 0):
         raise ValueError("a relative difference needs b's mean != 0 for every seed")
     gap = x.mean(axis=1, keepdims=True) / b_mean - 1.0
-    return crossed_interval(gap + (x - (1.0 + gap) * y) / b_mean, level)
+    return gap + (x - (1.0 + gap) * y) / b_mean
 
 
 def two_sided_p(estimate: float, se: float, df: float, bound: float = 0.0) -> float:

@@ -62,10 +62,11 @@ from fixedfirst.config import SECTIONS, RunConfig, build_section, read_toml
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import resolve_data_path
 from fixedfirst.studies.sweep.claims import ClaimSpec
+from fixedfirst.studies.sweep.factors import FactorSpec, GapSpec, load_factors
 from fixedfirst.studies.sweep.settings import SweepSettings
 from fixedfirst.studies.training import PlannedRun
 
-TOP_LEVEL_KEYS = ("base", "sweep", "runs", "claims")
+TOP_LEVEL_KEYS = ("base", "sweep", "runs", "claims", "gaps", "factors")
 RUN_KEYS = ("name", "flops_of")
 SECTION_NAMES = tuple(c.SECTION for c in SECTIONS)
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -87,6 +88,9 @@ class SweepSpec:
     groups: dict[str, str]
     """run name -> its [[runs]] entry (the same entry's runs differ only in train.seed)."""
     claims: list[ClaimSpec] = field(default_factory=list)
+    gaps: list[GapSpec] = field(default_factory=list)
+    """[[gaps]]: the relative gaps a factor study measures at every level (factors.py)."""
+    factors: list[FactorSpec] = field(default_factory=list)
 
     @property
     def seeds(self) -> list[int] | None:
@@ -205,6 +209,9 @@ def load_sweep(path: str | Path) -> SweepSpec:
     entries = raw.get("runs")
     if not isinstance(entries, list) or not entries:
         raise UserError(f'{path}: no runs; add [[runs]] tables, each with name = "..."')
+    if not all(isinstance(e, dict) for e in entries):
+        raise UserError(f"{path}: runs must be [[runs]] tables of key = value lines")
+    gaps, factors, entries = load_factors(raw, entries, path)
     seeds = settings.seeds
     entry_names: list[str] = []
     runs: list[PlannedRun] = []
@@ -251,6 +258,8 @@ def load_sweep(path: str | Path) -> SweepSpec:
         flops_of=flops_of,
         groups=groups,
         claims=_claims(raw.get("claims", []), entry_names, seeds, path),
+        gaps=gaps,
+        factors=factors,
     )
 
 
