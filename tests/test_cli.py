@@ -56,6 +56,7 @@ def test_config_reference_lists_every_key(capsys):
     from fixedfirst.studies.bios.experiment import ExperimentConfig as Bios
     from fixedfirst.studies.chains.experiment import ExperimentConfig as Chains
     from fixedfirst.studies.sweep.claims import ClaimSpec
+    from fixedfirst.studies.sweep.factors import GapSpec
     from fixedfirst.studies.sweep.settings import SweepSettings
 
     for title, experiment in (
@@ -63,6 +64,7 @@ def test_config_reference_lists_every_key(capsys):
         ("[experiment] (chains)", Chains),
         ("[sweep] (a sweep file)", SweepSettings),
         ("[[claims]] (a sweep file)", ClaimSpec),
+        ("[[gaps]] (a sweep file)", GapSpec),
     ):
         section = out[out.index(f"**{title}**") :]
         section = section[: section.index("\n\n", section.index("| --- |"))]

@@ -51,10 +51,12 @@ def test_the_configuration_guide_names_every_sweep_key():
 
     from fixedfirst.studies.sweep import spec
     from fixedfirst.studies.sweep.claims import ClaimSpec
+    from fixedfirst.studies.sweep.factors import FactorSpec, GapSpec
     from fixedfirst.studies.sweep.settings import SweepSettings
 
     page = (DOCS / "guides" / "configuration.md").read_text()
-    tables = [f.name for section in (SweepSettings, ClaimSpec) for f in fields(section)]
+    sections = (SweepSettings, ClaimSpec, GapSpec, FactorSpec)
+    tables = [f.name for section in sections for f in fields(section)]
     keys = {*spec.TOP_LEVEL_KEYS, *spec.RUN_KEYS, *tables}
     spelled = ("`{}`", "{} =", "[{}]", "[[{}]]")
     missing = sorted(k for k in keys if not any(s.format(k) in page for s in spelled))

@@ -1,6 +1,6 @@
 """`fixedfirst config-reference`: every configuration key, its default and what it means: the run
 sections, each data kind's options, the `[experiment]` section of the study presets and the
-`[sweep]` and `[[claims]]` tables of a sweep file."""
+`[sweep]`, `[[claims]]`, `[[gaps]]` and `[[factors]]` tables of a sweep file."""
 
 from __future__ import annotations
 
@@ -33,23 +33,30 @@ def _study_sections() -> list[tuple[str, str, type]]:
     from fixedfirst.studies.bios.experiment import ExperimentConfig as BiosExperiment
     from fixedfirst.studies.chains.experiment import ExperimentConfig as ChainsExperiment
     from fixedfirst.studies.sweep.claims import ClaimSpec
+    from fixedfirst.studies.sweep.factors import FactorSpec, GapSpec
     from fixedfirst.studies.sweep.settings import SweepSettings
 
     preset = (
         "A `fixedfirst {}` preset's own section (`--preset FILE`, or "
         "`--set experiment.KEY=VALUE`); its other sections are a run's, without [schedule]."
     )
-    required = ", ".join(f"`{f.name}`" for f in fields(ClaimSpec) if f.default is MISSING)
+    sweep_tables = [("[sweep]", SweepSettings)]
+    sweep_tables += [(f"[[{s.SECTION}]]", s) for s in (ClaimSpec, GapSpec, FactorSpec)]
     return [
         ("[experiment] (bios)", preset.format("bios"), BiosExperiment),
         ("[experiment] (chains)", preset.format("chains"), ChainsExperiment),
-        ("[sweep] (a sweep file)", _summary(SweepSettings), SweepSettings),
-        (
-            "[[claims]] (a sweep file)",
-            f"{_summary(ClaimSpec)} Required: {required}.",
-            ClaimSpec,
-        ),
+        *((f"{name} (a sweep file)", _summary(s) + _required(s), s) for name, s in sweep_tables),
     ]
+
+
+def _required(section: type) -> str:
+    """' Required: `a`, `b`.' for the keys a table must give (nested tables aside)."""
+    names = [
+        f"`{f.name}`"
+        for f in fields(section)
+        if f.default is MISSING and f.default_factory is MISSING and not f.metadata.get("table")
+    ]
+    return f" Required: {', '.join(names)}." if names else ""
 
 
 def _summary(section: type) -> str:
