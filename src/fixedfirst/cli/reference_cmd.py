@@ -1,9 +1,11 @@
-"""`fixedfirst config-reference`: every key of every file the project reads (run configurations,
-sweep and study files, presets), its default and what it means, from the dataclasses' docstrings."""
+"""`fixedfirst config-reference`: every configuration key, its default and what it means: the run
+sections, each data kind's options, the `[experiment]` section of the study presets and the
+`[sweep]`, `[[claims]]`, `[[gaps]]` and `[[factors]]` tables of a sweep file."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import MISSING, fields
 
 from fixedfirst.config import SECTIONS, field_docs
 
@@ -26,51 +28,56 @@ def _print_table(title: str, doc: str, rows: list[tuple[str, str, str]], markdow
     print()
 
 
-def run(args: argparse.Namespace) -> int:
-    from fixedfirst.data.registry import KINDS, data_kind
+def _study_sections() -> list[tuple[str, str, type]]:
+    """(title, what it is, its dataclass) for the tables the studies read beside run sections."""
     from fixedfirst.studies.bios.experiment import ExperimentConfig as BiosExperiment
     from fixedfirst.studies.chains.experiment import ExperimentConfig as ChainsExperiment
     from fixedfirst.studies.sweep.claims import ClaimSpec
     from fixedfirst.studies.sweep.factors import FactorSpec, GapSpec
     from fixedfirst.studies.sweep.settings import SweepSettings
 
-    md = args.markdown
-    if md:
-        print("### Run configuration (`fixedfirst train CONFIG`, a sweep's `[base.*]`)\n")
+    preset = (
+        "A `fixedfirst {}` preset's own section (`--preset FILE`, or "
+        "`--set experiment.KEY=VALUE`); its other sections are a run's, without [schedule]."
+    )
+    sweep_tables = [("[sweep]", SweepSettings)]
+    sweep_tables += [(f"[[{s.SECTION}]]", s) for s in (ClaimSpec, GapSpec, FactorSpec)]
+    return [
+        ("[experiment] (bios)", preset.format("bios"), BiosExperiment),
+        ("[experiment] (chains)", preset.format("chains"), ChainsExperiment),
+        *((f"{name} (a sweep file)", _summary(s) + _required(s), s) for name, s in sweep_tables),
+    ]
+
+
+def _required(section: type) -> str:
+    """' Required: `a`, `b`.' for the keys a table must give (nested tables aside)."""
+    names = [
+        f"`{f.name}`"
+        for f in fields(section)
+        if f.default is MISSING and f.default_factory is MISSING and not f.metadata.get("table")
+    ]
+    return f" Required: {', '.join(names)}." if names else ""
+
+
+def _summary(section: type) -> str:
+    return " ".join((section.__doc__ or "").split("\n\n")[0].split())
+
+
+def run(args: argparse.Namespace) -> int:
+    from fixedfirst.data.registry import KINDS, data_kind
+
     for section in SECTIONS:
-        _print_table(f"[{section.SECTION}]", _summary(section), field_docs(section), md)
+        _print_table(f"[{section.SECTION}]", _summary(section), field_docs(section), args.markdown)
     for name in KINDS:
         kind = data_kind(name)
         if kind.options is not None:
             doc = f'Options of `[data] kind = "{name}"`: {kind.summary}.'
-            _print_table(f"[data.{name}]", doc, field_docs(kind.options), md)
-    if md:
+            _print_table(f"[data.{name}]", doc, field_docs(kind.options), args.markdown)
+    for title, doc, section in _study_sections():
+        _print_table(title, doc, field_docs(section), args.markdown)
+    if args.markdown:
         print("Data kinds (`[data] kind`):\n")
-        print("\n".join(f"- `{n}`: {data_kind(n).summary}" for n in KINDS) + "\n")
+        print("\n".join(f"- `{n}`: {data_kind(n).summary}" for n in KINDS))
     else:
-        print("data kinds:\n" + "\n".join(f"  {n}: {data_kind(n).summary}" for n in KINDS) + "\n")
-    if md:
-        print(
-            "### Sweep and study files (`fixedfirst sweep FILE`)\n\n"
-            "`base` (a run configuration file) or `[base.SECTION]` tables, then the tables below; "
-            'each `[[runs]]` entry has a `name`, optionally `flops_of = "ENTRY"` (its FLOP budget '
-            "is that entry's modeled FLOPs) and `section.key = value` lines applied on top of the "
-            "base, exactly like `--set`.\n"
-        )
-    for table, cls in (("[sweep]", SweepSettings), ("[[claims]]", ClaimSpec)):
-        _print_table(table, _summary(cls), field_docs(cls), md)
-    for table, cls in (("[[gaps]]", GapSpec), ("[[factors]]", FactorSpec)):
-        _print_table(table, _summary(cls), field_docs(cls), md)
-    if md:
-        print("### Presets (`fixedfirst bios --preset FILE`, `fixedfirst chains --preset FILE`)\n")
-        print(
-            "A preset holds the run sections every arm shares (no `[schedule]`: the study trains "
-            "each of its schedules) and an `[experiment]` table.\n"
-        )
-    for study, cls in (("bios", BiosExperiment), ("chains", ChainsExperiment)):
-        _print_table(f"[experiment] of a {study} preset", _summary(cls), field_docs(cls), md)
+        print("data kinds:\n" + "\n".join(f"  {n}: {data_kind(n).summary}" for n in KINDS))
     return 0
-
-
-def _summary(cls: type) -> str:
-    return " ".join((cls.__doc__ or "").split("\n\n")[0].split())
