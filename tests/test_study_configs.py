@@ -80,7 +80,7 @@ def test_the_language_model_table_runs_end_to_end(tmp_path, corpus, capsys):  # 
         assert matched["steps"] < runs[f"uniform-seed{seed}"]["steps"]
     assert runs["uniform-x0.0625-seed0"]["steps"] == 1 and runs["uniform-seed0"]["steps"] == 16
     claims = (tmp_path / "out" / "claims.md").read_text()
-    assert len(results["claims"]) == 17
+    assert len(results["claims"]) == 19
     assert all(c["n"] == 2 for c in results["claims"])
     assert "The K0=2 gap (switch 0.67) to uniform training at 1/16 of the tokens" in claims
 
