@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 TORCH_PIN := torch==2.13.0
 
-.PHONY: setup demo test test-all lint format bench fortunes pystdlib
+.PHONY: setup demo test test-all lint format bench fortunes pystdlib docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,16 @@ lint: setup
 format: setup
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+# The documentation site (mkdocs-material, sources under docs/) into site/, warnings as errors: a
+# broken link or anchor, a missing page or image fails. The docs extra is installed once.
+DOCS_STAMP := $(VENV)/.docs-stamp
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --clean --site-dir site
 
 # Debian's fortune-cookie text (2.5 MB of English) as a byte-level dataset in data/fortunes-byte/.
 fortunes: setup

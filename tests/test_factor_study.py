@@ -20,6 +20,7 @@ heldout = "shared"
 heldout_rows = 16
 heldout_seed = 5
 heldout_blocks = 4
+eval_depths = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 32]
 
 [[runs]]
 name = "uniform"
@@ -117,6 +118,7 @@ def test_a_factor_study_shares_one_held_out_set_and_tables_its_gaps(tmp_path, ca
     assert {r["eval_precision"] for r in rows.values()} == {"fp32"}
     evaluation = json.loads(next((out / "runs" / "ff-seed0").glob("eval-step-*.json")).read_text())
     assert evaluation["sequences"] == 16 and evaluation["validation_seed"] == 5
+    assert evaluation["depths"] == [*range(1, 17), 32] and results["eval_depths"][-1] == 32
     # The blocks are the means of the run's own row NLLs, four rows each.
     for depth in ("1", "16"):
         per_row = np.array(evaluation["row_nll"][depth])

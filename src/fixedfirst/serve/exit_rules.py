@@ -14,8 +14,8 @@ p_0 is the uniform distribution (H_0 = log V) and s_0 the initial state, so ever
 after the first iteration. `kl`, `entropy` and `argmax` need p_k at every iteration, so each
 iteration also pays a readout (coda + head); `state` needs only the state and reads out once,
 where it stops (`reads_out`, `modeled_flops`). Huginn (Geiping et al. 2025) compares criteria of
-these four kinds; the thresholds here are ours, chosen on our models (README, serving
-benchmark), except KL's 1e-3, Huginn's.
+these four kinds; the thresholds here are ours, chosen on our models (docs/guides/serving.md,
+the serving benchmark), except KL's 1e-3, Huginn's.
 
 A rule is a frozen dataclass (threshold, max_depth) that makes one `ExitTracker` per decoded
 position; the tracker holds what the rule remembers between iterations for every row and is

@@ -33,7 +33,6 @@ from typing import Any
 from fixedfirst.compute.plan import plan_run
 from fixedfirst.errors import UserError
 from fixedfirst.evaluation.cached import HeldOut, cached_evaluation
-from fixedfirst.evaluation.nll import EVAL_DEPTHS
 from fixedfirst.evaluation.task import cached_task_evaluation
 from fixedfirst.files import locks
 from fixedfirst.studies.side_by_side import (
@@ -159,6 +158,7 @@ class FinalEvaluation:
     """What a finished run of the sweep is measured on: `final_evaluation`'s arguments."""
 
     held_out: HeldOut
+    depths: list[int]
     task: bool
     device: str
 
@@ -168,16 +168,17 @@ def final_evaluation(
 ) -> tuple[dict[str, Any], bool, dict[str, Any] | None, bool]:
     """A finished run's NLL at every serving depth and (task metric) its task score, each read
     back from its cache beside the run or measured now and cached: (nll, reused, task, reused)."""
-    nll, nll_reused = cached_evaluation(run, EVAL_DEPTHS, plan.held_out, plan.device)
+    nll, nll_reused = cached_evaluation(run, plan.depths, plan.held_out, plan.device)
     if not plan.task:
         return nll, nll_reused, None, True
-    task, task_reused = cached_task_evaluation(run, EVAL_DEPTHS, None, plan.device)
+    task, task_reused = cached_task_evaluation(run, plan.depths, None, plan.device)
     return nll, nll_reused, task, task_reused
 
 
 def _evaluation_plan(spec: SweepSpec, planned: PlannedRun, device: str) -> FinalEvaluation:
     held_out = spec.settings.held_out(planned.config.train.seed)
-    return FinalEvaluation(held_out, spec.metric == "task", device)
+    depths = sorted(spec.settings.eval_depths)
+    return FinalEvaluation(held_out, depths, spec.metric == "task", device)
 
 
 def _say_evaluated(

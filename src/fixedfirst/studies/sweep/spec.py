@@ -257,7 +257,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
         figure3=_figure3(settings, runs, first, path),
         flops_of=flops_of,
         groups=groups,
-        claims=_claims(raw.get("claims", []), entry_names, seeds, path),
+        claims=_claims(raw.get("claims", []), entry_names, settings, path),
         gaps=gaps,
         factors=factors,
     )
@@ -346,8 +346,9 @@ def _figure3(
     return matches[0].name
 
 
-def _claims(entries: Any, names: list[str], seeds: list[int] | None, path: Path) -> list[ClaimSpec]:
+def _claims(entries: Any, names: list[str], settings: SweepSettings, path: Path) -> list[ClaimSpec]:
     """The [[claims]] tables, checked: names of [[runs]] entries, a metric, measure and side."""
+    seeds = settings.seeds
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise UserError(f"{path}: claims must be [[claims]] tables of key = value lines")
     if entries and (seeds is None or len(seeds) < 2):
@@ -355,7 +356,14 @@ def _claims(entries: Any, names: list[str], seeds: list[int] | None, path: Path)
             f"{path}: [[claims]] are decided by intervals over seeds; set [sweep] seeds to at "
             "least 2 seeds, e.g. seeds = [0, 1, 2]"
         )
-    return [_claim(entry, names, f"{path}: claims[{i}]") for i, entry in enumerate(entries)]
+    claims = [_claim(entry, names, f"{path}: claims[{i}]") for i, entry in enumerate(entries)]
+    for i, claim in enumerate(claims):
+        if claim.depth is not None and claim.depth not in settings.eval_depths:
+            raise UserError(
+                f"{path}: claims[{i}]: metric = {claim.metric!r}, but the final evaluation's "
+                f"depths are {settings.eval_depths} (sweep.eval_depths)"
+            )
+    return claims
 
 
 def _claim(entry: dict[str, Any], names: list[str], where: str) -> ClaimSpec:

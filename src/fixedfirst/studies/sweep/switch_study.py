@@ -1,4 +1,5 @@
-"""The auto-switch study (README, "When to switch"): fixed switch fractions against auto rules.
+"""The auto-switch study (docs/studies/auto-switch.md): fixed switch fractions against auto
+rules.
 
 From the sweep's rows (one per finished run), the fixed-first runs are grouped into arms (a
 [[runs]] entry over its seeds): a fixed switch fraction, or an auto rule. Each arm's headline is
