@@ -29,7 +29,13 @@ from typing import Any, Literal
 
 from fixedfirst.data.documents import DocumentInput, resolve_inputs
 from fixedfirst.data.prepared import FORMAT, FORMAT_VERSION, META_FILE, SPLITS
-from fixedfirst.data.shards import ShardWriter, dtype_for_vocab
+from fixedfirst.data.shards import (
+    CheckedShard,
+    ShardChanged,
+    ShardWriter,
+    dtype_for_vocab,
+    open_shard,
+)
 from fixedfirst.data.split import DEFAULT_FRACTION, auto_fraction, split_documents
 from fixedfirst.data.tokenizer import (
     TOKENIZER_DIR,
@@ -159,6 +165,7 @@ def _check_out(out: Path, fp: str) -> dict[str, Any] | None:
         except (OSError, ValueError):
             existing = {}
         if isinstance(existing, dict) and existing.get("fingerprint") == fp:
+            _check_shards(out, existing)
             return existing
         raise UserError(
             f"--out {out}: already holds prepared data from other inputs or options; "
@@ -169,6 +176,22 @@ def _check_out(out: Path, fp: str) -> dict[str, Any] | None:
             f"--out {out}: exists, is not empty and holds no prepared data; nothing overwritten"
         )
     return None
+
+
+def _check_shards(out: Path, meta: dict[str, Any]) -> None:
+    """Refuse to call DATA done when a shard of it changed since it was written: preparing
+    again into it would change nothing, and the message says what would."""
+    for split in SPLITS:
+        for entry in meta["splits"][split]["shards"]:
+            path = out / entry["file"]
+            try:
+                CheckedShard(path, open_shard(path), entry.get("blocks")).verify_all()
+            except ShardChanged as e:
+                raise UserError(
+                    f"--out {out}: holds this data, but tokens {e.first:,}..{e.last:,} of "
+                    f"{entry['file']} changed since it was prepared (CRC-32 mismatch); nothing "
+                    f"overwritten: delete {out} (or choose another --out) and prepare again"
+                ) from None
 
 
 def _train_bpe(

@@ -109,6 +109,7 @@ class Trainer:
                 f"vocabulary ({self.source.vocab_size}); set model.vocab_size >= "
                 f"{self.source.vocab_size}"
             )
+        self.source.check_training_data()
         self.val_batches = self.source.validation_batches(config.eval.batches, t.micro_batch())
         place = (self.world, self.device, self.dtype)
         self.auto = AutoSwitch.for_run(
