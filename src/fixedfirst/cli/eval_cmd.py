@@ -112,6 +112,7 @@ def evaluate(args: argparse.Namespace) -> int:
         f"{args.run_dir} step {result['step']}: validation NLL (nats/token) over "
         f"{result['scored_tokens']:,} tokens; {result['schedule']}"
     )
+    print(f"data: {result['data']}")
     print("| depth | NLL |\n| --- | --- |")
     for d, v in result["nll_by_depth"].items():
         print(f"| {d} | {v:.4f} |")

@@ -5,6 +5,7 @@ every depth-wise evaluation:
 
     {"format": "fixedfirst-eval", "version": 1,
      "run": "runs/uniform", "schedule": "uniform 1..16",
+     "data": "tokens at ...",                  what was scored (`BatchSource.describe`)
      "step": 200, "tokens": 819200,            the checkpoint: optimizer steps and tokens trained
      "weights_sha256": "...",                  which weights were scored
      "depths": [1, ..., 16, 32, 64],
@@ -90,6 +91,7 @@ def evaluate_run(
         "version": EVAL_VERSION,
         "run": str(run),
         "schedule": describe(config.schedule),
+        "data": source.describe(),
         "step": loaded.checkpoint.step,
         "tokens": loaded.checkpoint.meta.get("tokens"),
         "weights_sha256": loaded.checkpoint.meta["files"][MODEL_FILE],

@@ -148,6 +148,7 @@ class Trainer:
         self.compiled = compilation.decide(t.compile, self.device, self.budget.flops, peak)
         how = "compiled" if self.compiled.compile else "eager"
         self.precision = "bf16" if self.dtype == torch.bfloat16 else "fp32"
+        self._say(f"data: {self.source.describe()}")
         self._say(
             f"{self.threads} thread(s) ({threads_why}); {how} ({self.compiled.reason}); "
             f"{self.precision} (train.precision = {t.precision}); "
@@ -459,6 +460,7 @@ class Trainer:
         summary.update(
             threads=self.threads, compiled=self.compiled.compile, precision=self.precision
         )
+        summary["data"] = {"kind": self.config.data.kind, "about": self.source.describe()}
         summary["peak_flops"] = {"per_process": self.peak_per_process, "from": self.peak_from}
         summary["switch"] = switch_summary(
             self.schedule, self.budget.total_steps, self.auto, self.config.train
