@@ -123,8 +123,8 @@ NEWCOMER_CASES: list[Case] = [
 
 @dataclass
 class Notice(Case):
-    """A command that succeeds and must say what it did: its `fragment` is words one line of
-    its stdout must contain (the table shows that whole line)."""
+    """A command that succeeds and must say what it did: its `fragment` is the words one line
+    of its stdout must begin with (the table shows that whole line)."""
 
     recorded: tuple[str, str] | None = None
     """(file, words): a JSON file the command writes must hold the words too."""
@@ -171,11 +171,12 @@ NOTICES: list[Notice] = [
 
 
 def told(notice: Notice, outcome: Outcome, work: Path) -> str | None:
-    """The first stdout line holding the notice's words, when the command succeeded, wrote
-    nothing on stderr and recorded the words where the notice says; else None."""
+    """The first stdout line that begins with the notice's words, when the command succeeded,
+    wrote nothing on stderr and recorded the words where the notice says; else None."""
     if outcome.code not in (0, None) or outcome.stderr:
         return None
-    lines = [line.strip() for line in outcome.stdout.splitlines() if notice.fragment in line]
+    stripped = (line.strip() for line in outcome.stdout.splitlines())
+    lines = [line for line in stripped if line.startswith(notice.fragment)]
     if not lines:
         return None
     if notice.recorded is not None:
