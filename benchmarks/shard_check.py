@@ -8,7 +8,8 @@ A run checks every block of the training shards before its first step
 source each time (nothing checked yet):
 
 - the check of every training block, against one plain pass over the same bytes (a sum of the
-  tokens through the same memory maps), so the table shows what the CRC-32 adds to reading;
+  tokens through the same memory maps), so the table shows what the CRC-32 adds to reading,
+  and against SHA-256 of the same blocks (what a cryptographic digest would cost instead);
 - a default evaluation's validation batches (eval.batches x micro-batch rows), read with
   checksums and from a copy of the data whose meta.json has none.
 
@@ -20,7 +21,9 @@ scale the measured rate to 10B tokens of uint16 shards.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import shutil
 import statistics
 import tempfile
@@ -49,6 +52,13 @@ def without_checksums(data: Path, root: Path) -> Path:
     return copy
 
 
+def sha256_blocks(source: TokenSource) -> None:
+    for shard in source.train.checked:
+        for start in range(0, len(shard.tokens), shard.block_tokens):
+            part = shard.tokens[start : start + shard.block_tokens]
+            hashlib.sha256(memoryview(np.ascontiguousarray(part))).digest()
+
+
 def timed(fn) -> float:
     t0 = time.perf_counter()
     fn()
@@ -60,6 +70,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path("data/pystdlib-byte"))
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
+    before = os.getloadavg()[0]
     train, batches = TrainConfig(), EvalConfig().batches
     seq_len, micro = train.seq_len, train.micro_batch()
     with tempfile.TemporaryDirectory() as tmp:
@@ -69,7 +80,8 @@ def main() -> None:
             raise SystemExit(f"{args.data} has no checksums: prepare it with this fixedfirst")
         train_bytes = sum(s.nbytes for s in probe.train.shards)
         blocks = sum(len(s.checksums) for s in probe.train.checked)
-        seconds: dict[str, list[float]] = {k: [] for k in ("check", "read", "val", "val-plain")}
+        keys = ("check", "read", "sha256", "val", "val-plain")
+        seconds: dict[str, list[float]] = {k: [] for k in keys}
         for _ in range(args.repeats):
             source = TokenSource(args.data, seq_len)
             seconds["check"].append(timed(source.check_training_data))
@@ -77,6 +89,7 @@ def main() -> None:
             seconds["read"].append(
                 timed(lambda s=source: [int(np.sum(t, dtype=np.uint64)) for t in s.train.shards])
             )
+            seconds["sha256"].append(timed(lambda s=source: sha256_blocks(s)))
             source = TokenSource(args.data, seq_len)
             seconds["val"].append(timed(lambda s=source: s.validation_batches(batches, micro)))
             source = TokenSource(plain, seq_len)
@@ -88,18 +101,22 @@ def main() -> None:
     rate = train_bytes / median["check"]
     print(
         f"{args.data}: {train_bytes / 1e6:.1f} MB of training shards in {blocks} blocks; "
-        f"medians of {args.repeats} alternated rounds"
+        f"medians of {args.repeats} alternated rounds; load average {before:.1f} before, "
+        f"{os.getloadavg()[0]:.1f} after, on {os.cpu_count()} cores"
     )
     print("| what | seconds | GB/s |\n| --- | --- | --- |")
     print(f"| check every training block (CRC-32) | {median['check']:.4f} | {rate / 1e9:.2f} |")
     read_rate = train_bytes / median["read"]
     print(f"| one plain pass over the same bytes | {median['read']:.4f} | {read_rate / 1e9:.2f} |")
+    sha_rate = train_bytes / median["sha256"]
+    print(f"| SHA-256 of the same blocks instead | {median['sha256']:.4f} | {sha_rate / 1e9:.2f} |")
     rows = f"{batches} x {micro} rows of {seq_len + 1} tokens"
     print(f"| a default evaluation's batches ({rows}), checked | {median['val']:.4f} | |")
     print(f"| the same, from data without checksums | {median['val-plain']:.4f} | |")
     ten_billion = 10e9 * 2  # bytes of uint16 tokens
     print(
-        f"check / plain pass: {median['check'] / median['read']:.2f}x; at {rate / 1e9:.2f} GB/s "
+        f"check / plain pass: {median['check'] / median['read']:.2f}x; SHA-256 / check: "
+        f"{median['sha256'] / median['check']:.2f}x; at {rate / 1e9:.2f} GB/s "
         f"the training shards of 10B uint16 tokens ({ten_billion / 1e9:.0f} GB) take "
         f"{ten_billion / rate:.0f} s per process to check, from the page cache"
     )
