@@ -1,4 +1,4 @@
-"""README numbers are quoted from the committed outputs of the commands that made them.
+"""README and docs/ numbers are quoted from the committed outputs of the commands that made them.
 
 A quoted block in README.md starts with a line `<!-- quoted from PATH -->` and ends with
 `<!-- end quote -->`; every non-blank line between them must appear, word for word, as a line of
@@ -50,3 +50,17 @@ def test_every_quoted_line_is_in_its_committed_output():
         assert lines, f"an empty quote from {path}"
         for line in lines:
             assert line in available, f"README line not in {path} (re-run, then update): {line}"
+
+
+def test_every_quoted_line_in_the_docs_pages_is_in_its_committed_output():
+    """The same rule for the pages under docs/ (the guides quote benchmark outputs)."""
+    pages = sorted((ROOT / "docs").rglob("*.md"))
+    quoted = [(page, block) for page in pages for block in quoted_blocks(page.read_text())]
+    assert quoted, "the guides quote their measurements' committed outputs"
+    for page, (path, lines) in quoted:
+        source = ROOT / path
+        assert source.is_file(), f"{page.name} quotes {path}, which is not committed"
+        available = set(source.read_text().splitlines())
+        assert lines, f"an empty quote from {path} in {page.name}"
+        for line in lines:
+            assert line in available, f"{page.name} line not in {path} (re-run, then update): {line}"

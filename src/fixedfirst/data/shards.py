@@ -20,8 +20,9 @@ beside each shard, the CRC-32 of every block of BLOCK_TOKENS tokens, and a reade
 block with its checksum the first time it reads any token of it (`CheckedShard`): a shard that
 changed after `prepare` (a flipped bit, a bad copy, an edit) is refused before a token of the
 changed block is trained on or scored. CRC-32 because this guards against accidents, not an
-adversary: it detects every change of up to 32 consecutive bits and misses a random change with
-probability 2^-32, at three times SHA-256's speed here (docs/guides/own-data.md measures it).
+adversary: it detects every change of up to 32 consecutive bits, misses a random change with
+probability 2^-32, and is faster than SHA-256 (benchmarks/shard_check.py measures both; docs/
+design.md §5 says what the check costs).
 """
 
 from __future__ import annotations
