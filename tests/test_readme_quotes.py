@@ -63,4 +63,4 @@ def test_every_quoted_line_in_the_docs_pages_is_in_its_committed_output():
         available = set(source.read_text().splitlines())
         assert lines, f"an empty quote from {path} in {page.name}"
         for line in lines:
-            assert line in available, f"{page.name} line not in {path} (re-run, then update): {line}"
+            assert line in available, f"{page.name} line not in {path} (re-run, update): {line}"
