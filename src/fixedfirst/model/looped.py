@@ -295,6 +295,19 @@ class LoopedTransformer(nn.Module):
         }
         return {d: losses[d] for d in depths}
 
+    def row_nll_by_depth(
+        self, tokens: torch.Tensor, targets: torch.Tensor, depths: Iterable[int]
+    ) -> tuple[dict[int, float], dict[int, torch.Tensor]]:
+        """`nll_by_depth`'s means, and each row's summed next-token NLL (B,) at each depth, from
+        the same pass: what an interval over held-out rows needs."""
+        depths = list(depths)
+        means, rows = {}, {}
+        for depth, logits in self.logits_by_depth(tokens, depths):
+            means[depth] = next_token_loss(logits, targets).item()
+            per_token = next_token_loss(logits, targets, reduction="none")
+            rows[depth] = per_token.view(targets.shape).sum(dim=1)
+        return {d: means[d] for d in depths}, {d: rows[d] for d in depths}
+
     @torch.no_grad()
     def decode_step(self, tokens: torch.Tensor, depth: int, cache: KVCache) -> torch.Tensor:
         """Process the next tokens (B, T) after what `cache` holds; return their logits."""

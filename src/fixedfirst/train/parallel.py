@@ -96,8 +96,10 @@ class ParallelModel:
         for block in (*model.prelude, *model.coda):
             fully_shard(block, mesh=mesh, mp_policy=policy)
         fully_shard(model, mesh=mesh, mp_policy=policy)
-        # Evaluation calls nll_by_depth, not forward: it must gather the root's weights too.
+        # Evaluation calls nll_by_depth (or row_nll_by_depth), not forward: it must gather the
+        # root's weights too.
         register_fsdp_forward_method(model, "nll_by_depth")
+        register_fsdp_forward_method(model, "row_nll_by_depth")
 
     def gradient_sync(self, enabled: bool) -> contextlib.AbstractContextManager[None]:
         """Around one micro-batch's forward and backward: reduce gradients across ranks only on

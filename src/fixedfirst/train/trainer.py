@@ -41,24 +41,20 @@ from typing import Any
 
 import torch
 
-from fixedfirst.compute.plan import RunPlan, plan_run
+from fixedfirst.compute.plan import RunPlan
 from fixedfirst.config import RunConfig
-from fixedfirst.data.registry import build_source, resolve_data
 from fixedfirst.data.source import BatchSource, rank_rows
 from fixedfirst.errors import UserError
 from fixedfirst.evaluation.nll import mean_serving_nll, validation_nll
 from fixedfirst.files.writing import write_json_atomic
 from fixedfirst.machine.device import (
     choose_threads,
-    given_peak_flops,
-    resolve_device,
-    resolve_dtype,
     run_peak_flops,
 )
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.schedules import describe
 from fixedfirst.train import compilation, distributed, memory_check
-from fixedfirst.train.auto_switch import META_KEY, AutoSwitch, switch_summary
+from fixedfirst.train.auto_switch import META_KEY, switch_summary
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.train.counters import Counters
 from fixedfirst.train.distributed import World, on_main
@@ -66,10 +62,11 @@ from fixedfirst.train.interrupt import Interrupt
 from fixedfirst.train.metrics import MetricsLog, read_metrics
 from fixedfirst.train.optim import build_optimizer, lr_at
 from fixedfirst.train.parallel import ParallelModel
+from fixedfirst.train.preflight import preflight
 from fixedfirst.train.progress import Progress
 from fixedfirst.train.resume import check_same_config, check_trainer_state
 from fixedfirst.train.run_dir import RunDir, config_record
-from fixedfirst.train.sinks import check_packages, open_sinks
+from fixedfirst.train.sinks import open_sinks
 from fixedfirst.train.step import state_seeds, train_step
 
 
@@ -82,44 +79,21 @@ class Trainer:
         quiet: bool = False,
         force: bool = False,
     ) -> None:
-        # The data kind's options complete, as config.toml stores them (a later change of a
-        # default cannot change a saved run); an unknown kind or option is refused here.
-        config = resolve_data(config)
-        self.config = config
+        # Everything that can be refused is checked before the run directory is touched.
+        checked = preflight(config)
+        self.config = config = checked.config
         self.run = RunDir(out)
         self.quiet = quiet
-        self.world = World.from_env()
+        self.world = checked.world
         self.rank, self.world_size = self.world.rank, self.world.world_size
         self.is_main = self.world.is_main
-        t = config.train
-
-        # Everything that can be refused is checked before the run directory is touched.
-        self.plan: RunPlan = plan_run(config)
-        self.device = distributed.process_device(self.world, resolve_device(t.device))
-        self.dtype = resolve_dtype(t.precision, self.device)
-        self.memory_placement = memory_check.placement(config, self.device, self.dtype, self.world)
-        memory_check.check_training_memory(config, self.memory_placement, self.plan)
-        self.source: BatchSource = build_source(config)
-        if self.source.vocab_size > config.model.vocab_size:
-            raise UserError(
-                f"model.vocab_size = {config.model.vocab_size} is smaller than the data's "
-                f"vocabulary ({self.source.vocab_size}); set model.vocab_size >= "
-                f"{self.source.vocab_size}"
-            )
-        self.val_batches = self.source.validation_batches(config.eval.batches, t.micro_batch())
-        place = (self.world, self.device, self.dtype)
-        self.auto = AutoSwitch.for_run(
-            config, self.plan.total_steps, self.plan.flop_model, self.source, *place
-        )
-        check_packages(t.log_to)
-        self.given_peak = given_peak_flops()
-        local = t.batch_size // self.world_size
-        micro = t.micro_batch(self.world_size)
-        if t.batch_size % self.world_size or local % micro:
-            raise UserError(
-                f"train.batch_size = {t.batch_size} must split into {self.world_size} rank(s) "
-                f"of whole micro-batches of {micro}"
-            )
+        self.plan: RunPlan = checked.plan
+        self.device, self.dtype = checked.device, checked.dtype
+        self.memory_placement = checked.memory
+        self.source: BatchSource = checked.source
+        self.val_batches = checked.val_batches
+        self.auto = checked.auto
+        self.given_peak = checked.given_peak
 
         distributed.start(self.world, self.device)
         # One writer per run (rank 0 holds the lock); released when training returns or fails.
