@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 TORCH_PIN := torch==2.13.0
 
-.PHONY: setup demo test test-all lint format bench fortunes pystdlib
+.PHONY: setup demo test test-all lint typecheck format fortunes pystdlib
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,13 +37,20 @@ test: setup
 test-all: setup
 	$(PY) -m pytest -q
 
+# Lint and types run in .ci/run before the tests, and in .pre-commit-config.yaml's hooks
+# (docs/development/checks.md). The tools run as modules of the venv's Python, so a venv that
+# borrows another's packages (a .pth file) works as well as one that installed them.
 lint: setup
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+# mypy's settings (which modules, how strict) are in pyproject.toml's [tool.mypy].
+typecheck: setup
+	$(PY) -m mypy
 
 format: setup
-	$(VENV)/bin/ruff check --fix .
-	$(VENV)/bin/ruff format .
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
 
 # Debian's fortune-cookie text (2.5 MB of English) as a byte-level dataset in data/fortunes-byte/.
 fortunes: setup
