@@ -22,6 +22,7 @@ Requests, as the harness defines them:
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import lm_eval.models  # noqa: F401  (the built-in names first: see fixedfirst.harness.register)
 import torch
@@ -153,6 +154,7 @@ class FixedFirstLM(LM):
         ids = ids[-(window - max_new) :]  # keep the end of a context too long for the window
         prompt = torch.tensor([ids], device=self._device)
         generator = torch.Generator(device=self._device).manual_seed(self.seed)
+        tokens: Iterator[torch.Tensor]
         if self.rule is not None:
             steps = stream_kl_exit(self.model, prompt, max_new, self.rule, temperature, generator)
             tokens = (token for token, _ in steps)

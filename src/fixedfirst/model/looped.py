@@ -49,6 +49,8 @@ def check_depth(depth: object, name: str = "depth") -> int:
 
 
 class LoopedTransformer(nn.Module):
+    eval_state: torch.Tensor
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
@@ -355,7 +357,7 @@ class LoopedTransformer(nn.Module):
 
     def parameter_counts(self) -> dict[str, int]:
         """Parameters per part; a tied head counts under `embedding` only. Independent of depth."""
-        groups = {
+        groups: dict[str, list[nn.Module]] = {
             "embedding": [self.embed],
             "prelude": [self.prelude],
             "core": [m for m in (self.adapter, self.core) if m is not None],

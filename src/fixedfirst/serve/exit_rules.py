@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import torch
 
@@ -206,8 +206,17 @@ class ArgmaxExit(ExitRule):
         return _ArgmaxTracker(initial_state.shape[0], int(self.threshold), initial_state.device)
 
 
-EXIT_RULES: dict[str, type[ExitRule]] = {
-    rule.name: rule for rule in (KLExit, EntropyExit, StateExit, ArgmaxExit)
+class DefaultedRule(Protocol):
+    """A rule class whose threshold has a default, which `--exit NAME` alone uses."""
+
+    def __call__(self, threshold: float = ..., max_depth: int = ...) -> ExitRule: ...
+
+
+EXIT_RULES: dict[str, DefaultedRule] = {
+    KLExit.name: KLExit,
+    EntropyExit.name: EntropyExit,
+    StateExit.name: StateExit,
+    ArgmaxExit.name: ArgmaxExit,
 }
 
 

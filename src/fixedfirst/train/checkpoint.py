@@ -69,7 +69,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_file(path: Path, write: Callable[[Path], None]) -> str:
+def _write_file(path: Path, write: Callable[[Path], object]) -> str:
     write(path)
     with open(path, "rb") as f:
         os.fsync(f.fileno())

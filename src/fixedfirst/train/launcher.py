@@ -110,10 +110,10 @@ def wait_all(processes: list[subprocess.Popen], resume: str, received: list[int]
     failed_at: float | None = None
     killed: set[int] = set()
     while True:
-        codes = [p.poll() for p in processes]
-        if all(code is not None for code in codes):
+        polled = [p.poll() for p in processes]
+        if all(code is not None for code in polled):
             break
-        if failed_at is None and any(c is not None and c not in STOPPED for c in codes):
+        if failed_at is None and any(c is not None and c not in STOPPED for c in polled):
             failed_at = time.monotonic()
         if failed_at is not None and time.monotonic() - failed_at > GRACE_S:
             for rank, process in enumerate(processes):

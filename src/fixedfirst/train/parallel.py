@@ -16,7 +16,7 @@ checkpoint written by N processes resumes on M, or opens in `fixedfirst eval` wi
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -147,7 +147,9 @@ class ParallelModel:
         )
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        weights = get_model_state_dict(self.module, options=options)
+        # torch types the values as any state (DTensors, nested dicts); full_state_dict makes
+        # the model's plain tensors
+        weights = cast(dict[str, torch.Tensor], get_model_state_dict(self.module, options=options))
         optim = get_optimizer_state_dict(self.module, optimizer, options=options)
         for alias in tied_aliases(self.module):
             weights.pop(alias, None)
@@ -170,10 +172,10 @@ class ParallelModel:
             set_optimizer_state_dict,
         )
 
+        state: dict[str, Any] = dict(weights)
         if self.world.is_main:
-            weights = dict(weights)
             for alias, canonical in tied_aliases(self.module).items():
-                weights[alias] = weights[canonical]
+                state[alias] = state[canonical]
         options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=self.world.launched)
-        set_model_state_dict(self.module, weights, options=options)
+        set_model_state_dict(self.module, state, options=options)
         set_optimizer_state_dict(self.module, optimizer, optim, options=options)

@@ -250,7 +250,8 @@ class Trainer:
             )
         except (KeyError, ValueError, RuntimeError, TypeError) as e:
             raise UserError(f"checkpoint {ckpt.path}: state does not fit ({e})") from None
-        self.source.load_state_dict(distributed.broadcast_object(self.world, loaded.get("data")))
+        data_state = distributed.broadcast_object(self.world, loaded.get("data", {}))
+        self.source.load_state_dict(data_state)
         self.counters = Counters.from_dict(ckpt.meta)
         if self.auto is not None:
             self.schedule = self.auto.restore(ckpt.meta, self.schedule)

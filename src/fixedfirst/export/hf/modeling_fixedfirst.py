@@ -208,7 +208,7 @@ class Block(nn.Module):
 class FixedFirstPreTrainedModel(PreTrainedModel):
     config_class = FixedFirstConfig
     base_model_prefix = "model"
-    _no_split_modules = ("Block",)
+    _no_split_modules = ["Block"]  # noqa: RUF012 (the type PreTrainedModel declares)
     _supports_sdpa = True
 
     def _init_weights(self, module):

@@ -20,11 +20,15 @@ seeds (`fixedfirst.stats.evidence`). The rules:
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from operator import itemgetter
+from typing import Any, TypeVar
 
 import numpy as np
 
 from fixedfirst.stats.evidence import over_seeds, paired, sign
+
+T = TypeVar("T")
 
 REGIME_CEILING = 0.8
 REGIME_SHALLOW = 0.5
@@ -67,7 +71,7 @@ def analyse(results: dict[str, Any]) -> dict[str, Any]:
     seeds = sorted({r["seed"] for r in results["recall"]})
     final = fractions[-1]
 
-    def per_seed(arm: str, fraction: float, value) -> dict[int, float]:
+    def per_seed(arm: str, fraction: float, value: Callable[[dict[int, float]], T]) -> dict[int, T]:
         return {s: value(table[(arm, fraction, s)]) for s in seeds if (arm, fraction, s) in table}
 
     def mean_over_depths(row: dict[int, float]) -> float:
@@ -81,7 +85,7 @@ def analyse(results: dict[str, Any]) -> dict[str, Any]:
             arm: {
                 f"{fraction:g}": {
                     "by_depth": {
-                        str(d): over_seeds(per_seed(arm, fraction, lambda r, d=d: r[d])).to_dict()
+                        str(d): over_seeds(per_seed(arm, fraction, itemgetter(d))).to_dict()
                         for d in depths
                     },
                     "mean_over_depths": over_seeds(
@@ -145,7 +149,7 @@ def _collapse(rows: dict[int, dict[int, float]], ceiling: float) -> dict[str, An
             judged_out.append(seed)
             continue
         deep = {d: v for d, v in row.items() if d in COLLAPSE_DEPTHS}
-        worst = min(deep, key=deep.get)
+        worst = min(deep, key=deep.__getitem__)
         kept[seed] = {"depth": worst, "kept": deep[worst] / row[4]}
     return {
         "per_seed": {str(s): k for s, k in kept.items()},

@@ -92,7 +92,7 @@ def _interval(
     if len(set(values_a) & set(values_b)) < 2:
         return None
     interval = paired(values_a, values_b)
-    out = {**interval.to_dict(), "sign": sign(interval)}
+    out: dict[str, Any] = {**interval.to_dict(), "sign": sign(interval)}
     if bar is not None:
         out["verdict"] = verdict(interval, "above", bar)
     return out

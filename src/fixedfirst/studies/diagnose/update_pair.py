@@ -59,8 +59,8 @@ def state_digest(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> st
         h.update(name.encode())
         h.update(_bytes(p))
     index = {id(p): i for i, p in enumerate(model.parameters())}
-    for p, state in sorted(optimizer.state.items(), key=lambda item: index[id(item[0])]):
-        h.update(str(index[id(p)]).encode())
+    for tensor, state in sorted(optimizer.state.items(), key=lambda item: index[id(item[0])]):
+        h.update(str(index[id(tensor)]).encode())
         for key in sorted(state):
             h.update(key.encode())
             value = state[key]
@@ -89,11 +89,11 @@ class StateSnapshot:
     def restore(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         for p, saved in zip(model.parameters(), self.params, strict=True):
             p.copy_(saved)
-        for p in list(optimizer.state):
-            if p not in self.optimizer_state:
-                del optimizer.state[p]
-        for p, saved_state in self.optimizer_state.items():
-            live = optimizer.state[p]
+        for tensor in list(optimizer.state):
+            if tensor not in self.optimizer_state:
+                del optimizer.state[tensor]
+        for tensor, saved_state in self.optimizer_state.items():
+            live = optimizer.state[tensor]
             for key in list(live):
                 if key not in saved_state:
                     del live[key]

@@ -129,7 +129,9 @@ def verdicts(arms: list[Arm], lower_is_better: bool) -> list[Verdict]:
         best = best_fixed(arms, k0, lower_is_better)
         if best is None:
             continue
-        for auto in (a for a in arms if a.k0 == k0 and a.rule is not None):
+        for auto in arms:
+            if auto.k0 != k0 or auto.rule is None:
+                continue
             shortfall = sign * (auto.mean - best.mean)
             ratio = auto.compute / best.compute
             met = shortfall <= best.spread and ratio <= 1.0

@@ -77,6 +77,8 @@ def bios_seq_len(options: BiosOptions, seed: int = 0) -> int:
 
 
 class BiosSource(BatchSource):
+    tokenizer: BiosTokenizer
+
     def __init__(
         self,
         world: World,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from fixedfirst.tasks.chains.program import NEG, PLUS_ONE, ChainsOptions
 
@@ -39,7 +40,7 @@ class EvaluationSpec:
 
     def options(self, task: ChainsOptions) -> ChainsOptions:
         """The task's options as this set changes them (only what a set may change)."""
-        changes: dict[str, object] = {}
+        changes: dict[str, Any] = {}
         if self.neg_probability is not None:
             changes["neg_probability"] = self.neg_probability
         if self.longest:
