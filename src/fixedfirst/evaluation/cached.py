@@ -1,26 +1,9 @@
 """Validation NLL of a run's checkpoint at many serving depths, kept beside the run as JSON.
 
 `fixedfirst eval` and the sweep report both measure through here, so one file format describes
-every depth-wise evaluation:
-
-    {"format": "fixedfirst-eval", "version": 1,
-     "run": "runs/uniform", "schedule": "uniform 1..16",
-     "step": 200, "tokens": 819200,            the checkpoint: optimizer steps and tokens trained
-     "weights_sha256": "...",                  which weights were scored
-     "depths": [1, ..., 16, 32, 64],
-     "batches": 8, "batch_size": 16, "scored_tokens": 32768,
-     "validation_seed": null,                  null: the held-out set's first rows; S: rows drawn
-                                               by seed S from the whole held-out set
-     "sequences": 128,                         rows scored (fewer than batches x batch_size when
-                                               a drawn set fell back to all of a smaller split)
-     "validation_sha256": "...",               which rows: a checksum of their inputs and targets
-     "nll_by_depth": {"1": 2.41, ...},         mean next-token NLL in nats per serving depth
-     "mean_serving_nll": 2.07}                 the mean over depths 1..16, null if not all measured
-
-An evaluation at depth 64 costs several training steps of compute, so a caller that asks the same
-question again (same weights, depths, validation batches and draw seed) gets the saved answer: the
-file records exactly what was measured, and anything else is measured afresh. A file written
-before draw seeds existed has no `validation_seed` and scored the first rows, as seed null does.
+every depth-wise evaluation (docs/design.md §17). An evaluation at depth 64 costs several
+training steps, so the same question (same weights, depths, batches and draw seed) gets the
+saved answer; anything else is measured afresh.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """What a set of seeds supports: a score over seeds, the paired difference of two arms, a verdict.
 
-An experiment here compares arms (schedules, settings) that were each trained once per seed. A
-single run's score moves with everything a seed fixes (initialisation, data order, the recurrent
-state's draws) and with the machine's rounding, so a claim about arms is a claim over seeds:
-
-- `over_seeds(values)`: an arm's mean with its two-sided t-interval over its seeds;
-- `paired(a, b)`: the mean of a[s] - b[s] over the seeds both arms ran, with its t-interval. Arms
-  that share a seed share its data order and evaluation draw, so pairing removes what the seed
-  does to both alike and is sharper than comparing two means; `paired_relative(a, b)` the same
-  for a[s] / b[s] - 1, the paper's "within 0.5% of uniform";
-- `sign(interval)` and `verdict(interval, claim, bound)`: the words a reader may use. A difference
-  whose interval contains zero is "cannot tell", never a ranking.
-
-An interval over seeds covers what the seeds vary. Where an experiment also draws its held-out set
-per seed (chains, the language-model sweep's validation offset), the interval covers the held-out
-sampling too; docs/design.md §4 says which experiment does what.
+A single run's score moves with everything a seed fixes and with the machine's rounding, so a
+claim about arms is a claim over seeds: `over_seeds` (an arm's t-interval), `paired` and
+`paired_relative` (same-seed differences, sharper than comparing two means), and `sign` and
+`verdict`, the words a reader may use; an interval containing zero is "cannot tell", never a
+ranking. What the intervals cover is docs/design.md §4.
 """
 
 from __future__ import annotations

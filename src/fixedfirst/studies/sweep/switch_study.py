@@ -6,7 +6,7 @@ the mean over seeds of the run's metric, averaged over serving depths 1..16 (mea
 with `metric = "task"` the task's score, e.g. chains accuracy), beside the modeled compute it
 spent: training FLOPs plus, for `depth-gap`, its probes.
 
-The target of issue 18, per K0 and rule: the auto arm's mean lies within the seed-to-seed spread
+The study's target, per K0 and rule: the auto arm's mean lies within the seed-to-seed spread
 (max - min over seeds) of the best fixed fraction's mean, or beyond it on the better side, at no
 more compute than that fraction. Where it does not, the verdict says by how much it misses:
 quality beyond the spread, and compute above the best fixed fraction's.
