@@ -76,7 +76,9 @@ class FixedFirstConfig(PretrainedConfig):
         self.rope_base = rope_base
         self.depth = depth
         self.use_cache = use_cache
-        super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
+        # transformers 5 types PreTrainedConfig's __init__ by its own fields only; at run time it
+        # takes the shared keys (tie_word_embeddings) and passes others through
+        super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)  # type: ignore[call-arg]
 
 
 MAX_DEPTH = 1024
@@ -417,7 +419,7 @@ class FixedFirstForCausalLM(FixedFirstPreTrainedModel, GenerationMixin):
                 f"this cache was built at depth {built_at}; it cannot be continued at depth "
                 f"{depth} (start a new one)"
             )
-        cache.fixedfirst_depth = depth
+        cache.fixedfirst_depth = depth  # type: ignore[attr-defined]  # our mark on transformers' cache
         config = self.config
         needed = config.n_prelude + config.n_coda + depth * config.n_core
         if getattr(cache, "layer_class_to_replicate", None) is None:
