@@ -278,7 +278,7 @@ class Schedule:
                 phase = "full" if current == c.mean_depth else "ramp"
                 dist = poisson_lognormal(current, c.sigma, c.k_max)
                 stages.append(Stage(start, step, dist, phase))
-                start, current = step, mean  # type: ignore[assignment]
+                start, current = step, mean  # type: ignore[assignment]  # None only at the end
         return stages
 
     def stage_at(self, step: int, total_steps: int) -> Stage:

@@ -102,6 +102,7 @@ class ParallelModel:
     def gradient_sync(self, enabled: bool) -> contextlib.AbstractContextManager[None]:
         """Around one micro-batch's forward and backward: reduce gradients across ranks only on
         the last micro-batch of a step (the others accumulate locally)."""
+        # DDP's no_sync and FSDP2's methods exist on the wrapped module at run time only
         if self.strategy == "ddp" and not enabled:
             return self.train_module.no_sync()  # type: ignore[operator]
         if self.strategy == "fsdp":
@@ -118,7 +119,7 @@ class ParallelModel:
     def after_eval(self) -> None:
         """Free the weights evaluation gathered (FSDP2 keeps the root's after a forward)."""
         if self.strategy == "fsdp":
-            self.module.reshard()  # type: ignore[operator]
+            self.module.reshard()  # type: ignore[operator]  # fully_shard adds it at run time
 
     def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
         """Canonical parameter name -> full (unsharded) shape."""

@@ -181,7 +181,7 @@ def run_diagnostic(
                 heldout,
                 o.serving_depths,
                 o.depths,
-                o.rms_reference,  # type: ignore[arg-type]
+                o.rms_reference,  # type: ignore[arg-type]  # one of RMS_REFERENCES: checked above
                 state.dtype,
                 record_digests,
             )
