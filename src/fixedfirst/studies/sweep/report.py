@@ -17,6 +17,7 @@ from fixedfirst.evaluation.nll import EVAL_DEPTHS
 from fixedfirst.files.writing import write_text_atomic
 from fixedfirst.studies.sweep.claims import claims_markdown, evaluate_claims
 from fixedfirst.studies.sweep.depth_figure import plot_nll_by_depth
+from fixedfirst.studies.sweep.factors import factor_table, factors_markdown
 from fixedfirst.studies.sweep.figure3 import plot_figure3
 from fixedfirst.studies.sweep.results import (
     compare_to_reference,
@@ -26,6 +27,7 @@ from fixedfirst.studies.sweep.results import (
     write_text,
 )
 from fixedfirst.studies.sweep.seed_table import seed_groups, seed_table_markdown
+from fixedfirst.studies.sweep.settings import SweepSettings
 from fixedfirst.studies.sweep.spec import SweepSpec
 from fixedfirst.studies.sweep.switch_figure import plot_switch_study
 from fixedfirst.studies.sweep.switch_study import arms_of, study_markdown, verdicts
@@ -53,6 +55,11 @@ def write_report(
         document["claims"] = evaluate_claims(spec.claims, rows, spec.metric, score_name)
         write_text(out / "claims.md", claims_markdown(document["claims"], spec.metric))
         files.append(out / "claims.md")
+    if spec.gaps:
+        document["factors"] = factor_table(rows, spec.gaps, spec.factors)
+        write_text(out / "factors.md", factors_markdown(document["factors"]))
+        files.append(out / "factors.md")
+    document["heldout"] = heldout_record(spec.settings, rows)
     write_results(out, document, table)
     if same_seed:
         figure = plot_nll_by_depth(rows, spec.reference_group, out / "nll_by_depth.png", True)
@@ -65,6 +72,22 @@ def write_report(
     if spec.switch_study:
         files += write_study(rows, spec.metric, score_name or "mean serving NLL", out)
     return files
+
+
+def heldout_record(settings: SweepSettings, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """results.json's `heldout`: which rows the final evaluations scored, and in what precision;
+    for a shared set its one checksum (refused if the runs' rows differ: they must be paired)."""
+    record: dict[str, Any] = {
+        "rows": settings.rows,
+        "count": settings.heldout_rows,
+        "precision": settings.eval_precision,
+    }
+    if settings.rows == "shared":
+        sums = {r["validation_sha256"] for r in rows}
+        if len(sums) != 1:
+            raise ValueError(f"the runs scored {len(sums)} different held-out sets, not one")
+        record.update(seed=settings.heldout_seed, blocks=settings.heldout_blocks, sha256=sums.pop())
+    return record
 
 
 def write_study(rows: list[dict[str, Any]], metric: str, metric_name: str, out: Path) -> list[Path]:

@@ -1,0 +1,202 @@
+"""A factor study end to end on a tiny corpus: one shared held-out set for every run (its
+checksum, fp32, blocks), the entries a gap needs trained again at every level, and the factor
+table's gaps and changes recomputed here from the runs' own evaluation files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fixedfirst.studies.sweep import load_sweep
+from fixedfirst.studies.sweep.factors import factor_table, factors_markdown
+from tests.test_sweep import BASE, assert_one_line_error, corpus, run_cli  # noqa: F401
+
+STUDY = """
+[sweep]
+seeds = [0, 1]
+heldout = "shared"
+heldout_rows = 16
+heldout_seed = 5
+heldout_blocks = 4
+
+[[runs]]
+name = "uniform"
+schedule.kind = "uniform"
+
+[[runs]]
+name = "ff"
+schedule.k0 = 2
+
+[[runs]]
+name = "uniform-matched"
+schedule.kind = "uniform"
+flops_of = "ff"
+
+[[runs]]
+name = "fixed-4"
+schedule.kind = "fixed"
+schedule.depth = 4
+
+[[gaps]]
+name = "ff vs uniform"
+a = "ff"
+b = "uniform"
+
+[[gaps]]
+name = "ff vs matched"
+a = "ff"
+b = "uniform-matched"
+primary = false
+
+[[claims]]
+text = "ff within 50% of uniform"
+a = "ff"
+b = "uniform"
+measure = "relative"
+claim = "below"
+bound = 0.5
+
+[[claims]]
+text = "fixed-4 at depth 16 above uniform"
+a = "fixed-4"
+b = "uniform"
+metric = "depth:16"
+measure = "difference"
+claim = "above"
+bound = 0.0
+primary = false
+
+[[factors]]
+name = "lr"
+title = "learning-rate schedule"
+base = "cosine"
+
+[[factors.levels]]
+name = "wsd"
+train.lr_schedule = "wsd"
+"""
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory, corpus):  # noqa: F811
+    root = tmp_path_factory.mktemp("factor-study")
+    path = root / "study.toml"
+    path.write_text(BASE.format(data=corpus).replace("batch_size = 4", "batch_size = 2") + STUDY)
+    return path
+
+
+def test_the_levels_train_the_entries_the_gaps_need(study):
+    spec = load_sweep(study)
+    entries = list(dict.fromkeys(spec.groups.values()))
+    assert entries == [
+        "uniform",
+        "ff",
+        "uniform-matched",
+        "fixed-4",
+        *(f"wsd-{e}" for e in ("uniform", "ff", "uniform-matched")),
+    ]
+    wsd = spec.run("wsd-ff-seed1").config
+    assert wsd.train.lr_schedule == "wsd" and wsd.schedule.k0 == 2 and wsd.train.seed == 1
+    assert spec.run("ff-seed1").config.train.lr_schedule == "cosine"
+    assert spec.flops_of["wsd-uniform-matched-seed0"] == "wsd-ff-seed0"
+
+
+def test_a_factor_study_shares_one_held_out_set_and_tables_its_gaps(tmp_path, capsys, study):
+    out = tmp_path / "out"
+    code, _, err = run_cli(capsys, "sweep", study, "--out", out, "--jobs", 1)
+    assert code == 0, err
+    results = json.loads((out / "results.json").read_text())
+    rows = {r["name"]: r for r in results["runs"]}
+    assert len(rows) == 14
+    # One held-out set: every run's rows have the same checksum, 16 rows whatever the batch size.
+    heldout = results["heldout"]
+    assert heldout["rows"] == "shared" and heldout["count"] == 16 and heldout["blocks"] == 4
+    assert {r["validation_sha256"] for r in rows.values()} == {heldout["sha256"]}
+    assert {r["eval_precision"] for r in rows.values()} == {"fp32"}
+    evaluation = json.loads(next((out / "runs" / "ff-seed0").glob("eval-step-*.json")).read_text())
+    assert evaluation["sequences"] == 16 and evaluation["validation_seed"] == 5
+    # The blocks are the means of the run's own row NLLs, four rows each.
+    for depth in ("1", "16"):
+        per_row = np.array(evaluation["row_nll"][depth])
+        assert rows["ff-seed0"]["heldout_blocks"][depth] == pytest.approx(
+            per_row.reshape(4, 4).mean(axis=1).tolist(), abs=1e-6
+        )
+    curve = rows["ff-seed0"]["loss_curve"]
+    assert curve["step"][:2] == [1, 2] and len(curve["loss"]) == len(curve["step"])
+
+    # The factor table: the base gap of seed s is ff/uniform - 1 of the whole set's mean serving
+    # NLL; its mean over the two seeds is what factors.md gives.
+    table = results["factors"]
+    first = table["rows"][0]
+    assert first["name"] == "ff vs uniform" and first["factor"] is None
+    by_hand = np.mean(
+        [
+            rows[f"ff-seed{s}"]["mean_serving_nll"] / rows[f"uniform-seed{s}"]["mean_serving_nll"]
+            - 1
+            for s in (0, 1)
+        ]
+    )
+    assert first["gap"]["mean"] == pytest.approx(by_hand, abs=1e-6)  # blocks of rounded rows
+    wsd = next(r for r in table["rows"] if r["level"] == "wsd" and r["name"] == "ff vs uniform")
+    wsd_hand = np.mean(
+        [
+            rows[f"wsd-ff-seed{s}"]["mean_serving_nll"]
+            / rows[f"wsd-uniform-seed{s}"]["mean_serving_nll"]
+            - 1
+            for s in (0, 1)
+        ]
+    )
+    assert wsd["change"]["mean"] == pytest.approx(wsd_hand - by_hand, abs=1e-6)
+    assert wsd["change"]["verdict"] in ("higher", "lower", "cannot tell")
+    # A claim on the same pair is the same quantity, with the same interval over seeds and blocks.
+    claim, exploratory = results["claims"]
+    assert claim["covers"] == "seeds and held-out blocks" and "family" not in claim
+    assert (claim["mean"], claim["low"], claim["high"]) == pytest.approx(
+        (first["gap"]["mean"], first["gap"]["low"], first["gap"]["high"])
+    )
+    assert exploratory["family"] == "exploratory, Holm over 1"
+    assert exploratory["covers"] == "seeds and held-out blocks"
+    markdown = (out / "factors.md").read_text()
+    assert markdown == factors_markdown(factor_table(results["runs"], *_specs(study)))
+    assert "learning-rate schedule, cosine -> wsd" in markdown
+
+
+def _specs(study):
+    spec = load_sweep(study)
+    return spec.gaps, spec.factors
+
+
+BAD = {
+    "shared without rows": (
+        STUDY.replace("heldout_rows = 16\n", ""),
+        ["sweep.heldout_rows", 'heldout = "shared"'],
+    ),
+    "blocks that do not divide": (
+        STUDY.replace("heldout_blocks = 4", "heldout_blocks = 5"),
+        ["sweep.heldout_blocks", "equal blocks"],
+    ),
+    "a gap of no entry": (
+        STUDY.replace('a = "ff"\nb = "uniform"\n', 'a = "ff2"\nb = "uniform"\n'),
+        ["gaps[0]: a = 'ff2' is not a [[runs]] entry"],
+    ),
+    "a factor without levels": (
+        STUDY[: STUDY.index("[[factors.levels]]")],
+        ["factors[0]: add its levels as [[factors.levels]] tables"],
+    ),
+    "an unknown gap key": (
+        STUDY.replace('name = "ff vs uniform"', 'name = "ff vs uniform"\nsign = 1'),
+        ["gaps[0]: unknown key gaps.sign"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_factor_studies_are_one_line_errors(tmp_path, capsys, corpus, case):  # noqa: F811
+    text, fragments = BAD[case]
+    path = tmp_path / "study.toml"
+    path.write_text(BASE.format(data=corpus) + text)
+    code, _, err = run_cli(capsys, "sweep", path, "--out", tmp_path / "out")
+    assert_one_line_error(code, err, "sweep", *fragments)
+    assert not (tmp_path / "out").exists()
