@@ -19,6 +19,7 @@ import numpy as np
 
 from fixedfirst.stats.intervals import (
     CrossedInterval,
+    Estimate,
     Interval,
     crossed_interval,
     t_cdf,
@@ -77,7 +78,7 @@ def over_seeds(values: Mapping[int, float], level: float = LEVEL) -> OverSeeds:
     return OverSeeds(ordered, interval.mean, interval.low, interval.high)
 
 
-def common_seeds(a: Mapping[int, float], b: Mapping[int, float]) -> list[int]:
+def common_seeds(a: Mapping[int, object], b: Mapping[int, object]) -> list[int]:
     """The seeds both arms ran, in order."""
     return sorted(set(a) & set(b))
 
@@ -98,7 +99,7 @@ def paired_relative(
     return t_interval([a[s] / b[s] - 1.0 for s in seeds], level)
 
 
-def _two_or_more(a: Mapping[int, float], b: Mapping[int, float]) -> list[int]:
+def _two_or_more(a: Mapping[int, object], b: Mapping[int, object]) -> list[int]:
     common = common_seeds(a, b)
     if len(common) < 2:
         raise ValueError(
@@ -116,7 +117,7 @@ def sign(interval: Interval) -> Literal["positive", "negative", "cannot tell"]:
     return "cannot tell"
 
 
-def verdict(interval: Interval, claim: Claim, bound: float = 0.0) -> Verdict:
+def verdict(interval: Estimate, claim: Claim, bound: float = 0.0) -> Verdict:
     """Does the interval support `quantity > bound` (claim "above") or `quantity < bound`
     ("below")? Reproduced when the whole interval is on the claimed side, not reproduced when
     the whole interval is on the other side, otherwise the seeds cannot tell."""
