@@ -59,7 +59,7 @@ def write_shard(path: Path, tokens: np.ndarray, dtype: np.dtype) -> None:
     tokens = np.ascontiguousarray(np.asarray(tokens).astype(dtype, copy=False))
     with open(path, "wb") as f:
         f.write(HEADER.pack(MAGIC, VERSION, dtype.itemsize, tokens.size))
-        f.write(memoryview(tokens).cast("B"))
+        f.write(tokens.data.cast("B"))
 
 
 def read_header(path: Path) -> tuple[np.dtype, int]:

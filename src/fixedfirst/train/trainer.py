@@ -1,33 +1,11 @@
 """The training loop: one depth per optimizer step from the schedule, budgets, checkpoints, metrics.
 
-A run is planned before the first step: the token budget (or, with `train.flops`, the number of
-steps whose realised modeled cost fits the FLOP budget) fixes `total_steps`, and with it every
-step's depth, learning rate and phase. Each step draws its depth from the schedule (a pure
-function of seed and step), runs `batch_size / micro_batch` micro-batches at that depth, clips and
-steps AdamW. Losses stay on the device between log lines: the host waits for the device only when
-a line is written, a checkpoint is taken, or an evaluation runs.
-
-The loop (`_train`) reads in one glance: `_step` trains a step and returns its record (depth,
-phase, learning rate, the counters after it); `_boundary_after` says what is due after it (a log
-line, checkpoint tags, an evaluation, the auto switch's check, a stop); at a boundary `_log`
-writes the pending steps' lines and `_cross` does the rest.
-
-With `schedule.switch = "auto"` the switch step is decided as the run goes (`auto_switch.py`,
-docs/design.md §14): at the boundaries its rule asks for, the trainer brings the losses to the
-host, lets it probe and check, and from a decision on draws every depth from the switched
-schedule.
-
-Everything a resumed run needs (weights, optimizer, data position, counters, the metrics file's
-length, an auto switch's observations) is in each checkpoint, so N steps straight through and k
-steps plus a resume give the same weights and the same metrics.
-
-Under torchrun (docs/design.md §8) every process builds the same model from the same seed, draws the
-same depth for a step (the schedule is a pure function of seed and step; `host_values` checks that
-the ranks agree), trains on its own rows of the global batch and averages gradients with DDP or
-FSDP2 (`parallel.py`). Only rank 0 writes the run directory. The random initial recurrent state
-of every sequence is drawn from a seed derived from (seed, step, row of the global batch), not
-from the global RNG, so the training arithmetic does not depend on the number of processes or
-on where a run was resumed, and checkpoints need no RNG state.
+A run is planned before its first step (the budget fixes every step's depth, learning rate and
+phase); each step is `train.step`'s, and everything a resume needs is in each checkpoint, so a
+resumed run computes what the run straight through computes (docs/design.md §7-8, §14 for the
+auto switch). The loop (`_train`) reads in one glance: `_step` trains a step and returns its
+record, `_boundary_after` says what is due after it (a log line, checkpoint tags, an evaluation,
+the auto switch's check, a stop), `_log` and `_cross` do it. Only rank 0 writes the run.
 """
 
 from __future__ import annotations
@@ -221,7 +199,8 @@ class Trainer:
             )
         except (KeyError, ValueError, RuntimeError, TypeError) as e:
             raise UserError(f"checkpoint {ckpt.path}: state does not fit ({e})") from None
-        self.source.load_state_dict(distributed.broadcast_object(self.world, loaded.get("data")))
+        data_state = distributed.broadcast_object(self.world, loaded.get("data", {}))
+        self.source.load_state_dict(data_state)
         self.counters = Counters.from_dict(ckpt.meta)
         if self.auto is not None:
             decided = self.auto.restore(ckpt.meta)
