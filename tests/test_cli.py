@@ -53,3 +53,21 @@ def test_config_reference_lists_every_key(capsys):
     assert "**[data.bios]**" in out
     for f in fields(BiosOptions):
         assert f"`{f.name}`" in out
+    from fixedfirst.studies.bios.experiment import ExperimentConfig as Bios
+    from fixedfirst.studies.chains.experiment import ExperimentConfig as Chains
+    from fixedfirst.studies.sweep.claims import ClaimSpec
+    from fixedfirst.studies.sweep.factors import GapSpec
+    from fixedfirst.studies.sweep.settings import SweepSettings
+
+    for title, experiment in (
+        ("[experiment] (bios)", Bios),
+        ("[experiment] (chains)", Chains),
+        ("[sweep] (a sweep file)", SweepSettings),
+        ("[[claims]] (a sweep file)", ClaimSpec),
+        ("[[gaps]] (a sweep file)", GapSpec),
+    ):
+        section = out[out.index(f"**{title}**") :]
+        section = section[: section.index("\n\n", section.index("| --- |"))]
+        assert [f"`{f.name}`" in section for f in fields(experiment)] == [True] * len(
+            fields(experiment)
+        )

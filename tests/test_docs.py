@@ -1,26 +1,147 @@
-"""The README's configuration reference is the code's, word for word."""
+"""The documentation is generated where it can be and held to the code where it is written:
+the configuration reference is the code's word for word, the guides name every schedule kind and
+sweep key the code accepts, the outputs of deterministic commands are what the commands print
+today, and every guide and study report is one click from the site's index."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
+import pytest
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
 
 
-def test_readme_config_reference_is_current():
+def test_config_reference_is_current():
     generated = subprocess.run(
         [sys.executable, "-m", "fixedfirst", "config-reference", "--markdown"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("<!-- config-reference:start -->\n") + len(
+    page = (DOCS / "guides" / "configuration.md").read_text()
+    start = page.index("<!-- config-reference:start -->\n") + len(
         "<!-- config-reference:start -->\n"
     )
-    end = readme.index("<!-- config-reference:end -->")
-    assert readme[start:end] == generated, (
-        "README configuration reference is stale: run `python scripts/update_readme_reference.py`"
+    end = page.index("<!-- config-reference:end -->")
+    assert page[start:end] == generated, (
+        "the configuration reference is stale: run `python scripts/update_config_reference.py`"
     )
+
+
+def test_the_schedules_guide_lists_every_schedule_kind():
+    from fixedfirst.config.sections import ScheduleConfig
+
+    kinds = set(typing.get_args(typing.get_type_hints(ScheduleConfig)["kind"]))
+    page = (DOCS / "guides" / "schedules.md").read_text()
+    listed = set(re.findall(r"^\| `([a-z-]+)` \|", page, flags=re.M))
+    assert listed == kinds
+
+
+def test_the_configuration_guide_names_every_sweep_key():
+    from dataclasses import fields
+
+    from fixedfirst.studies.sweep import spec
+    from fixedfirst.studies.sweep.claims import ClaimSpec
+    from fixedfirst.studies.sweep.factors import FactorSpec, GapSpec
+    from fixedfirst.studies.sweep.settings import SweepSettings
+
+    page = (DOCS / "guides" / "configuration.md").read_text()
+    sections = (SweepSettings, ClaimSpec, GapSpec, FactorSpec)
+    tables = [f.name for section in sections for f in fields(section)]
+    keys = {*spec.TOP_LEVEL_KEYS, *spec.RUN_KEYS, *tables}
+    spelled = ("`{}`", "{} =", "[{}]", "[[{}]]")
+    missing = sorted(k for k in keys if not any(s.format(k) in page for s in spelled))
+    assert not missing, f"docs/guides/configuration.md does not describe: {missing}"
+
+
+# Outputs committed under docs/figures that a command prints the same on any machine (the compute
+# model and the planner's table of GPUs): the command is the file's first line, or given here.
+DETERMINISTIC_OUTPUTS = {
+    "compute-lm-200m.txt": ["compute", "configs/lm-200m.toml"],
+    "compute-lm-200m-switch-0.8.txt": [
+        "compute",
+        "configs/lm-200m.toml",
+        "--set",
+        "schedule.switch=0.8",
+    ],
+    "compute-lm-200m-k0-4.txt": ["compute", "configs/lm-200m.toml", "--set", "schedule.k0=4"],
+    "plan-lm-200m.txt": None,
+    "plan-lm-1b.txt": None,
+}
+
+
+@pytest.mark.parametrize("name", sorted(DETERMINISTIC_OUTPUTS))
+def test_committed_command_outputs_are_what_the_commands_print(name, monkeypatch):
+    from fixedfirst.cli.main import main
+
+    committed = (DOCS / "figures" / name).read_text()
+    argv = DETERMINISTIC_OUTPUTS[name]
+    if argv is None:  # the file starts with the command that printed it
+        first, committed = committed.split("\n", 1)
+        assert first.startswith("$ fixedfirst ")
+        argv = first.removeprefix("$ fixedfirst ").split()
+    monkeypatch.chdir(ROOT)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code in (0, None)
+    assert out.getvalue() == committed, f"docs/figures/{name} is stale: rerun `fixedfirst {argv}`"
+
+
+def nav_pages(entries) -> list[str]:
+    pages = []
+    for entry in entries:
+        for value in entry.values() if isinstance(entry, dict) else [entry]:
+            pages += nav_pages(value) if isinstance(value, list) else [value]
+    return pages
+
+
+def test_every_guide_and_study_is_in_the_nav_and_one_click_from_the_index():
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    nav = nav_pages(config["nav"])
+    missing = [page for page in nav if not (DOCS / page).is_file()]
+    assert not missing, f"mkdocs.yml names pages that do not exist: {missing}"
+    index = (DOCS / "index.md").read_text()
+    for folder in ("guides", "studies"):
+        for page in sorted((DOCS / folder).glob("*.md")):
+            name = f"{folder}/{page.name}"
+            assert name in nav, f"{name} is not in mkdocs.yml's nav"
+            assert f"]({name})" in index, f"docs/index.md does not link {name}"
+
+
+def test_the_readme_is_a_front_door():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300
+    for command in ("make demo", "make test"):
+        assert command in readme
+    for page in sorted((DOCS / "studies").glob("*.md")):
+        assert f"](docs/studies/{page.name})" in readme, f"README does not link {page.name}"
+
+
+def test_the_readmes_links_resolve():
+    """README.md is not part of the site, so mkdocs does not check its links: every relative link
+    names a file of the repository, and every #anchor a heading of the README (GitHub's slugs)."""
+    readme = (ROOT / "README.md").read_text()
+    slugs = {
+        re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        for heading in re.findall(r"^#+ (.+)$", readme, flags=re.M)
+    }
+    links = re.findall(r"\]\(([^)\s]+)\)", readme)
+    assert len(links) >= 20
+    for link in links:
+        if link.startswith(("http://", "https://")):
+            continue
+        path, _, anchor = link.partition("#")
+        if path:
+            assert (ROOT / path).exists(), f"README links {link}, which does not exist"
+        else:
+            assert anchor in slugs, f"README links #{anchor}, which is no heading of it"

@@ -20,6 +20,7 @@ heldout = "shared"
 heldout_rows = 16
 heldout_seed = 5
 heldout_blocks = 4
+eval_depths = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 32]
 
 [[runs]]
 name = "uniform"
@@ -48,6 +49,24 @@ b = "uniform"
 name = "ff vs matched"
 a = "ff"
 b = "uniform-matched"
+primary = false
+
+[[claims]]
+text = "ff within 50% of uniform"
+a = "ff"
+b = "uniform"
+measure = "relative"
+claim = "below"
+bound = 0.5
+
+[[claims]]
+text = "fixed-4 at depth 16 above uniform"
+a = "fixed-4"
+b = "uniform"
+metric = "depth:16"
+measure = "difference"
+claim = "above"
+bound = 0.0
 primary = false
 
 [[factors]]
@@ -99,6 +118,7 @@ def test_a_factor_study_shares_one_held_out_set_and_tables_its_gaps(tmp_path, ca
     assert {r["eval_precision"] for r in rows.values()} == {"fp32"}
     evaluation = json.loads(next((out / "runs" / "ff-seed0").glob("eval-step-*.json")).read_text())
     assert evaluation["sequences"] == 16 and evaluation["validation_seed"] == 5
+    assert evaluation["depths"] == [*range(1, 17), 32] and results["eval_depths"][-1] == 32
     # The blocks are the means of the run's own row NLLs, four rows each.
     for depth in ("1", "16"):
         per_row = np.array(evaluation["row_nll"][depth])
@@ -132,6 +152,14 @@ def test_a_factor_study_shares_one_held_out_set_and_tables_its_gaps(tmp_path, ca
     )
     assert wsd["change"]["mean"] == pytest.approx(wsd_hand - by_hand, abs=1e-6)
     assert wsd["change"]["verdict"] in ("higher", "lower", "cannot tell")
+    # A claim on the same pair is the same quantity, with the same interval over seeds and blocks.
+    claim, exploratory = results["claims"]
+    assert claim["covers"] == "seeds and held-out blocks" and "family" not in claim
+    assert (claim["mean"], claim["low"], claim["high"]) == pytest.approx(
+        (first["gap"]["mean"], first["gap"]["low"], first["gap"]["high"])
+    )
+    assert exploratory["family"] == "exploratory, Holm over 1"
+    assert exploratory["covers"] == "seeds and held-out blocks"
     markdown = (out / "factors.md").read_text()
     assert markdown == factors_markdown(factor_table(results["runs"], *_specs(study)))
     assert "learning-rate schedule, cosine -> wsd" in markdown

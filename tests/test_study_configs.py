@@ -80,7 +80,7 @@ def test_the_language_model_table_runs_end_to_end(tmp_path, corpus, capsys):  # 
         assert matched["steps"] < runs[f"uniform-seed{seed}"]["steps"]
     assert runs["uniform-x0.0625-seed0"]["steps"] == 1 and runs["uniform-seed0"]["steps"] == 16
     claims = (tmp_path / "out" / "claims.md").read_text()
-    assert len(results["claims"]) == 17
+    assert len(results["claims"]) == 19
     assert all(c["n"] == 2 for c in results["claims"])
     assert "The K0=2 gap (switch 0.67) to uniform training at 1/16 of the tokens" in claims
 
@@ -179,9 +179,9 @@ def test_committed_probe_tables_are_made_from_the_results_beside_them(kind, name
 
 
 def test_committed_language_model_tables_are_made_from_the_results_beside_them():
-    """docs/figures/lm-code-{table,claims,gap-by-length*}.md, which the README quotes, are what
-    the sweep's report and scripts/gap_by_length.py make of docs/figures/lm-code-results.json
-    (the sweep's results.json, committed)."""
+    """docs/figures/lm-code-{table,claims,gap-by-length*}.md, which the language-model study
+    quotes, are what the sweep's report and scripts/gap_by_length.py make of
+    docs/figures/lm-code-results.json (the sweep's results.json, committed)."""
     from fixedfirst.studies.sweep.claims import claims_markdown, evaluate_claims
     from fixedfirst.studies.sweep.seed_table import seed_groups, seed_table_markdown
     from fixedfirst.studies.sweep.spec import load_sweep
@@ -196,7 +196,7 @@ def test_committed_language_model_tables_are_made_from_the_results_beside_them()
     assert claims_markdown(claims, spec.metric) == (figures / "lm-code-claims.md").read_text()
 
     lengths = script("gap_by_length")
-    params = 312_064  # d = 128, one core layer, 257 bytes (README)
+    params = 312_064  # d = 128, one core layer, 257 bytes (docs/studies/language-model.md)
     for pair, name in (("ff-k2-s0.67-uniform", ""), ("ff-k4-s0.67-uniform", "-k4")):
         rows, missing = lengths.gap_rows(results, pair, "uniform", [1, 0.25, 0.0625])
         made = lengths.markdown(rows, pair, "uniform", params, missing)

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if len(plans) == 1 and None in plans:
         print(format_plan(plans[None], args.config))
     else:
-        print(format_sweep(plans, args.config))  # type: ignore[arg-type]
+        print(format_sweep(plans, args.config))
     return 0
 
 

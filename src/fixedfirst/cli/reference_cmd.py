@@ -1,8 +1,11 @@
-"""`fixedfirst config-reference`: every configuration key, its default and what it means."""
+"""`fixedfirst config-reference`: every configuration key, its default and what it means: the run
+sections, each data kind's options, the `[experiment]` section of the study presets and the
+`[sweep]`, `[[claims]]`, `[[gaps]]` and `[[factors]]` tables of a sweep file."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import MISSING, fields
 
 from fixedfirst.config import SECTIONS, field_docs
 
@@ -25,18 +28,53 @@ def _print_table(title: str, doc: str, rows: list[tuple[str, str, str]], markdow
     print()
 
 
+def _study_sections() -> list[tuple[str, str, type]]:
+    """(title, what it is, its dataclass) for the tables the studies read beside run sections."""
+    from fixedfirst.studies.bios.experiment import ExperimentConfig as BiosExperiment
+    from fixedfirst.studies.chains.experiment import ExperimentConfig as ChainsExperiment
+    from fixedfirst.studies.sweep.claims import ClaimSpec
+    from fixedfirst.studies.sweep.factors import FactorSpec, GapSpec
+    from fixedfirst.studies.sweep.settings import SweepSettings
+
+    preset = (
+        "A `fixedfirst {}` preset's own section (`--preset FILE`, or "
+        "`--set experiment.KEY=VALUE`); its other sections are a run's, without [schedule]."
+    )
+    sweep_tables: list[tuple[str, type]] = [("[sweep]", SweepSettings)]
+    sweep_tables += [(f"[[{s.SECTION}]]", s) for s in (ClaimSpec, GapSpec, FactorSpec)]
+    return [
+        ("[experiment] (bios)", preset.format("bios"), BiosExperiment),
+        ("[experiment] (chains)", preset.format("chains"), ChainsExperiment),
+        *((f"{name} (a sweep file)", _summary(s) + _required(s), s) for name, s in sweep_tables),
+    ]
+
+
+def _required(section: type) -> str:
+    """' Required: `a`, `b`.' for the keys a table must give (nested tables aside)."""
+    names = [
+        f"`{f.name}`"
+        for f in fields(section)
+        if f.default is MISSING and f.default_factory is MISSING and not f.metadata.get("table")
+    ]
+    return f" Required: {', '.join(names)}." if names else ""
+
+
+def _summary(section: type) -> str:
+    return " ".join((section.__doc__ or "").split("\n\n")[0].split())
+
+
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.data.registry import KINDS, data_kind
 
     for section in SECTIONS:
-        rows = field_docs(section)
-        doc = " ".join((section.__doc__ or "").split("\n\n")[0].split())
-        _print_table(f"[{section.SECTION}]", doc, rows, args.markdown)
+        _print_table(f"[{section.SECTION}]", _summary(section), field_docs(section), args.markdown)
     for name in KINDS:
         kind = data_kind(name)
         if kind.options is not None:
             doc = f'Options of `[data] kind = "{name}"`: {kind.summary}.'
             _print_table(f"[data.{name}]", doc, field_docs(kind.options), args.markdown)
+    for title, doc, section in _study_sections():
+        _print_table(title, doc, field_docs(section), args.markdown)
     if args.markdown:
         print("Data kinds (`[data] kind`):\n")
         print("\n".join(f"- `{n}`: {data_kind(n).summary}" for n in KINDS))

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from fixedfirst.config.schema import build_section, require, shown
+from fixedfirst.config.schema import Section, build_section, require, shown
 from fixedfirst.config.sections import (
     DataConfig,
     EvalConfig,
@@ -22,7 +22,7 @@ from fixedfirst.config.sections import (
 from fixedfirst.config.switch import SwitchConfig
 from fixedfirst.errors import UserError
 
-SECTIONS: tuple[type, ...] = (
+SECTIONS: tuple[type[Section], ...] = (
     ModelConfig,
     ScheduleConfig,
     SwitchConfig,
@@ -80,7 +80,7 @@ class RunConfig:
                 f"unknown section [{unknown[0]}]; valid sections: "
                 + ", ".join(f"[{n}]" for n in section_names())
             )
-        sections = {}
+        sections: dict[str, Any] = {}
         for section_cls in SECTIONS:
             raw = data.get(section_cls.SECTION, {})
             if not isinstance(raw, dict):

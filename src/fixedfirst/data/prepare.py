@@ -98,7 +98,10 @@ class PrepareOptions:
 
     @property
     def planned_vocab_size(self) -> int:
-        return self.vocab_size if self.tokenizer == "bpe" else ByteTokenizer().vocab_size
+        if self.tokenizer == "bpe":
+            assert self.vocab_size is not None, "check() requires --vocab-size for bpe"
+            return self.vocab_size
+        return ByteTokenizer().vocab_size
 
 
 @dataclass
@@ -281,8 +284,8 @@ def prepare(
     out = Path(out)
     options.check()
     inputs = resolve_inputs(specs, options.separator, options.text_field)
-    sizes = [i.nbytes for i in inputs]
-    total = sum(sizes) if None not in sizes else None  # type: ignore[arg-type]
+    known = [i.nbytes for i in inputs if i.nbytes is not None]
+    total = sum(known) if len(known) == len(inputs) else None
     if options.val_fraction is None:
         options = replace(options, val_fraction=auto_fraction(total))
     if total is not None and total / options.shard_tokens > MAX_SHARDS:
@@ -320,6 +323,8 @@ def _write(
 ) -> PrepareResult:
     """Tokenize into `tmp`, then rename it to `out`: by documents, or (too few of them to
     hold any out, or just one) by bytes."""
+    fraction = options.val_fraction
+    assert fraction is not None  # resolved by prepare()
     for by_bytes in (False, True):
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
@@ -332,7 +337,7 @@ def _write(
         documents = sum(split["documents"] for split in splits.values())
         if documents != 1 and (splits["val"]["documents"] or not documents):
             break
-    _check_splits(splits, inputs, options.val_fraction, by_bytes)
+    _check_splits(splits, inputs, fraction, by_bytes)
     tokenizer.save(tmp / TOKENIZER_DIR)
     text_bytes = sum(s["bytes"] for s in splits.values())
     text_tokens = sum(s["tokens"] - s["documents"] for s in splits.values())

@@ -71,7 +71,7 @@ def write_shard(path: Path, tokens: np.ndarray, dtype: np.dtype) -> None:
     tokens = np.ascontiguousarray(np.asarray(tokens).astype(dtype, copy=False))
     with open(path, "wb") as f:
         f.write(HEADER.pack(MAGIC, VERSION, dtype.itemsize, tokens.size))
-        f.write(memoryview(tokens).cast("B"))
+        f.write(tokens.data.cast("B"))
 
 
 def read_header(path: Path) -> tuple[np.dtype, int]:
@@ -125,7 +125,7 @@ reads one block, and a 10B-token dataset has about ten thousand checksums in its
 def block_checksums(tokens: np.ndarray, block_tokens: int) -> list[int]:
     """The CRC-32 of each run of `block_tokens` tokens (the last one may be shorter)."""
     return [
-        zlib.crc32(memoryview(np.ascontiguousarray(tokens[start : start + block_tokens])))
+        zlib.crc32(np.ascontiguousarray(tokens[start : start + block_tokens]).data)
         for start in range(0, len(tokens), block_tokens)
     ]
 
@@ -155,8 +155,12 @@ class CheckedShard:
         self.checksums: list[int] = []
         if blocks is not None:
             size, checksums = blocks.get("tokens"), blocks.get("crc32")
-            whole = isinstance(size, int) and size > 0 and isinstance(checksums, list)
-            if not whole or len(checksums) != -(-len(tokens) // size):
+            if (
+                not isinstance(size, int)
+                or size <= 0
+                or not isinstance(checksums, list)
+                or len(checksums) != -(-len(tokens) // size)
+            ):
                 raise UserError(
                     f"{shown(self.path)}: its checksums in meta.json do not describe a shard of "
                     f"{len(tokens)} tokens; meta.json was changed after `fixedfirst prepare` "
@@ -186,7 +190,7 @@ class CheckedShard:
     def _verify(self, block: int) -> None:
         first = block * self.block_tokens
         part = self.tokens[first : first + self.block_tokens]
-        if zlib.crc32(memoryview(np.ascontiguousarray(part))) != self.checksums[block]:
+        if zlib.crc32(np.ascontiguousarray(part).data) != self.checksums[block]:
             raise ShardChanged(self.path, first, first + len(part) - 1)
         self.verified[block] = True
 

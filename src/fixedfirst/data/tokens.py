@@ -127,7 +127,7 @@ class TokenSource(BatchSource):
         return cls(config.data.path, config.train.seq_len, seed=config.train.seed)
 
     @property
-    def tokenizer(self) -> Tokenizer:  # type: ignore[override]
+    def tokenizer(self) -> Tokenizer:  # type: ignore[override]  # read-only: loaded on first use
         """The tokenizer saved beside the shards (read on first use: BPE needs `tokenizers`)."""
         if self._tokenizer is None:
             self._tokenizer = load_tokenizer(self.path)

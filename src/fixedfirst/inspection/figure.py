@@ -143,7 +143,7 @@ def draw_inspection(record: dict[str, Any]):
         ax.set_xticks(np.arange(n), _column_labels(record, sequence, first, end))
         ax.tick_params(axis="x", labelsize=7, length=0)
         for label in ax.get_xticklabels():
-            label.set_family("monospace")
+            label.set_fontfamily("monospace")
             label.set_rotation(90 if len(label.get_text()) > 2 and text_like else 0)
         step = 1 if n_depths <= 20 else int(np.ceil(n_depths / 10))
         shown_rows = sorted({*range(0, n_depths, step), n_depths - 1})
@@ -178,5 +178,6 @@ def draw_inspection(record: dict[str, Any]):
         frameon=False,
     )
     bar = fig.add_axes((0.945, (below - 0.1) / height, 0.01, min(0.5, 3.0 / height)))
+    assert image is not None, "a record has at least one strip"
     fig.colorbar(image, cax=bar, label="p(target)")
     return fig

@@ -25,8 +25,9 @@ from fixedfirst.errors import UserError
 
 ASSUMED_MFU = 0.581
 """Model FLOP utilisation assumed for the wall-clock when none is given: our training step at
-depth 16 on this project's CPU (benchmarks/depth_eval.py, the README's Benchmarks: 58.1% of the
-measured matmul peak). No GPU has been measured yet; benchmarks/gpu_check.py measures it."""
+depth 16 on this project's CPU (benchmarks/depth_eval.py, whose output is
+docs/figures/bench-depth-eval.md: 58.1% of the measured matmul peak). No GPU has been measured
+yet; benchmarks/gpu_check.py measures it."""
 
 MAX_GPUS = 4096
 """The most GPUs the plan looks at when it searches for a number of them that fits."""
@@ -126,6 +127,7 @@ def memory_option(
 
 def placement_on(config: RunConfig, strategy: str, gpus: int) -> Placement:
     bf16 = config.train.precision != "fp32"  # auto, bf16 and fast train in bf16 on a GPU
+    # `strategy` is "ddp" or "fsdp", the two this module plans (its callers' literals)
     return Placement("cuda", bf16, strategy, gpus)  # type: ignore[arg-type]
 
 

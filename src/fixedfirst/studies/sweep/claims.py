@@ -16,7 +16,16 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from fixedfirst.config.schema import require
-from fixedfirst.stats.evidence import LEVEL, common_seeds, paired, paired_relative, verdict
+from fixedfirst.stats.evidence import (
+    LEVEL,
+    common_seeds,
+    holm,
+    paired,
+    paired_over_rows,
+    paired_relative,
+    two_sided_p,
+    verdict,
+)
 from fixedfirst.studies.sweep.seed_table import (
     group_values,
     quantity_name,
@@ -110,18 +119,63 @@ def evaluate_claims(
         if c.measure == "relative" and any(b[s] == 0 for s in seeds):
             result["note"] = f"{c.b} scored 0 for a seed: no ratio a/b"
         elif len(seeds) >= 2:
-            interval = (paired_relative if c.measure == "relative" else paired)(a, b)
+            blocks = _blocks(rows, c, metric)
+            if blocks is not None:
+                crossed = paired_over_rows(*blocks, relative=c.measure == "relative")
+                low, high, se, df = crossed.low, crossed.high, crossed.se, crossed.df
+                interval_mean, covers = crossed.mean, "seeds and held-out blocks"
+                decided = verdict(crossed, c.claim, c.bound)
+            else:
+                interval = (paired_relative if c.measure == "relative" else paired)(a, b)
+                low, high, se, df = (
+                    interval.low,
+                    interval.high,
+                    interval.sd / interval.n**0.5,
+                    interval.n - 1,
+                )
+                interval_mean, covers = interval.mean, "seeds"
+                decided = verdict(interval, c.claim, c.bound)
             result.update(
-                mean=interval.mean,
-                low=interval.low,
-                high=interval.high,
-                verdict=verdict(interval, c.claim, c.bound),
+                mean=interval_mean,
+                low=low,
+                high=high,
+                verdict=decided,
+                p=two_sided_p(interval_mean, se, df, c.bound),
+                covers=covers,
             )
         elif seeds:  # one seed: its value, but no interval to decide with
             (s,) = seeds
             result["mean"] = a[s] / b[s] - 1.0 if c.measure == "relative" else a[s] - b[s]
         results.append(result)
+    _correct_exploratory(claims, results)
     return results
+
+
+def _blocks(
+    rows: list[dict[str, Any]], c: ClaimSpec, metric: str
+) -> tuple[dict[int, list[float]], dict[int, list[float]]] | None:
+    """Both entries' values on the shared held-out set's blocks, seed by seed (None where the
+    rows hold none: a per-seed or first-rows evaluation, or a task's metric)."""
+    if metric != "nll":
+        return None
+    key = "mean" if c.depth is None else str(c.depth)
+    out = []
+    for group in (c.a, c.b):
+        held = [r for r in rows if r["group"] == group]
+        if not held or any(key not in (r.get("heldout_blocks") or {}) for r in held):
+            return None
+        out.append({int(r["seed"]): r["heldout_blocks"][key] for r in held})
+    return out[0], out[1]
+
+
+def _correct_exploratory(claims: list[ClaimSpec], results: list[dict[str, Any]]) -> None:
+    """Exploratory claims' verdicts by Holm's method over all of them: a side only where the
+    corrected test against the bound rejects."""
+    family = [r for c, r in zip(claims, results, strict=True) if not c.primary and "p" in r]
+    for r, rejected in zip(family, holm([r["p"] for r in family]), strict=True):
+        r["family"] = f"exploratory, Holm over {len(family)}"
+        if not rejected:
+            r["verdict"] = "cannot tell"
 
 
 def _value(result: dict[str, Any], value: float | None, signed: bool = True) -> str:
@@ -154,7 +208,8 @@ def claims_markdown(results: list[dict[str, Any]], metric: str) -> str:
             interval,
             str(r["n"]),
             f"{r['claim']} {_value(r, r['bound'])}",
-            f"**{verdict_words(r)}**" + (f" ({r['note']})" if r.get("note") else ""),
+            f"**{verdict_words(r)}**"
+            + "".join(f" ({r[k]})" for k in ("note", "family") if r.get(k)),
         ]
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     lines += [

@@ -13,7 +13,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from fixedfirst.evaluation.nll import EVAL_DEPTHS
 from fixedfirst.files.writing import write_text_atomic
 from fixedfirst.studies.sweep.claims import claims_markdown, evaluate_claims
 from fixedfirst.studies.sweep.depth_figure import plot_nll_by_depth
@@ -42,7 +41,7 @@ def write_report(
     same_seed = spec.seeds is not None
     compare_to_reference(rows, spec.reference, same_seed)
     score_name = rows[0].get("task_score_name") if spec.metric == "task" else None
-    document = results_document(rows, spec.reference, spec.path, EVAL_DEPTHS)
+    document = results_document(rows, spec.reference, spec.path, sorted(spec.settings.eval_depths))
     table = table_markdown(rows, spec.reference, missing, same_seed)
     if spec.seeds is not None:
         groups = seed_groups(rows, spec.reference_group, spec.metric)

@@ -1,25 +1,10 @@
 """Run a sweep: train its runs, evaluate them at every serving depth, write the table and figures.
 
-    DIR/runs/NAME/          each run (a normal run directory: `fixedfirst eval`/`train --resume`
-                            work on it), with its evaluation in eval-step-NNNNNNN.json
-    DIR/results.json        every finished run's numbers (see results.py), with seeds each
-                            [[runs]] entry's over its seeds, and the claims' verdicts
-    DIR/table.md            the schedule table (with seeds, and the seed table: seed_table.py)
-    DIR/claims.md           each [[claims]] sentence with its interval and verdict (claims.py)
-    DIR/nll_by_depth.png    NLL against serving depth, one line per run
-    DIR/figure3.png         the Figure 3 run's loss around the switch
-
-Training goes through `experiment.run_all`, so invoking the same sweep again reuses finished runs,
-resumes interrupted ones and refuses a run directory trained with a different configuration.
-Evaluations are cached per run the same way, so a second invocation costs seconds. With `only`,
-just those runs train, but the report covers every run of the sweep that has finished in DIR: a
-sweep can be run in pieces (or on several machines into copies of DIR) and reported at the end.
-
-Side by side (`jobs`, `fixedfirst.studies.side_by_side`): on a CPU, by default one worker process
-per free core up to the runs left to train, each training a run or measuring a finished run's final
-evaluations, which start as soon as their run has finished. The single-process code then runs
-over what the workers left on disk, reusing every run and cached evaluation, so the results are
-those of one process at equal threads.
+Training goes through `training.run_all` and evaluations are cached per run, so running a sweep
+again reuses finished runs and resumes interrupted ones; with `only` a sweep can be trained in
+pieces and reported once at the end. Side by side (`jobs`), workers train runs and measure
+finished ones as soon as they finish, and the single-process code then reuses what they left.
+The output directory is described in docs/design.md §17.
 """
 
 from __future__ import annotations
@@ -33,7 +18,6 @@ from typing import Any
 from fixedfirst.compute.plan import plan_run
 from fixedfirst.errors import UserError
 from fixedfirst.evaluation.cached import HeldOut, cached_evaluation
-from fixedfirst.evaluation.nll import EVAL_DEPTHS
 from fixedfirst.evaluation.task import cached_task_evaluation
 from fixedfirst.files import locks
 from fixedfirst.studies.side_by_side import (
@@ -157,6 +141,7 @@ class FinalEvaluation:
     """What a finished run of the sweep is measured on: `final_evaluation`'s arguments."""
 
     held_out: HeldOut
+    depths: list[int]
     task: bool
     device: str
 
@@ -166,16 +151,17 @@ def final_evaluation(
 ) -> tuple[dict[str, Any], bool, dict[str, Any] | None, bool]:
     """A finished run's NLL at every serving depth and (task metric) its task score, each read
     back from its cache beside the run or measured now and cached: (nll, reused, task, reused)."""
-    nll, nll_reused = cached_evaluation(run, EVAL_DEPTHS, plan.held_out, plan.device)
+    nll, nll_reused = cached_evaluation(run, plan.depths, plan.held_out, plan.device)
     if not plan.task:
         return nll, nll_reused, None, True
-    task, task_reused = cached_task_evaluation(run, EVAL_DEPTHS, None, plan.device)
+    task, task_reused = cached_task_evaluation(run, plan.depths, None, plan.device)
     return nll, nll_reused, task, task_reused
 
 
 def _evaluation_plan(spec: SweepSpec, planned: PlannedRun, device: str) -> FinalEvaluation:
     held_out = spec.settings.held_out(planned.config.train.seed)
-    return FinalEvaluation(held_out, spec.metric == "task", device)
+    depths = sorted(spec.settings.eval_depths)
+    return FinalEvaluation(held_out, depths, spec.metric == "task", device)
 
 
 def _say_evaluated(

@@ -8,11 +8,13 @@ reference that trains uniform 1..16, a Figure 3 run with a switch) is checked by
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+from fixedfirst.config.limits import MAX_DEPTH
 from fixedfirst.config.schema import require
 from fixedfirst.evaluation.cached import HeldOut
+from fixedfirst.evaluation.nll import EVAL_DEPTHS, SERVING_RANGE
 
 HeldOutRows = Literal["auto", "first", "per-seed", "shared"]
 
@@ -57,6 +59,9 @@ class SweepSettings:
     eval_precision: Literal["fp32", "run"] = "fp32"
     """The final evaluation's precision: fp32 whatever the training precision, or `run`: each
     run's own (bf16 autocast where it trained so)."""
+    eval_depths: list[int] = field(default_factory=lambda: list(EVAL_DEPTHS))
+    """Serving depths of the final evaluation: 1..16 (the mean serving NLL's) and any beyond;
+    the deepest sets its cost (one pass of the recurrence to it per row)."""
 
     def __post_init__(self) -> None:
         s = self.SECTION
@@ -73,6 +78,14 @@ class SweepSettings:
         if self.heldout_rows is not None:
             require(self.heldout_rows >= 1, f"{s}.heldout_rows", "must be >= 1")
         require(self.heldout_seed >= 0, f"{s}.heldout_seed", "must be >= 0")
+        require(
+            set(SERVING_RANGE) <= set(self.eval_depths)
+            and len(set(self.eval_depths)) == len(self.eval_depths)
+            and max(self.eval_depths) <= MAX_DEPTH,
+            f"{s}.eval_depths",
+            f"distinct depths up to {MAX_DEPTH} that include 1..16 (the mean serving NLL's), "
+            f"got {self.eval_depths}",
+        )
         require(self.heldout_blocks >= 1, f"{s}.heldout_blocks", "must be >= 1")
         if self.heldout == "shared":
             require(

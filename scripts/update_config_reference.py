@@ -1,10 +1,11 @@
-"""Regenerate the configuration reference in README.md from the code's field docstrings."""
+"""Regenerate the configuration reference in docs/guides/configuration.md from the code's field
+docstrings (`fixedfirst config-reference --markdown`); tests/test_docs.py fails when it is stale."""
 
 import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "configuration.md"
 START, END = "<!-- config-reference:start -->\n", "<!-- config-reference:end -->"
 
 reference = subprocess.run(
@@ -13,6 +14,6 @@ reference = subprocess.run(
     text=True,
     check=True,
 ).stdout
-text = README.read_text()
+text = PAGE.read_text()
 i, j = text.index(START) + len(START), text.index(END)
-README.write_text(text[:i] + reference + text[j:])
+PAGE.write_text(text[:i] + reference + text[j:])
