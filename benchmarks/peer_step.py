@@ -14,10 +14,10 @@ agree to 1e-5 for the first steps (checked, and printed).
 Architecture: 1 prelude / 2 core / 1 coda layers, SwiGLU with hidden 4d, sandwich norm, tied
 embeddings, vocabulary 2048, batch 32 x 128, fp32, full backprop; d = 128 and 256, K = 1, 4, 16.
 Three programs are timed, alternating step by step so that a busy machine slows them alike:
-the reference, our step (`train_step`, the trainer's own), and our step with its loop compiled
-(`compile_loop`; its cold start, a fresh inductor cache, is reported separately). Ratios are medians over
-rounds of (ours / reference) within a round. MFU is model FLOPs (`compute.flop_model`) per
-second over the measured matmul peak with the same threads.
+the reference, our step (`train_step`, the trainer's own), and our step with its loop
+compiled (`compile_loop`; its cold start, a fresh inductor cache, is reported separately).
+Ratios are medians over rounds of (ours / reference) within a round. MFU is model FLOPs
+(`compute.flop_model`) per second over the measured matmul peak with the same threads.
 """
 
 from __future__ import annotations

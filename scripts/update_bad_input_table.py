@@ -15,6 +15,7 @@ from tests.bad_input_cases import (  # noqa: E402
     table_header,
     table_row,
 )
+from tests.bad_input_newcomer import NOTICES, notice_header, notice_row, told  # noqa: E402
 
 DOC = ROOT / "docs" / "bad-input.md"
 
@@ -34,5 +35,14 @@ with tempfile.TemporaryDirectory() as tmp:
                 f"case {case.id} does not hold: exit {outcome.code}, stderr {outcome.stderr!r}"
             )
         rows.append(table_row(number, case, lines[0]))
-DOC.write_text(table_header(len(rows)) + "\n".join(rows) + "\n")
-print(f"wrote {DOC} ({len(rows)} cases)")
+    notices = []
+    for number, notice in enumerate(NOTICES, 1):
+        work = Path(tmp) / "notices" / notice.id
+        prepare_work(notice, assets, work)
+        line = told(notice, run_case(notice, work), work)
+        if line is None:
+            sys.exit(f"notice {notice.id} does not hold")
+        notices.append(notice_row(number, notice, line))
+text = table_header(len(rows)) + "\n".join(rows) + "\n"
+DOC.write_text(text + notice_header(len(notices)) + "\n".join(notices) + "\n")
+print(f"wrote {DOC} ({len(rows)} cases, {len(notices)} notices)")

@@ -1022,6 +1022,7 @@ def all_cases() -> list[Case]:
     from tests.bad_input_edges import EDGE_CASES
     from tests.bad_input_inspect import INSPECT_CASES
     from tests.bad_input_memory import MEMORY_CASES
+    from tests.bad_input_newcomer import NEWCOMER_CASES
 
     return (
         CASES
@@ -1032,6 +1033,7 @@ def all_cases() -> list[Case]:
         + INSPECT_CASES
         + CLUSTER_CASES
         + MEMORY_CASES
+        + NEWCOMER_CASES
     )
 
 

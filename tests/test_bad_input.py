@@ -1,7 +1,10 @@
-"""Bad input through the real command line: one clear line, exit 2, nothing on disk changed.
+"""Bad input through the real command line: one clear line, exit 2, nothing on disk changed;
+and input a command accepts but must speak up about (`NOTICES`): exit 0 and a line saying what
+it did.
 
-The cases are data (tests/bad_input_cases.py); docs/bad-input.md is the same list as a table,
-and each case checks that its row there is what the command prints now.
+The cases are data (tests/bad_input_cases.py, tests/bad_input_newcomer.py); docs/bad-input.md is
+the same lists as two tables, and each case checks that its row there is what the command
+prints now.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from tests.bad_input_cases import (
     table_header,
     table_row,
 )
+from tests.bad_input_newcomer import NOTICES, notice_header, notice_row, told
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "bad-input.md"
 NUMBERED = list(enumerate(all_cases(), 1))
+NOTICES_NUMBERED = list(enumerate(NOTICES, 1))
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +67,30 @@ def test_bad_input(number, case, assets, tmp_path):
     )
 
 
-def test_the_table_has_one_row_per_case_and_says_how_many():
+@pytest.mark.parametrize(
+    ("number", "notice"), NOTICES_NUMBERED, ids=[n.id for _, n in NOTICES_NUMBERED]
+)
+def test_notice(number, notice, assets, tmp_path):
+    work = tmp_path / "work"
+    prepare_work(notice, assets, work)
+    before = snapshot(work)
+    outcome = run_case(notice, work)
+    assert "Traceback" not in outcome.stderr
+    line = told(notice, outcome, work)
+    assert line is not None, outcome
+    after = snapshot(work)
+    assert {k: after.get(k) for k in before} == before, "a file that was on disk changed"
+    assert notice_row(number, notice, line) in DOC.read_text().splitlines(), (
+        f"docs/bad-input.md is stale for notice {notice.id}: "
+        "run `python scripts/update_bad_input_table.py`"
+    )
+
+
+def test_the_tables_have_one_row_per_case_and_say_how_many():
     text = DOC.read_text()
     rows = [line for line in text.splitlines() if re.match(r"\| \d+ \|", line)]
     assert len(rows) == len(NUMBERED), "run `python scripts/update_bad_input_table.py`"
     assert text.startswith(table_header(len(NUMBERED))), "the introduction's count is stale"
+    notices = [line for line in text.splitlines() if re.match(r"\| N\d+ \|", line)]
+    assert len(notices) == len(NOTICES), "run `python scripts/update_bad_input_table.py`"
+    assert notice_header(len(NOTICES)) in text, "the notices' count is stale"

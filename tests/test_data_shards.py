@@ -1,14 +1,21 @@
-"""Token shards: round trip, header fields, dtype choice, and damaged or foreign files."""
+"""Token shards: round trip, header fields, dtype choice, damaged or foreign files, and the
+checksums of their blocks."""
 
 from __future__ import annotations
+
+import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from fixedfirst.data import shards
 from fixedfirst.data.shards import (
     HEADER,
     MAGIC,
     VERSION,
+    CheckedShard,
+    ShardChanged,
     ShardWriter,
     dtype_for_vocab,
     open_shard,
@@ -124,3 +131,55 @@ def test_shard_writer_splits_a_stream_into_full_shards(tmp_path):
     assert [s["file"] for s in shards] == [f"train-0000{i}.bin" for i in range(4)]
     joined = np.concatenate([open_shard(tmp_path / s["file"]) for s in shards])
     np.testing.assert_array_equal(joined, np.arange(31))
+
+
+def _written(tmp_path, monkeypatch, count: int, block: int = 4) -> tuple[Path, dict]:
+    """One shard of tokens 0..count-1 written with checksum blocks of `block` tokens."""
+    monkeypatch.setattr(shards, "BLOCK_TOKENS", block)
+    writer = ShardWriter(tmp_path, "train", dtype_for_vocab(257), shard_tokens=count)
+    writer.add(np.arange(count))
+    (entry,) = writer.close()
+    return tmp_path / entry["file"], entry
+
+
+def test_writer_records_the_crc32_of_every_block_of_the_file(tmp_path, monkeypatch):
+    path, entry = _written(tmp_path, monkeypatch, 10)
+    raw = path.read_bytes()[HEADER.size :]  # 2 bytes per token: blocks of 8 bytes
+    expected = [zlib.crc32(raw[start : start + 8]) for start in range(0, len(raw), 8)]
+    assert entry["blocks"] == {"tokens": 4, "crc32": expected}
+    assert len(expected) == 3  # 4 + 4 + 2 tokens
+
+
+def test_a_changed_block_is_refused_when_first_read_and_no_sooner(tmp_path, monkeypatch):
+    path, entry = _written(tmp_path, monkeypatch, 12)
+    raw = bytearray(path.read_bytes())
+    raw[HEADER.size + 2 * 5] ^= 0x01  # token 5, in the second block (tokens 4..7)
+    path.write_bytes(bytes(raw))
+    shard = CheckedShard(path, open_shard(path), entry["blocks"])
+    np.testing.assert_array_equal(shard.read(0, 4), np.arange(4))  # ends where block 2 starts
+    np.testing.assert_array_equal(shard.read(8, 12), np.arange(8, 12))
+    with pytest.raises(ShardChanged, match=r"train-00000\.bin: tokens 4\.\.7 are not what"):
+        shard.read(3, 5)  # one token of the changed block
+    with pytest.raises(ShardChanged, match=r"tokens 4\.\.7"):
+        CheckedShard(path, open_shard(path), entry["blocks"]).verify_all()
+
+
+def test_every_block_is_checked_by_verify_all(tmp_path, monkeypatch):
+    path, entry = _written(tmp_path, monkeypatch, 10)
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 0x80  # the last token, alone in a short last block
+    path.write_bytes(bytes(raw))
+    shard = CheckedShard(path, open_shard(path), entry["blocks"])
+    shard.read(0, 8)
+    with pytest.raises(ShardChanged, match=r"tokens 8\.\.9"):
+        shard.verify_all()
+
+
+def test_data_without_checksums_is_read_unchecked_and_bad_ones_are_refused(tmp_path, monkeypatch):
+    path, entry = _written(tmp_path, monkeypatch, 10)
+    unchecked = CheckedShard(path, open_shard(path), None)
+    assert not unchecked.checked
+    np.testing.assert_array_equal(unchecked.read(0, 10), np.arange(10))
+    short = {"tokens": 4, "crc32": entry["blocks"]["crc32"][:2]}  # two checksums, three blocks
+    with pytest.raises(UserError, match="do not describe a shard of 10 tokens"):
+        CheckedShard(path, open_shard(path), short)

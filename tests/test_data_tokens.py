@@ -199,3 +199,43 @@ def test_shard_token_counts_must_match_meta(tmp_path, data):
     write_shard(copy / "val-00000.bin", np.array(tokens[:-1]), tokens.dtype)
     with pytest.raises(UserError, match=r"meta\.json says"):
         TokenSource(copy, SEQ_LEN)
+
+
+def _flipped_copy(tmp_path, data, shard: str):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(data, copy)
+    raw = bytearray((copy / shard).read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    (copy / shard).write_bytes(bytes(raw))
+    return copy
+
+
+def test_a_changed_training_shard_is_refused_before_training(tmp_path, data):
+    source = TokenSource(_flipped_copy(tmp_path, data, "train-00001.bin"), SEQ_LEN)
+    source.validation_batches(1, 4)  # the validation shards are as prepared
+    with pytest.raises(UserError, match=r"train-00001\.bin: tokens 0\.\.999 are not what"):
+        source.check_training_data()
+
+
+def test_a_changed_validation_shard_is_refused_when_scored(tmp_path, data):
+    source = TokenSource(_flipped_copy(tmp_path, data, "val-00000.bin"), SEQ_LEN)
+    source.check_training_data()  # the training shards are as prepared
+    with pytest.raises(UserError, match=r"val-00000\.bin: tokens 0\.\..* are not what"):
+        source.validation_batches(1, 4)
+
+
+def test_data_prepared_without_checksums_is_read_and_says_it_is_unchecked(tmp_path, data):
+    import json
+
+    copy = _flipped_copy(tmp_path, data, "train-00001.bin")
+    meta = json.loads((copy / "meta.json").read_text())
+    for split in meta["splits"].values():
+        for entry in split["shards"]:
+            del entry["blocks"]
+    (copy / "meta.json").write_text(json.dumps(meta))
+    source = TokenSource(copy, SEQ_LEN)
+    source.check_training_data()
+    assert "its shards have no checksums" in source.describe()
+    assert "no checksums" not in TokenSource(data, SEQ_LEN).describe()

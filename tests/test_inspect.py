@@ -274,3 +274,37 @@ def test_token_text_cannot_break_out_of_the_page(text_run, tmp_path):
         "inspect", str(text_run / "run"), "--prompt", "river", "--depths", "1", "--out", str(page)
     )  # our own page and picture are replaced
     assert rerun.read_bytes() != before and math.isfinite(read_page_record(page)["nll"][0][0])
+
+
+def test_a_long_prompt_stays_inside_the_pictures_title(text_run, tmp_path):
+    """The title's second line is the source: a whole --prompt. The top of the picture (the
+    title, above the legend) must have ink, and none at its left and right edges."""
+    from matplotlib.image import imread
+
+    words = ["the", "river", "stone", "lamp", "orbit", "cedar", "quartz", "violet", "harbor"]
+    text = " ".join(np.random.default_rng(2).choice(words, size=120))
+    page = tmp_path / "long.html"
+    run_cli(
+        "inspect", str(text_run / "run"), "--prompt", text, "--depths", "1,2", "--out", str(page)
+    )
+    pixels = imread(tmp_path / "long.png")[..., :3]
+    title = pixels[: int(0.4 * 130)]  # the top 0.4 inch at the figure's 130 dpi
+    ink = (title < 0.5).all(axis=2)
+    assert ink.sum() > 1000
+    edge = int(0.1 * 130)
+    assert not ink[:, :edge].any() and not ink[:, -edge:].any()
+
+
+def test_a_title_line_is_shortened_in_the_middle_to_fit():
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    from fixedfirst.inspection.figure import fitted
+
+    line = "runs/" + "x" * 300 + "/run-b48 step 400"
+    shown = fitted(line, 9, 500.0)
+    width = TextToPath().get_text_width_height_descent(shown, FontProperties(size=9), False)[0]
+    assert 450 < width <= 500
+    assert shown.startswith("runs/xx") and shown.endswith("run-b48 step 400")
+    assert "\u2026" in shown
+    assert fitted("costs $5 and $6", 9, 500.0) == r"costs \$5 and \$6"  # not mathematics

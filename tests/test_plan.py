@@ -122,3 +122,24 @@ def test_the_assumed_mfu_is_the_committed_measurement():
     table = table[table.index("| training depth | median s/step |") :]
     row = next(line for line in table.splitlines() if line.startswith("| 16 |"))
     assert row.split("|")[-2].strip() == f"{100 * ASSUMED_MFU:.1f}%"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (5.6e-6, "5.6 µs"),
+        (4e-4, "400 µs"),
+        (0.0274, "27 ms"),
+        (0.9996, "1.0 s"),
+        (2.49, "2.5 s"),
+        (27.4, "27 s"),
+        (59.4, "59 s"),
+        (59.6, "1 min"),
+        (3000, "50 min"),
+        (7200, "2.0 h"),
+    ],
+)
+def test_a_short_run_is_predicted_in_seconds_not_as_0_min(seconds, shown):
+    from fixedfirst.cli.plan_cmd import duration
+
+    assert duration(seconds) == shown

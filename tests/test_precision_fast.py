@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -21,8 +23,10 @@ def test_fast_takes_bf16_only_where_it_is_measured_faster(monkeypatch, speedup, 
 
 
 def test_bf16_speedup_is_a_measured_ratio():
+    """A positive, finite ratio: far below 1 where bf16 is emulated (no AVX512-BF16 or AMX, as on
+    some of the machines this runs on: 0.002-0.015 seen there), above 1 where it is native."""
     ratio = hardware.bf16_speedup("cpu", n=256)
-    assert 0.01 < ratio < 100
+    assert math.isfinite(ratio) and 0 < ratio < 100
     assert hardware.bf16_speedup("cpu", n=256) == ratio  # measured once per process
 
 

@@ -20,6 +20,7 @@ EVAL_KEYS = {
     "version": int,
     "run": str,
     "schedule": str,
+    "data": str,
     "step": int,
     "tokens": int,
     "weights_sha256": str,

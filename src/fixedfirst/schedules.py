@@ -1,26 +1,10 @@
 """Depth schedules: which recurrent depth K each optimizer step trains at (docs/design.md §2).
 
-A schedule is data: for a run of `total_steps` steps it is a list of `Stage`s, each a range of
-steps and the depth distribution used there (the modded-nanogpt pattern). The depth of a step is
-drawn from its stage's distribution with a generator seeded by (seed, step) only, so every rank,
-every micro-batch and a resumed run draw the same K, whatever happened before. Each distribution
-knows its exact probability mass function, so the expected training cost of a schedule is a sum,
-not a simulation.
-
-Kinds:
-  fixed(K)                 K every step.
-  uniform(k_min, k_max)    K ~ U{k_min..k_max} (Geiping et al. 2025: 1..16, mean 8.5).
-  poisson-lognormal(mean)  rate ~ LogNormal(mu, sigma), K = 1 + Poisson(rate), clipped at k_max
-                           (Huginn's sampler). `mean` is the true E[K] after the clip: the pre-clip
-                           mean rate r (mu = ln r - sigma^2/2) is solved for numerically, so a
-                           Poisson-lognormal schedule with mean 8.5 costs what uniform 1..16 costs.
-  progressive(mean)        McLeish et al. 2025: the Poisson-lognormal mean ramps from 1 to `mean`
-                           over the first `warmup` of the steps, m(t) = max(1, ceil(mean * f(x)))
-                           with x = t / warmup_steps and f(x) = x or 1 - sqrt(1 - x).
-  fixed-first(K0, switch)  K0 while step < switch * total_steps, then the finish distribution
-                           (uniform k_min..k_max, or Poisson-lognormal with `mean`). With
-                           switch = "auto" the run decides the switch step as it trains
-                           (docs/design.md §14) and hands it over (`with_switch_step`).
+A schedule is data: a list of `Stage`s, each a range of steps and a depth distribution. A step's
+depth is drawn with a generator seeded by (seed, step) only, so every rank, micro-batch and
+resume draws the same K; each distribution knows its exact pmf, so a schedule's expected cost is
+a sum, not a simulation. The kinds (fixed, uniform, poisson-lognormal, progressive, fixed-first)
+are tabulated in §2; an auto switch hands its step over through `with_switch_step` (§14).
 """
 
 from __future__ import annotations
@@ -294,7 +278,7 @@ class Schedule:
                 phase = "full" if current == c.mean_depth else "ramp"
                 dist = poisson_lognormal(current, c.sigma, c.k_max)
                 stages.append(Stage(start, step, dist, phase))
-                start, current = step, mean  # type: ignore[assignment]
+                start, current = step, mean  # type: ignore[assignment]  # None only at the end
         return stages
 
     def stage_at(self, step: int, total_steps: int) -> Stage:

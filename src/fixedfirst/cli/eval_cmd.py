@@ -37,7 +37,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--limit",
         type=int,
         metavar="N",
-        help="task metric: score the first N examples (bios: people); default all",
+        help="task metric only (--task KIND): score the first N examples (bios: people); default "
+        "all. NLL: --batches",
     )
     parser.set_defaults(run=run)
 
@@ -79,6 +80,12 @@ def run(args: argparse.Namespace) -> int:
     from fixedfirst.files.writing import check_output_file, is_our_json
 
     parse_depths(args.depths)  # refused before anything else
+    if args.limit is not None and args.task == "nll":
+        raise UserError(
+            f"--limit {args.limit} applies to a task's own metric (--task KIND, e.g. bios); "
+            "validation NLL scores --batches N batches of train.micro_batch_size sequences "
+            "(default: eval.batches)"
+        )
     if args.batches is not None and args.batches < 1:
         raise UserError(f"--batches must be >= 1, got {args.batches}")
     if args.out is not None:
@@ -112,6 +119,7 @@ def evaluate(args: argparse.Namespace) -> int:
         f"{args.run_dir} step {result['step']}: validation NLL (nats/token) over "
         f"{result['scored_tokens']:,} tokens; {result['schedule']}"
     )
+    print(f"data: {result['data']}")
     print("| depth | NLL |\n| --- | --- |")
     for d, v in result["nll_by_depth"].items():
         print(f"| {d} | {v:.4f} |")

@@ -80,10 +80,10 @@ def main(argv: list[str] | None = None) -> None:
         # the status tells a scheduler whether to requeue it (train/interrupt.py).
         from fixedfirst.train.interrupt import INTERRUPT_STATUS, TrainingInterrupted
 
-        stopped = isinstance(e, TrainingInterrupted)
+        stopped = e if isinstance(e, TrainingInterrupted) else None
         if os.environ.get("RANK", "0") == "0":
             detail = f": {e}" if str(e) else ""
-            reason = e.reason if stopped else "interrupted"
+            reason = stopped.reason if stopped is not None else "interrupted"
             print(f"fixedfirst {args.command}: {reason}{detail}", file=sys.stderr)
-        sys.exit(e.exit_status if stopped else INTERRUPT_STATUS)
+        sys.exit(stopped.exit_status if stopped is not None else INTERRUPT_STATUS)
     sys.exit(code or 0)

@@ -4,6 +4,7 @@ take?"""
 from __future__ import annotations
 
 import argparse
+import math
 
 from fixedfirst.cli.arguments import add_config_arguments
 
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if len(plans) == 1 and None in plans:
         print(format_plan(plans[None], args.config))
     else:
-        print(format_sweep(plans, args.config))  # type: ignore[arg-type]
+        print(format_sweep(plans, args.config))
     return 0
 
 
@@ -123,6 +124,17 @@ def gib(n: float) -> str:
 
 
 def duration(seconds: float) -> str:
+    """A predicted wall-clock: two significant digits of seconds (ms, µs) under a minute, then
+    minutes, hours and days."""
+    if seconds < 59.5:
+        if seconds <= 0:
+            return "0 s"
+        seconds = float(f"{seconds:.2g}")  # two significant digits, then written out
+        scale, unit = next(
+            ((s, u) for s, u in ((1, "s"), (1e-3, "ms")) if seconds >= s), (1e-6, "µs")
+        )
+        value = seconds / scale
+        return f"{value:.{max(0, 1 - math.floor(math.log10(value)))}f} {unit}"
     hours = seconds / 3600
     if hours < 1:
         return f"{seconds / 60:.0f} min"

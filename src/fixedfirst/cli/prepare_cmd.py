@@ -43,9 +43,10 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--val-fraction",
         type=float,
         metavar="F",
-        help="fraction of the documents held out for validation (default: 1%%, more for a "
-        "small corpus, so that it holds at least 16 KB of text, at most 10%%); with too few "
-        "documents to hold out whole ones, the last F of each document's text",
+        help="fraction of the documents held out for validation (default: 1%%, raised for a "
+        "corpus under 1.6 MB to 16 KB / its size, at most 10%%: about 16 KB of text when its "
+        "documents are of even size, less under 160 KB; the output says how much); with too "
+        "few documents to hold out whole ones, the last F of each document's text",
     )
     parser.add_argument(
         "--separator",
@@ -73,6 +74,24 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="tokens per shard file (default %(default)s)",
     )
     parser.set_defaults(run=run)
+
+
+def short_for_default_eval(val: dict) -> str | None:
+    """What to do when the validation split holds fewer sequences than an evaluation at the
+    default settings scores (training on it would be refused); None when it holds enough."""
+    from fixedfirst.config import EvalConfig, TrainConfig
+
+    train, batches = TrainConfig(), EvalConfig().batches
+    needed = batches * train.micro_batch()
+    held = sum(max(0, (shard["tokens"] - 1) // train.seq_len) for shard in val["shards"])
+    if held >= needed:
+        return None
+    return (
+        f"the validation split holds {held} sequences of train.seq_len + 1 = "
+        f"{train.seq_len + 1} tokens, fewer than the {needed} an evaluation scores at the "
+        f"defaults (eval.batches = {batches} of {train.micro_batch()}); prepare it with a larger "
+        "--val-fraction, or train with a smaller eval.batches"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -115,7 +134,10 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         held = f"{fraction:.1%} of the documents, spread evenly over the corpus"
-    print(f"  validation: {held}")
+    print(f"  validation: {held}; {val['bytes'] / 1024:,.1f} KB of text")
+    short = short_for_default_eval(val)
+    if short:
+        print(f"  note: {short}")
     print(
         f'  use it with: [data] kind = "tokens", path = "{result.out}"; '
         f"[model] vocab_size >= {meta['vocab_size']}"

@@ -40,7 +40,7 @@ def _study_sections() -> list[tuple[str, str, type]]:
         "A `fixedfirst {}` preset's own section (`--preset FILE`, or "
         "`--set experiment.KEY=VALUE`); its other sections are a run's, without [schedule]."
     )
-    sweep_tables = [("[sweep]", SweepSettings)]
+    sweep_tables: list[tuple[str, type]] = [("[sweep]", SweepSettings)]
     sweep_tables += [(f"[[{s.SECTION}]]", s) for s in (ClaimSpec, GapSpec, FactorSpec)]
     return [
         ("[experiment] (bios)", preset.format("bios"), BiosExperiment),

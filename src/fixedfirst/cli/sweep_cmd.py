@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
     spec = load_sweep(args.sweep)
     only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
-    device = resolve_device(args.device)
+    device = str(resolve_device(args.device))
     outcome = run_sweep(spec, args.out, only=only, quiet=args.quiet, device=device, jobs=args.jobs)
     if args.quiet:
         return 0

@@ -1,21 +1,10 @@
 """The memory model: what one process holds while it trains a looped transformer at depth K.
 
-docs/design.md §15 derives every term and says how it was checked. In short, per process:
-
-- parameters (fp32 master weights), gradients (fp32, plus DDP's reduce buckets) and AdamW's two
-  moments, all divided by the number of processes under FSDP2;
-- the activations a micro-batch keeps for its backward at depth K: every layer application
-  keeps a fixed set of tensors per token (counted below, tensor by tensor), so they grow
-  linearly in K; with activation checkpointing only each iteration's input state is kept, plus
-  one iteration recomputed at a time; the logits and their log-softmax come on top;
-- what exists only for a moment: the loss's gradients, the gradients already written when the
-  backward reaches the core, bf16 copies of the weights under autocast, FSDP2's gathered
-  weights, AdamW's temporary.
-
-The peak is the largest of the moments at which these coincide (the loss's backward, the core's
-backward, FSDP2's gradient reduction, the optimizer step). Everything is counted in bytes of
-tensors, which is what `torch.cuda.max_memory_allocated` and torch's MemTracker report; the
-CUDA context and allocator fragmentation are not tensors and are left to a safety margin.
+State (weights, gradients, AdamW's moments, divided under FSDP2), the activations a micro-batch
+keeps for its backward (linear in K; one state per iteration under checkpointing) and what
+exists only for a moment; the peak is the largest of the moments at which these coincide.
+Counted in bytes of tensors, as torch's own counters report; docs/design.md §15 derives every
+term and says how it was checked.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from fixedfirst.config.files import (
     to_toml,
 )
 from fixedfirst.config.run import SECTIONS, RunConfig, section_names
-from fixedfirst.config.schema import build_section, field_docs, require
+from fixedfirst.config.schema import Section, build_section, field_docs, require
 from fixedfirst.config.sections import (
     DataConfig,
     EvalConfig,
@@ -32,6 +32,7 @@ __all__ = [
     "ModelConfig",
     "RunConfig",
     "ScheduleConfig",
+    "Section",
     "SwitchConfig",
     "TrainConfig",
     "apply_overrides",

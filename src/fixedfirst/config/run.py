@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from fixedfirst.config.schema import build_section, require
+from fixedfirst.config.schema import Section, build_section, require, shown
 from fixedfirst.config.sections import (
     DataConfig,
     EvalConfig,
@@ -22,7 +22,7 @@ from fixedfirst.config.sections import (
 from fixedfirst.config.switch import SwitchConfig
 from fixedfirst.errors import UserError
 
-SECTIONS: tuple[type, ...] = (
+SECTIONS: tuple[type[Section], ...] = (
     ModelConfig,
     ScheduleConfig,
     SwitchConfig,
@@ -71,13 +71,16 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        for key, value in data.items():
+            if not isinstance(value, dict) and key not in section_names():
+                raise UserError(_top_level_key(key, value))
         unknown = sorted(set(data) - set(section_names()))
         if unknown:
             raise UserError(
                 f"unknown section [{unknown[0]}]; valid sections: "
                 + ", ".join(f"[{n}]" for n in section_names())
             )
-        sections = {}
+        sections: dict[str, Any] = {}
         for section_cls in SECTIONS:
             raw = data.get(section_cls.SECTION, {})
             if not isinstance(raw, dict):
@@ -87,6 +90,26 @@ class RunConfig:
             else:
                 sections[section_cls.SECTION] = build_section(section_cls, raw)
         return cls(**sections)
+
+
+def _top_level_key(key: str, value: Any) -> str:
+    """The message for `key = value` written above the first [section] header, where TOML
+    reads it as a key of the file itself rather than of any section."""
+    homes = [
+        f"[{c.SECTION}]"
+        for c in SECTIONS
+        if any(f.name == key and not f.metadata.get("table") for f in dataclasses.fields(c))
+    ]
+    where = (
+        f"move it below {' or '.join(homes)}"
+        if homes
+        else "no section has that key; valid sections: "
+        + ", ".join(f"[{n}]" for n in section_names())
+    )
+    return (
+        f"{key} = {shown(value)} is a top-level key (it comes before the first [section] "
+        f"header), and every key belongs to a section: {where}"
+    )
 
 
 def _section_dict(section: Any) -> dict[str, Any]:

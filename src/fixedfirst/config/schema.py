@@ -13,10 +13,17 @@ import itertools
 import math
 import types
 import typing
-from dataclasses import MISSING, fields
-from typing import Any, Literal, Union
+from dataclasses import MISSING, Field, fields
+from typing import Any, ClassVar, Literal, Protocol, Union
 
 from fixedfirst.errors import UserError
+
+
+class Section(Protocol):
+    """A configuration section: a dataclass that names its TOML table (`SECTION`)."""
+
+    SECTION: ClassVar[str]
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
 
 def require(ok: bool, key: str, message: str) -> None:
@@ -100,7 +107,7 @@ def describe(annotation: Any) -> str:
     return names.get(annotation, "a list" if typing.get_origin(annotation) is list else "?")
 
 
-def build_section(section_cls: type, raw: dict[str, Any]) -> Any:
+def build_section(section_cls: type[Section], raw: dict[str, Any]) -> Any:
     """Build one section dataclass from a dict of raw values, checking keys and types."""
     name = section_cls.SECTION
     hints = typing.get_type_hints(section_cls)
@@ -122,7 +129,7 @@ def build_section(section_cls: type, raw: dict[str, Any]) -> Any:
     return section_cls(**values)
 
 
-def field_docs(section_cls: type) -> list[tuple[str, str, str]]:
+def field_docs(section_cls: type[Section]) -> list[tuple[str, str, str]]:
     """(name, default, docstring) for every field, read from the attribute docstrings."""
     import ast
     import inspect
@@ -130,8 +137,9 @@ def field_docs(section_cls: type) -> list[tuple[str, str, str]]:
 
     tree = ast.parse(textwrap.dedent(inspect.getsource(section_cls)))
     docs: dict[str, str] = {}
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    for node, nxt in itertools.pairwise(body):
+    (definition,) = tree.body
+    assert isinstance(definition, ast.ClassDef), "inspect.getsource of a class is its definition"
+    for node, nxt in itertools.pairwise(definition.body):
         if (
             isinstance(node, ast.AnnAssign)
             and isinstance(node.target, ast.Name)

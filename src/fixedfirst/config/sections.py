@@ -393,6 +393,12 @@ class DataConfig:
             "must name a data source",
         )
         seed_range(self.seed, f"{self.SECTION}.seed")
+        require(
+            self.path is None or self.path.strip() != "",
+            f"{self.SECTION}.path",
+            "is empty; set it to the directory written by `fixedfirst prepare` (a relative path "
+            "is read from the config file's directory), or leave the key out",
+        )
         if self.kind == "tokens":
             require(
                 self.path is not None,

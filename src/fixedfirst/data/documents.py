@@ -1,21 +1,10 @@
 """Where documents come from: text, JSONL and Parquet files, directories, Hugging Face datasets.
 
-`resolve_inputs` turns the command line's INPUT arguments into a list of `DocumentInput`s before
-any work starts, so a missing path or package fails at once and nothing is half done. Each input
-then yields its documents as strings, one at a time (a corpus never has to fit in memory), and can
-fingerprint its content so that a DATA directory can tell whether it was made from the same data.
-
-Formats, chosen by file extension:
-- `.jsonl`, `.ndjson`, `.json`: one JSON object per line; the document is its text field.
-- `.parquet`: one document per row of the text column.
-- anything else: UTF-8 text. The whole file is one document, unless a separator line is given
-  (fortune files separate entries with a line holding only `%`; an empty separator splits at
-  blank lines).
-- `hf:NAME[:CONFIG]`: the train split of a Hugging Face dataset (downloads; needs the network).
-
-A document with nothing but whitespace is skipped. Text that is not UTF-8 is an error naming the
-file and byte offset, never silently replaced: a mis-encoded corpus should be converted, not
-trained on as garbage.
+`resolve_inputs` turns the command line's INPUT arguments into `DocumentInput`s before any work
+starts, so a missing path or package fails at once and nothing is half done. Each input yields
+its documents one at a time (a corpus never has to fit in memory) and fingerprints its content.
+Text that is not UTF-8 is an error naming the file and offset, never replaced: a mis-encoded
+corpus should be converted, not trained on. The formats are listed in docs/design.md §17.
 """
 
 from __future__ import annotations

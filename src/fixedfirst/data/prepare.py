@@ -29,7 +29,13 @@ from typing import Any, Literal
 
 from fixedfirst.data.documents import DocumentInput, resolve_inputs
 from fixedfirst.data.prepared import FORMAT, FORMAT_VERSION, META_FILE, SPLITS
-from fixedfirst.data.shards import ShardWriter, dtype_for_vocab
+from fixedfirst.data.shards import (
+    CheckedShard,
+    ShardChanged,
+    ShardWriter,
+    dtype_for_vocab,
+    open_shard,
+)
 from fixedfirst.data.split import DEFAULT_FRACTION, auto_fraction, split_documents
 from fixedfirst.data.tokenizer import (
     TOKENIZER_DIR,
@@ -92,7 +98,10 @@ class PrepareOptions:
 
     @property
     def planned_vocab_size(self) -> int:
-        return self.vocab_size if self.tokenizer == "bpe" else ByteTokenizer().vocab_size
+        if self.tokenizer == "bpe":
+            assert self.vocab_size is not None, "check() requires --vocab-size for bpe"
+            return self.vocab_size
+        return ByteTokenizer().vocab_size
 
 
 @dataclass
@@ -159,6 +168,7 @@ def _check_out(out: Path, fp: str) -> dict[str, Any] | None:
         except (OSError, ValueError):
             existing = {}
         if isinstance(existing, dict) and existing.get("fingerprint") == fp:
+            _check_shards(out, existing)
             return existing
         raise UserError(
             f"--out {out}: already holds prepared data from other inputs or options; "
@@ -169,6 +179,22 @@ def _check_out(out: Path, fp: str) -> dict[str, Any] | None:
             f"--out {out}: exists, is not empty and holds no prepared data; nothing overwritten"
         )
     return None
+
+
+def _check_shards(out: Path, meta: dict[str, Any]) -> None:
+    """Refuse to call DATA done when a shard of it changed since it was written: preparing
+    again into it would change nothing, and the message says what would."""
+    for split in SPLITS:
+        for entry in meta["splits"][split]["shards"]:
+            path = out / entry["file"]
+            try:
+                CheckedShard(path, open_shard(path), entry.get("blocks")).verify_all()
+            except ShardChanged as e:
+                raise UserError(
+                    f"--out {out}: holds this data, but tokens {e.first:,}..{e.last:,} of "
+                    f"{entry['file']} changed since it was prepared (CRC-32 mismatch); nothing "
+                    f"overwritten: delete {out} (or choose another --out) and prepare again"
+                ) from None
 
 
 def _train_bpe(
@@ -258,8 +284,8 @@ def prepare(
     out = Path(out)
     options.check()
     inputs = resolve_inputs(specs, options.separator, options.text_field)
-    sizes = [i.nbytes for i in inputs]
-    total = sum(sizes) if None not in sizes else None  # type: ignore[arg-type]
+    known = [i.nbytes for i in inputs if i.nbytes is not None]
+    total = sum(known) if len(known) == len(inputs) else None
     if options.val_fraction is None:
         options = replace(options, val_fraction=auto_fraction(total))
     if total is not None and total / options.shard_tokens > MAX_SHARDS:
@@ -297,6 +323,8 @@ def _write(
 ) -> PrepareResult:
     """Tokenize into `tmp`, then rename it to `out`: by documents, or (too few of them to
     hold any out, or just one) by bytes."""
+    fraction = options.val_fraction
+    assert fraction is not None  # resolved by prepare()
     for by_bytes in (False, True):
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
@@ -309,7 +337,7 @@ def _write(
         documents = sum(split["documents"] for split in splits.values())
         if documents != 1 and (splits["val"]["documents"] or not documents):
             break
-    _check_splits(splits, inputs, options.val_fraction, by_bytes)
+    _check_splits(splits, inputs, fraction, by_bytes)
     tokenizer.save(tmp / TOKENIZER_DIR)
     text_bytes = sum(s["bytes"] for s in splits.values())
     text_tokens = sum(s["tokens"] - s["documents"] for s in splits.values())

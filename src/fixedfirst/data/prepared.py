@@ -1,20 +1,7 @@
 """A prepared DATA directory: its layout, and reading its meta.json.
 
-    DATA/
-      meta.json            what is here and how it was made (below)
-      tokenizer/           the tokenizer the shards were made with (`load_tokenizer(DATA)`)
-      train-00000.bin ...  training token shards (see shards.py for the format)
-      val-00000.bin ...    validation token shards (whole documents held out)
-
-meta.json holds: `format` and `format_version`; `fingerprint` (a digest of the inputs' content and
-of every option, so that re-running `prepare` can tell same from different); `tokenizer`
-(kind, vocab_size, eod_id, eod_token); `vocab_size`; `dtype`; `splits.train` and `splits.val`
-(documents, bytes of text, tokens including one end-of-document token per document, and the
-shard files with their token counts); `tokens_per_byte`; `sources` (every input file with its
-format, size and content digest); `options`; `created`; `fixedfirst_version`.
-
 Everything that reads DATA goes through `read_meta`, so a missing or unprepared directory is one
-clear error that says how to make it.
+clear error that says how to make it. The layout and meta.json's keys are in docs/design.md §17.
 """
 
 from __future__ import annotations

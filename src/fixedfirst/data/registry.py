@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from fixedfirst.config import RunConfig, build_section
+from fixedfirst.config import RunConfig, Section, build_section
 from fixedfirst.data.source import BatchSource
 from fixedfirst.errors import UserError
 
@@ -64,7 +64,7 @@ class DataKind:
     """One line for `fixedfirst config-reference`."""
     build: Callable[[RunConfig], BatchSource]
     """The source of a (resolved) run configuration; refuses data that does not fit the model."""
-    options: type | None = None
+    options: type[Section] | None = None
     """The dataclass of `[data.NAME]` (with SECTION = 'data.NAME'), or None: no options."""
     evaluate: TaskEvaluation | None = None
     """The task's own metric, or None: validation NLL is all there is."""

@@ -14,16 +14,28 @@ token ids to the model:
 
 uint16 halves disk and page-cache use and suffices for any vocabulary up to 65536 ids; larger
 vocabularies take uint32.
+
+The header catches a truncated file, not a changed one. So `prepare` also records, in meta.json
+beside each shard, the CRC-32 of every block of BLOCK_TOKENS tokens, and a reader compares a
+block with its checksum the first time it reads any token of it (`CheckedShard`): a shard that
+changed after `prepare` (a flipped bit, a bad copy, an edit) is refused before a token of the
+changed block is trained on or scored. CRC-32 because this guards against accidents, not an
+adversary: it detects every change of up to 32 consecutive bits, misses a random change with
+probability 2^-32, and is faster than SHA-256 (benchmarks/shard_check.py measures both; docs/
+design.md §5 says what the check costs).
 """
 
 from __future__ import annotations
 
 import struct
+import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from fixedfirst.errors import UserError
+from fixedfirst.files.paths import shown
 
 MAGIC = b"FFTOKENS"
 VERSION = 1
@@ -59,7 +71,7 @@ def write_shard(path: Path, tokens: np.ndarray, dtype: np.dtype) -> None:
     tokens = np.ascontiguousarray(np.asarray(tokens).astype(dtype, copy=False))
     with open(path, "wb") as f:
         f.write(HEADER.pack(MAGIC, VERSION, dtype.itemsize, tokens.size))
-        f.write(memoryview(tokens).cast("B"))
+        f.write(tokens.data.cast("B"))
 
 
 def read_header(path: Path) -> tuple[np.dtype, int]:
@@ -105,6 +117,84 @@ def open_shard(path: Path) -> np.memmap | np.ndarray:
     return np.memmap(path, dtype=dtype, mode="r", offset=HEADER.size, shape=(count,))
 
 
+BLOCK_TOKENS = 1 << 20
+"""Tokens per checksummed block (2 MB of uint16): a validation pass over a few thousand tokens
+reads one block, and a 10B-token dataset has about ten thousand checksums in its meta.json."""
+
+
+def block_checksums(tokens: np.ndarray, block_tokens: int) -> list[int]:
+    """The CRC-32 of each run of `block_tokens` tokens (the last one may be shorter)."""
+    return [
+        zlib.crc32(np.ascontiguousarray(tokens[start : start + block_tokens]).data)
+        for start in range(0, len(tokens), block_tokens)
+    ]
+
+
+class ShardChanged(UserError):
+    """A block of a shard whose checksum is not the one `prepare` recorded."""
+
+    def __init__(self, path: Path, first: int, last: int) -> None:
+        self.path, self.first, self.last = path, first, last
+        super().__init__(
+            f"{shown(path)}: tokens {first:,}..{last:,} are not what `fixedfirst prepare` wrote "
+            "(CRC-32 mismatch): the shard changed after it was prepared; prepare the data "
+            "again into a new directory (meta.json's sources name the inputs)"
+        )
+
+
+class CheckedShard:
+    """A shard's tokens, each block compared with its recorded checksum when first read.
+
+    `blocks` is the shard's entry in meta.json ({"tokens": block size, "crc32": [...]}), or
+    None for data prepared before checksums were recorded, which is read unchecked."""
+
+    def __init__(self, path: Path, tokens: np.ndarray, blocks: dict[str, Any] | None) -> None:
+        self.path = Path(path)
+        self.tokens = tokens
+        self.block_tokens = 0
+        self.checksums: list[int] = []
+        if blocks is not None:
+            size, checksums = blocks.get("tokens"), blocks.get("crc32")
+            if (
+                not isinstance(size, int)
+                or size <= 0
+                or not isinstance(checksums, list)
+                or len(checksums) != -(-len(tokens) // size)
+            ):
+                raise UserError(
+                    f"{shown(self.path)}: its checksums in meta.json do not describe a shard of "
+                    f"{len(tokens)} tokens; meta.json was changed after `fixedfirst prepare` "
+                    "wrote it: prepare the data again"
+                )
+            self.block_tokens, self.checksums = size, checksums
+        self.verified = np.zeros(len(self.checksums), dtype=bool)
+
+    @property
+    def checked(self) -> bool:
+        """Whether the shard has checksums to compare with."""
+        return self.block_tokens > 0
+
+    def read(self, start: int, end: int) -> np.ndarray:
+        """Tokens [start, end), after checking every block they lie in."""
+        if self.checked and end > start:
+            for block in range(start // self.block_tokens, (end - 1) // self.block_tokens + 1):
+                if not self.verified[block]:
+                    self._verify(block)
+        return self.tokens[start:end]
+
+    def verify_all(self) -> None:
+        """Check every block not checked yet."""
+        for block in np.flatnonzero(~self.verified):
+            self._verify(int(block))
+
+    def _verify(self, block: int) -> None:
+        first = block * self.block_tokens
+        part = self.tokens[first : first + self.block_tokens]
+        if zlib.crc32(np.ascontiguousarray(part).data) != self.checksums[block]:
+            raise ShardChanged(self.path, first, first + len(part) - 1)
+        self.verified[block] = True
+
+
 class ShardWriter:
     """Streams tokens into `PREFIX-00000.bin`, `PREFIX-00001.bin`, ... of `shard_tokens` each.
 
@@ -121,8 +211,9 @@ class ShardWriter:
         self.shard_tokens = shard_tokens
         self.buffer = np.empty(shard_tokens, dtype=dtype)
         self.filled = 0
-        self.shards: list[dict[str, int | str]] = []
-        """One {"file", "tokens"} entry per shard written, in order."""
+        self.shards: list[dict[str, Any]] = []
+        """One {"file", "tokens", "blocks"} entry per shard written, in order ("blocks": the
+        block size and the CRC-32 of each block, see `CheckedShard`)."""
 
     def add(self, tokens: np.ndarray) -> None:
         tokens = np.asarray(tokens)
@@ -137,11 +228,13 @@ class ShardWriter:
 
     def _flush(self) -> None:
         name = f"{self.prefix}-{len(self.shards):05d}.bin"
-        write_shard(self.directory / name, self.buffer[: self.filled], self.dtype)
-        self.shards.append({"file": name, "tokens": self.filled})
+        tokens = self.buffer[: self.filled]
+        write_shard(self.directory / name, tokens, self.dtype)
+        blocks = {"tokens": BLOCK_TOKENS, "crc32": block_checksums(tokens, BLOCK_TOKENS)}
+        self.shards.append({"file": name, "tokens": self.filled, "blocks": blocks})
         self.filled = 0
 
-    def close(self) -> list[dict[str, int | str]]:
+    def close(self) -> list[dict[str, Any]]:
         """Write the last, partly filled shard; return the list of shards."""
         if self.filled:
             self._flush()

@@ -74,7 +74,13 @@ class BatchSource(ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
     def describe(self) -> str:
+        """What the data is, in a few words, for the run's output and summary.json."""
         return type(self).__name__
+
+    def check_training_data(self) -> None:
+        """Refuse, before the first step, training data that is not what it was made as (a
+        prepared shard changed since `prepare`); nothing to check for generated data."""
+        return None
 
     def save_tokenizer(self, directory: Path) -> bool:
         """Write this data's tokenizer into `directory` (a run keeps its own copy, so serving

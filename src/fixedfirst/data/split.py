@@ -11,9 +11,12 @@ for validation. Then the last f of every document's text (cut at a whitespace) i
 the rest trains; the validation text is still unseen in training, though it follows training
 text of the same document.
 
-The validation fraction itself, when not given, is 1% of the text, raised (up to 10%) so that
-a small corpus still holds out AUTO_MIN_BYTES of text: what one default evaluation reads
-(4 batches of 16 sequences of 129 tokens, about 8k tokens) with room to spare.
+The validation fraction itself, when not given, is 1%, raised for a small corpus to
+AUTO_MIN_BYTES / its size (at most 10%): what one default evaluation reads (4 batches of 16
+sequences of 129 tokens, about 8k tokens) with room to spare. It is a fraction of the
+documents, so the text held out is about AUTO_MIN_BYTES only when the documents are of even
+size, and under 10 AUTO_MIN_BYTES of text the cap holds out less; `fixedfirst prepare` prints
+how much it held out, and says so when that is less than a default evaluation scores.
 """
 
 from __future__ import annotations

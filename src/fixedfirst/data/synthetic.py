@@ -65,7 +65,12 @@ class SyntheticSource(BatchSource):
         self.position = int(state["position"])
 
     def describe(self) -> str:
-        return f"synthetic language (vocab {self.vocab_size}, seed {self.seed})"
+        """Says it is the built-in toy: it is what a configuration without [data] trains on."""
+        return (
+            f"the built-in synthetic language, a seeded toy for tests and smoke runs (vocab "
+            f"{self.vocab_size}, seed {self.seed}; data.kind = 'synthetic', the default when "
+            "the configuration names no data)"
+        )
 
 
 def _build(config: RunConfig) -> SyntheticSource:

@@ -232,6 +232,12 @@ class WordTokenizer(Tokenizer):
         return {**super().description(), "words": self.vocab}
 
 
+def missing_files(directory: str | Path, kind: str) -> list[str]:
+    """The files a saved tokenizer of `kind` needs that `directory` lacks (none: complete)."""
+    needed = [DESCRIPTION_FILE, BPE_FILE] if kind == BpeTokenizer.kind else [DESCRIPTION_FILE]
+    return [name for name in needed if not (Path(directory) / name).is_file()]
+
+
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """The tokenizer saved in a DATA directory (or in its `tokenizer/` directory)."""
     path = Path(path)

@@ -27,21 +27,23 @@ import torch
 from fixedfirst.config import RunConfig
 from fixedfirst.data.prepared import check_model_vocab, read_meta
 from fixedfirst.data.registry import DataKind, register_kind
-from fixedfirst.data.shards import open_shard
+from fixedfirst.data.shards import CheckedShard, open_shard
 from fixedfirst.data.source import Batch, BatchSource, held_out_rows, in_batches, rank_rows
-from fixedfirst.data.tokenizer import TOKENIZER_DIR, Tokenizer, load_tokenizer
+from fixedfirst.data.tokenizer import TOKENIZER_DIR, Tokenizer, load_tokenizer, missing_files
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import shown
 
 
 class _Windows:
-    """The windows of seq_len + 1 tokens (stride seq_len) over the shards of one split."""
+    """The windows of seq_len + 1 tokens (stride seq_len) over the shards of one split, each
+    read through its checksums (`CheckedShard`)."""
 
     def __init__(self, root: Path, split: dict[str, Any], seq_len: int, vocab_size: int) -> None:
         self.root = root
         self.seq_len = seq_len
         self.vocab_size = vocab_size
         self.shards = []
+        self.checked: list[CheckedShard] = []
         for entry in split["shards"]:
             tokens = open_shard(root / entry["file"])
             if tokens.size != entry["tokens"]:
@@ -50,6 +52,7 @@ class _Windows:
                     f"{entry['tokens']}; prepare the data again"
                 )
             self.shards.append(tokens)
+            self.checked.append(CheckedShard(root / entry["file"], tokens, entry.get("blocks")))
         counts = [max(0, (s.size - 1) // seq_len) for s in self.shards]
         self.starts = np.cumsum([0, *counts])  # first window index of each shard
         self.tokens = sum(s.size for s in self.shards)
@@ -60,7 +63,12 @@ class _Windows:
     def __getitem__(self, index: int) -> np.ndarray:
         shard = int(np.searchsorted(self.starts, index, side="right")) - 1
         start = (index - int(self.starts[shard])) * self.seq_len
-        return self.shards[shard][start : start + self.seq_len + 1]
+        return self.checked[shard].read(start, start + self.seq_len + 1)
+
+    def verify(self) -> None:
+        """Check every shard of the split against its checksums now."""
+        for shard in self.checked:
+            shard.verify_all()
 
     def batch(self, indices) -> Batch:
         rows = np.stack([self[int(i)] for i in indices]).astype(np.int64)
@@ -90,6 +98,14 @@ class TokenSource(BatchSource):
                 f"tokenizer has {described} ids; the file was changed after `fixedfirst "
                 "prepare` wrote it: prepare the data again"
             )
+        missing = missing_files(self.path / TOKENIZER_DIR, self.meta["tokenizer"]["kind"])
+        if missing:
+            raise UserError(
+                f"{shown(self.path)}: the prepared data is incomplete: its tokenizer "
+                f"({shown(self.path / TOKENIZER_DIR / missing[0])}) is missing; prepare the data "
+                "again (`fixedfirst prepare INPUT... --out DIR` writes the tokenizer beside the "
+                "shards)"
+            )
         self.train = _Windows(self.path, self.meta["splits"]["train"], seq_len, self.vocab_size)
         self.val = _Windows(self.path, self.meta["splits"]["val"], seq_len, self.vocab_size)
         if len(self.train) == 0:
@@ -111,7 +127,7 @@ class TokenSource(BatchSource):
         return cls(config.data.path, config.train.seq_len, seed=config.train.seed)
 
     @property
-    def tokenizer(self) -> Tokenizer:  # type: ignore[override]
+    def tokenizer(self) -> Tokenizer:  # type: ignore[override]  # read-only: loaded on first use
         """The tokenizer saved beside the shards (read on first use: BPE needs `tokenizers`)."""
         if self._tokenizer is None:
             self._tokenizer = load_tokenizer(self.path)
@@ -126,6 +142,13 @@ class TokenSource(BatchSource):
         """A copy of the tokenizer files beside the shards (no `tokenizers` import needed)."""
         shutil.copytree(self.path / TOKENIZER_DIR, directory)
         return True
+
+    def check_training_data(self) -> None:
+        """Every block of the training shards against its checksum: a run reads nearly every
+        block within its first steps anyway (windows in random order), so checking them all
+        up front costs the same and refuses a changed shard before the run directory is
+        touched. Validation blocks are checked as they are first read."""
+        self.train.verify()
 
     def _order_of(self, epoch: int) -> np.ndarray:
         """The window permutation of `epoch` (kept for the current epoch only)."""
@@ -182,10 +205,17 @@ class TokenSource(BatchSource):
 
     def describe(self) -> str:
         kind = self.meta["tokenizer"]["kind"]
+        unchecked = not all(s.checked for s in self.train.checked + self.val.checked)
         return (
             f"tokens at {self.path} ({self.train.tokens:,} training tokens, "
             f"{len(self.train):,} sequences of {self.seq_len}, {kind} tokenizer, "
             f"vocab {self.vocab_size})"
+            + (
+                "; its shards have no checksums (prepared before fixedfirst recorded them) and "
+                "are read unchecked: prepare it again into a new directory to have them checked"
+                if unchecked
+                else ""
+            )
         )
 
 

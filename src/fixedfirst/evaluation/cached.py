@@ -1,34 +1,10 @@
 """Validation NLL of a run's checkpoint at many serving depths, kept beside the run as JSON.
 
 `fixedfirst eval` and the sweep report both measure through here, so one file format describes
-every depth-wise evaluation:
-
-    {"format": "fixedfirst-eval", "version": 1,
-     "run": "runs/uniform", "schedule": "uniform 1..16",
-     "step": 200, "tokens": 819200,            the checkpoint: optimizer steps and tokens trained
-     "weights_sha256": "...",                  which weights were scored
-     "depths": [1, ..., 16, 32, 64],
-     "batches": 8, "batch_size": 16, "scored_tokens": 32768,
-     "validation_seed": null,                  null: the held-out set's first rows; S: rows drawn
-                                               by seed S from the whole held-out set
-     "sequences": 128,                         rows scored (fewer than batches x batch_size when
-                                               a drawn set fell back to all of a smaller split)
-     "validation_sha256": "...",               which rows: a checksum of their inputs and targets
-     "precision": "fp32",                      the precision the rows were scored in
-     "nll_by_depth": {"1": 2.41, ...},         mean next-token NLL in nats per serving depth
-     "mean_serving_nll": 2.07,                 the mean over depths 1..16, null if not all measured
-     "row_nll": {"1": [2.5, ...], ...}}        each row's mean NLL per depth (6 decimals), for
-                                               intervals that cover the held-out sample
-
-`HeldOut` says which rows and how: the run's own `eval.batches` of its micro-batch size (what
-`fixedfirst eval` scores), or exactly `rows` rows in batches of ROWS_BATCH whatever the run's batch
-size, so that runs of different batch sizes score the same rows; the split's first rows or those a
-draw seed picks; in the run's training precision or in fp32.
-
-An evaluation at depth 64 costs several training steps of compute, so a caller that asks the same
-question again (same weights, depths, validation batches and draw seed) gets the saved answer: the
-file records exactly what was measured, and anything else is measured afresh. A file written
-before draw seeds existed has no `validation_seed` and scored the first rows, as seed null does.
+every depth-wise evaluation (docs/design.md §17). `HeldOut` says which rows are scored and how,
+so that runs of different batch sizes can score the same rows. An evaluation at depth 64 costs
+several training steps, so the same question (same weights, depths, rows and precision) gets the
+saved answer; anything else is measured afresh.
 """
 
 from __future__ import annotations
@@ -122,6 +98,7 @@ def evaluate_run(
         "version": EVAL_VERSION,
         "run": str(run),
         "schedule": describe(config.schedule),
+        "data": source.describe(),
         "step": loaded.checkpoint.step,
         "tokens": loaded.checkpoint.meta.get("tokens"),
         "weights_sha256": loaded.checkpoint.meta["files"][MODEL_FILE],

@@ -10,7 +10,7 @@ import torch
 
 from fixedfirst.data.source import Batch
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.model.loss import IGNORE_INDEX, next_token_loss
+from fixedfirst.model.loss import IGNORE_INDEX
 
 SERVING_RANGE = range(1, 17)
 """The paper's "mean serving NLL" averages NLL over serving depths 1..16."""
@@ -66,15 +66,18 @@ def score_held_out(
             n = b.scored_tokens
             if n == 0 and not rows:
                 continue
-            counts = (b.targets != IGNORE_INDEX).sum(dim=1)
             with torch.no_grad(), autocast(device, dtype):
-                for d, logits in model.logits_by_depth(b.inputs, depths):
-                    totals[d] += next_token_loss(logits, b.targets).item() * n
-                    if rows:
-                        losses = next_token_loss(logits, b.targets, reduction="none")
-                        sums = losses.view(b.targets.shape).sum(dim=1)
-                        per_row[d] += (sums / counts.clamp(min=1)).tolist()
-            row_tokens += counts.tolist() if rows else []
+                if rows:
+                    nll, sums = model.row_nll_by_depth(b.inputs, b.targets, depths)
+                else:
+                    nll, sums = model.nll_by_depth(b.inputs, b.targets, depths), {}
+            for d in depths:
+                totals[d] += nll[d] * n
+            if rows:
+                counts = (b.targets != IGNORE_INDEX).sum(dim=1)
+                for d in depths:
+                    per_row[d] += (sums[d] / counts.clamp(min=1)).tolist()
+                row_tokens += counts.tolist()
             scored += n
     finally:
         model.train(was_training)

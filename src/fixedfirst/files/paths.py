@@ -29,6 +29,8 @@ def resolve_data_path(raw: dict[str, Any], base_dir: str | Path) -> dict[str, An
     data = raw.get("data")
     if not isinstance(data, dict) or not isinstance(data.get("path"), str):
         return raw
+    if not data["path"].strip():  # left as written, for DataConfig to refuse by name
+        return raw
     return {**raw, "data": {**data, "path": against(base_dir, data["path"])}}
 
 

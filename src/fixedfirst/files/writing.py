@@ -78,7 +78,7 @@ def readable_like_the_rest(path: str | Path) -> None:
     os.chmod(path, 0o666 & ~_umask())
 
 
-def write_atomic(path: str | Path, write: Callable[[Path], None]) -> None:
+def write_atomic(path: str | Path, write: Callable[[Path], object]) -> None:
     """Run `write(tmp)` for a temporary file beside `path`, then rename it over `path`."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")

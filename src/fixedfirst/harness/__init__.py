@@ -1,21 +1,12 @@
 """lm-evaluation-harness support: the `fixedfirst` model, so every harness task runs at any depth.
 
-    lm_eval --model fixedfirst --model_args run=RUN,depth=8 --tasks hellaswag     (see below)
+    fixedfirst-lm-eval --model fixedfirst --model_args run=RUN,depth=8 --tasks hellaswag
     fixedfirst downstream RUN --tasks hellaswag,piqa,arc_easy --depths 1,4,8,16
 
-How the harness finds the model. lm-eval 0.4.13 (the current release) resolves `--model NAME`
-in its own registry only: it reads no entry points and imports no plugin before the lookup, so
-the stock `lm_eval` command cannot see a model defined outside its source tree. Three ways in:
-
-- `fixedfirst-lm-eval ...`: the harness's own command line (same arguments, same output), with
-  the `fixedfirst` model registered first. Installed with this package.
-- In Python: `fixedfirst.harness.register()`, then `lm_eval.simple_evaluate(model="fixedfirst",
-  model_args=...)`; or pass a `FixedFirstLM` instance as `model`.
-- The `lm_eval.models` entry-point group in pyproject.toml names the class, for harness versions
-  that load installed plugins from that group.
-
-Importing this package does not import lm_eval (an optional dependency, `fixedfirst[harness]`);
-`register()` and `fixedfirst.harness.model` do.
+The stock `lm_eval` command cannot see a model defined outside its source tree, so the model is
+reached through `fixedfirst-lm-eval`, `register()` in Python, or the entry point in
+pyproject.toml (docs/design.md §18). Importing this package does not import lm_eval (an
+optional dependency, `fixedfirst[harness]`); `register()` and `fixedfirst.harness.model` do.
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """Downstream accuracy at several serving depths: lm-evaluation-harness once per depth.
 
-The paper checks its 1B models on HellaSwag, PIQA and ARC-Easy; a looped model answers at every
-depth, so the question is a table: task x metric x depth. One model is loaded and served at each
-depth in turn (`FixedFirstLM.set_depth`); each depth is a complete harness run (`simple_evaluate`)
-over the same documents. acc and acc_norm are the harness's own: the choice with the highest
-log-likelihood, and the highest log-likelihood per character of the choice's text.
-
-The standard tasks download their datasets from the Hugging Face hub. Before anything is loaded
-the hub is probed with a short timeout; when it cannot be reached the run goes on in offline mode
-(HF_HUB_OFFLINE, HF_DATASETS_OFFLINE), which succeeds for datasets already in the local cache and
-otherwise fails at once, and that failure is reported as one line saying the network is needed.
-Tasks defined in local files (`include_path`, `dataset_path: json`) need no network.
-
-Output, in DIR: downstream.json (format below) and downstream.md (the table).
-
-    {"format": "fixedfirst-downstream", "version": 1, "source": "runs/x step 400",
-     "tasks": [...], "depths": [...], "limit": null, "lm_eval_version": "0.4.13",
-     "results": {"piqa": {"1": {"acc": 0.61, "acc_stderr": 0.01, "acc_norm": ..., "samples": 1838},
-                          ...}}}
+A looped model answers at every depth, so the question is a table of task x metric x depth: one
+model is loaded and served at each depth in turn, each depth a complete harness run over the same
+documents. Without the network the run goes on offline (cached datasets only) and says so in one
+line when a dataset is missing. docs/design.md §18 has the details and §17 downstream.json.
 """
 
 from __future__ import annotations

@@ -3,25 +3,14 @@
     --model fixedfirst --model_args run=RUN[,depth=K][,checkpoint=STEP][,exit=kl,threshold=T,
                                     max_depth=K][,seed=S][,max_gen_toks=N]
 
-`run` is a run directory or an export. `depth` defaults to the deepest depth the run trained at;
-`exit=kl` serves with per-token KL exit instead (scoring and generation alike; it decodes one
-request at a time, so it is slow). The harness's `batch_size` batches log-likelihood requests
-(`auto` means 16); its `device` falls back to the CPU when CUDA is absent.
-
-Requests, as the harness defines them:
-- loglikelihood(context, continuation): log p(continuation | start-of-document + context), and
-  whether it is the greedy continuation. Trailing whitespace of the context moves to the
-  continuation (" answer" continuations); the pair is tokenized as one string and split where
-  the context's own tokens end. Scored by `serve.scoring.score_pairs`.
-- loglikelihood_rolling(text): the log-likelihood of every token of the text, in windows of the
-  model's max_seq_len that each keep as much context as fits.
-- generate_until(context, {until, max_gen_toks, do_sample, temperature}): greedy (or sampled)
-  continuation, cut at the first stop string or the end-of-document token.
+`depth` defaults to the deepest the run trained at; `exit=kl` serves with per-token KL exit
+instead. How each kind of harness request is answered is in docs/design.md §18.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import lm_eval.models  # noqa: F401  (the built-in names first: see fixedfirst.harness.register)
 import torch
@@ -153,6 +142,7 @@ class FixedFirstLM(LM):
         ids = ids[-(window - max_new) :]  # keep the end of a context too long for the window
         prompt = torch.tensor([ids], device=self._device)
         generator = torch.Generator(device=self._device).manual_seed(self.seed)
+        tokens: Iterator[torch.Tensor]
         if self.rule is not None:
             steps = stream_kl_exit(self.model, prompt, max_new, self.rule, temperature, generator)
             tokens = (token for token, _ in steps)

@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 
 MAX_STRIPS = 12
+WIDTH = 15.0
+"""Inches."""
 RULE_COLOURS = {"kl": "#ff3b30", "entropy": "#ff9f0a", "state": "#ff2dc6", "argmax": "#00c7ff"}
 """The page's colours (page.html)."""
 
@@ -50,6 +52,35 @@ def _step_line(segment: tuple, values: list, colour: str, style: Any, label: str
     )
 
 
+def fitted(line: str, fontsize: float, width: float) -> str:
+    """`line` as matplotlib should draw it within `width` points: shortened in the middle
+    (keeping both ends, which for a path are the root and the run) when longer, and with its
+    dollar signs escaped, which matplotlib would otherwise read as mathematics."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    measure, font = TextToPath(), FontProperties(size=fontsize)
+
+    def shown(text: str) -> str:
+        return text.replace("$", r"\$")
+
+    def fits(text: str) -> bool:
+        return measure.get_text_width_height_descent(text, font, ismath=False)[0] <= width
+
+    if fits(line):
+        return shown(line)
+    low, high = 0, len(line)  # the most characters kept around the ellipsis that still fit
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if fits(_middle_cut(line, mid)) else (low, mid - 1)
+    return shown(_middle_cut(line, low))
+
+
+def _middle_cut(line: str, keep: int) -> str:
+    head = (keep + 1) // 2
+    return line[:head] + "\u2026" + line[len(line) - (keep - head) :]
+
+
 def draw_inspection(record: dict[str, Any]):
     """A matplotlib figure of the record."""
     import matplotlib
@@ -66,7 +97,7 @@ def draw_inspection(record: dict[str, Any]):
     below = 0.45  # the column labels
     titled = 0.25 if len(record["sequences"]) > 1 else 0.0
     height = 1.0 + len(strips) * (heat + below + titled)
-    fig = Figure(figsize=(15, height))
+    fig = Figure(figsize=(WIDTH, height))
     grid = fig.add_gridspec(
         len(strips),
         1,
@@ -112,7 +143,7 @@ def draw_inspection(record: dict[str, Any]):
         ax.set_xticks(np.arange(n), _column_labels(record, sequence, first, end))
         ax.tick_params(axis="x", labelsize=7, length=0)
         for label in ax.get_xticklabels():
-            label.set_family("monospace")
+            label.set_fontfamily("monospace")
             label.set_rotation(90 if len(label.get_text()) > 2 and text_like else 0)
         step = 1 if n_depths <= 20 else int(np.ceil(n_depths / 10))
         shown_rows = sorted({*range(0, n_depths, step), n_depths - 1})
@@ -120,16 +151,19 @@ def draw_inspection(record: dict[str, Any]):
         ax.set_xlim(-0.5, max(n, per_strip) - 0.5)
         ax.set_ylabel("depth", fontsize=7)
         if first == sequence["start"] and len(record["sequences"]) > 1:
-            ax.set_title(sequence["title"], fontsize=8, loc="left")
+            ax.set_title(fitted(sequence["title"], 8, 0.85 * 72 * WIDTH), fontsize=8, loc="left")
         if k == 0:
             handles, labels = ax.get_legend_handles_labels()
     total = sum(s["length"] for s in record["sequences"])
     shown = sum(end - first for _, first, end in strips)
     about = record["about"]
     cut = "" if shown == total else f" (the first {shown:,} of {total:,} positions)"
+    lines = [
+        f"{about['checkpoint']}: probability of the target at each serving depth{cut}",
+        about["source"],  # a whole --prompt, however long: the page shows all of it
+    ]
     fig.suptitle(
-        f"{about['checkpoint']}: probability of the target at each serving depth{cut}\n"
-        f"{about['source']}",
+        "\n".join(fitted(line, 9, 0.96 * 72 * WIDTH) for line in lines),
         fontsize=9,
         y=1 - 0.08 / height,
         va="top",
@@ -144,5 +178,6 @@ def draw_inspection(record: dict[str, Any]):
         frameon=False,
     )
     bar = fig.add_axes((0.945, (below - 0.1) / height, 0.01, min(0.5, 3.0 / height)))
+    assert image is not None, "a record has at least one strip"
     fig.colorbar(image, cax=bar, label="p(target)")
     return fig

@@ -161,10 +161,10 @@ def inspect_sequences(
                     scores = _scores(logits, targets)
                     for into, values in zip(per_depth[depth], scores, strict=True):
                         into.extend(_unpad(values, batch))
-                for into, rule in zip(per_rule, rules, strict=True):
+                for parts, rule in zip(per_rule, rules, strict=True):
                     logits, stopped = teacher_forced_exit(model, inputs, rule)
                     nll, top, _ = _scores(logits, targets)
-                    for part, values in zip(into, (stopped, nll, top), strict=True):
+                    for part, values in zip(parts, (stopped, nll, top), strict=True):
                         part.extend(_unpad(values, batch))
     finally:
         model.train(was_training)

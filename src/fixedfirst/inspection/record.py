@@ -1,23 +1,7 @@
 """The numbers of an inspection as one JSON record: what the page embeds, draws and shows on
 hover, and what its PNG is drawn from, so the two pictures and any reader of the page agree.
 
-Positions of all sequences follow one another (N in all); per-depth arrays are [depth][position].
-NLL is kept to 5 decimals (the mean over positions then matches eval's to 5e-6 nats), the top
-prediction's probability to 3; positions that are not scored hold null.
-
-    {"format": "fixedfirst-inspect", "version": 1,
-     "about": {"run", "checkpoint", "schedule", "source", "precision"},
-     "depths": [1, ..., 64], "window": 128, "vocab_size": 257,
-     "sequences": [{"title", "start", "length", "reads_as_text"}],
-     "windows": [[start, end], ...],
-     "inputs": [id, ...], "targets": [id or null, ...], "answers": {"position": "note"},
-     "tokens": {"id": "text shown"},
-     "nll": [[...]], "top": [[...]], "top_p": [[...]], "stable_from": [depth, ...],
-     "rules": [{"name", "label", "threshold", "max_depth", "depth": [...], "nll": [...],
-                "top": [...]}],
-     "summary": {"scored", "answers", "nll_by_depth": {"1": x}, "accuracy_by_depth": {...},
-                 "rules": [{"name", "mean_depth", "nll", "accuracy"}]},
-     "colormap": ["#440154", ...]}
+The record's format is in docs/design.md §17.
 """
 
 from __future__ import annotations

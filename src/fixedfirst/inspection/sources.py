@@ -46,7 +46,7 @@ def text_sequence(
         )
     ids = [tokenizer.start_id, *tokenizer.encode(text)]
     kind = None if config is None else data_kind(config.data.kind)
-    if kind is not None and kind.label is not None:
+    if config is not None and kind is not None and kind.label is not None:
         sequence = kind.label(config, ids)
         sequence.title = f"{what}, labelled as the {kind.name} task labels it"
     else:
@@ -61,13 +61,12 @@ def task_examples(
 ) -> list[ScoredSequence]:
     """Examples `indices` of the run's task, with their answers marked."""
     kind = None if config is None else data_kind(config.data.kind)
-    if kind is None or kind.example is None:
-        trained = "an export" if config is None else f"a run on [data] kind = {kind.name!r}"
+    if config is None or kind is None or kind.example is None:
+        trained = "an export" if kind is None else f"a run on [data] kind = {kind.name!r}"
         raise UserError(
             f"{option} needs a run on a task with examples (chains, bios), not {trained}; "
             "use --prompt, --file or --validation"
         )
-    assert config is not None
     return [kind.example(config, i) for i in indices]
 
 

@@ -1,16 +1,10 @@
 """The device a run uses, its CPU threads, and the peak FLOP rate its MFU is measured against.
 
-MFU = achieved model FLOP/s / peak FLOP/s. We never hard-code a peak: on any device we time
-square matrix multiplies of a few sizes in the run's compute dtype, warmed up, and take the best
-rate, so MFU on a 2-core CPU and on an H200 mean the same thing ("fraction of what a plain
-matmul reaches here"), with the threads the run uses. A user may give one instead
-(FIXEDFIRST_PEAK_FLOPS), and the run says which it used.
-
-Threads. torch starts one thread per core, which is right on an idle machine and wrong on a
-shared one: a step is a sequence of parallel regions, each as slow as its slowest thread, and a
-thread whose core is busy with another process stalls the rest. On this project's 2-core machine
-with other work running, one thread took 0.82x the time of two. So a run takes the cores that
-are idle when it starts (`choose_threads`), unless told otherwise.
+No peak is hard-coded: square matmuls are timed on the device in the run's dtype and threads, so
+MFU means "fraction of what a plain matmul reaches here" on any machine, unless
+FIXEDFIRST_PEAK_FLOPS gives one. A run takes the cores that are idle when it starts
+(`choose_threads`), since a thread on a busy core stalls every parallel region of a step
+(docs/design.md §3, §10).
 """
 
 from __future__ import annotations

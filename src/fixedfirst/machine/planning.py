@@ -127,6 +127,7 @@ def memory_option(
 
 def placement_on(config: RunConfig, strategy: str, gpus: int) -> Placement:
     bf16 = config.train.precision != "fp32"  # auto, bf16 and fast train in bf16 on a GPU
+    # `strategy` is "ddp" or "fsdp", the two this module plans (its callers' literals)
     return Placement("cuda", bf16, strategy, gpus)  # type: ignore[arg-type]
 
 

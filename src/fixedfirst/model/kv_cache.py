@@ -1,28 +1,10 @@
 """Key/value cache for incremental decoding, one entry per layer *application*.
 
-A looped model applies each core layer once per iteration, and every iteration sees a different
-state, so iteration i's keys and values differ from iteration j's. The cache therefore keys its
-entries by where a layer is applied: ("prelude", layer), ("core", iteration, layer) and
-("coda", layer), as Huginn and Ouro do. A cache built at depth K holds n_prelude + K*n_core +
-n_coda entries.
-
-Padded batches. Prompts of different lengths decode together left-padded: row b's first pad[b]
-columns are padding. `Padding` records which columns belong to each row's sequence and gives
-each row its own positions (the number of its columns before, so a row sees the rotary angles
-and the initial state it would see alone) and an attention mask that hides the other columns
-from every real query (docs/design.md §11). Depth-speculative decoding hides a batch row's
-rejected draft columns the same way (`hide`). A hidden column attends to itself only, so its
-garbage stays finite: a query that may attend to nothing would make NaN, and a NaN value
-poisons a weighted sum even at weight zero.
-
-Row subsets. Adaptive exit runs the remaining iterations only for the rows that still iterate
-(`RowSubset`): their new entries go into the full cache's column, and the rows that stopped get
-copies of their last entry afterwards (serve/adaptive.py).
-
-Two small protocols say what the model asks of a cache: attention takes an `AttentionCache` (one
-layer application's keys and values), the model's pieces take `LayerCaches` (which hands out the
-`AttentionCache` of a named layer application). This module's caches, the row subsets and the
-shared prefixes of model/shared_prefix.py each satisfy one of them.
+Iteration i of a core layer sees another state than iteration j, so entries are keyed by where a
+layer is applied: ("prelude", layer), ("core", iteration, layer), ("coda", layer). The cache
+also carries a padded batch's per-row positions and mask (`Padding`), the columns speculation
+hides, and the rows adaptive exit still iterates (`RowSubset`). `AttentionCache` and
+`LayerCaches` are the two protocols the model asks of a cache (docs/design.md §11, §16).
 """
 
 from __future__ import annotations

@@ -41,6 +41,9 @@ class RotaryEmbedding(nn.Module):
     `rotate` applies it (one pass forward, one backward).
     """
 
+    cos: torch.Tensor
+    sin: torch.Tensor
+
     def __init__(self, head_dim: int, max_seq_len: int, base: float) -> None:
         super().__init__()
         inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)

@@ -1,20 +1,10 @@
 """The looped ("middle-loop") transformer: an untied prelude, a shared core run K times, a coda.
 
-    tokens -> embed -> prelude -> e
-    s_0 ~ initial state
-    s_k = core(adapter(concat(s_{k-1}, e)))          for k = 1..K    (input injection)
-    logits = head(norm(coda(norm(s_K))))
-
-The adapter's weight is W = [W_s W_e] (d x 2d), so W [s; e] = W_s s + W_e e, and e is the same in
-every iteration: W_e e is computed once per forward (`injection`) and each iteration adds it to
-W_s s in one fused matmul-add (docs/design.md §1). The saved weight stays the (d, 2d) matrix of
-the concat form; the halves are views of it at compute time.
-
-This is the architecture of Geiping et al. 2025 (Huginn) and Saunshi et al. 2025; McLeish et al.
-2025 retrofit pretrained models into it. One set of weights serves any depth K: cheap at small K,
-better at large K. Evaluation at many depths shares one pass of the recurrence
-(`logits_by_depth`): the state after k iterations is exactly what a depth-k forward computes, so
-the coda and head are simply applied at every requested k on the way up.
+One set of weights serves any depth K (Huginn; Saunshi et al. 2025). The concat adapter's
+prelude half is computed once per forward while its weight stays the (d, 2d) matrix of the concat
+form, and evaluation at many depths is one pass of the recurrence (`logits_by_depth`); the
+forward's pieces are public so that decoding rules can stop or branch between iterations
+(docs/design.md §1, §16).
 """
 
 from __future__ import annotations
@@ -50,6 +40,8 @@ def check_depth(depth: object, name: str = "depth") -> int:
 
 
 class LoopedTransformer(nn.Module):
+    eval_state: torch.Tensor
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
@@ -320,6 +312,19 @@ class LoopedTransformer(nn.Module):
         }
         return {d: losses[d] for d in depths}
 
+    def row_nll_by_depth(
+        self, tokens: torch.Tensor, targets: torch.Tensor, depths: Iterable[int]
+    ) -> tuple[dict[int, float], dict[int, torch.Tensor]]:
+        """`nll_by_depth`'s means, and each row's summed next-token NLL (B,) at each depth, from
+        the same pass: what an interval over held-out rows needs."""
+        depths = list(depths)
+        means, rows = {}, {}
+        for depth, logits in self.logits_by_depth(tokens, depths):
+            means[depth] = next_token_loss(logits, targets).item()
+            per_token = next_token_loss(logits, targets, reduction="none")
+            rows[depth] = per_token.view(targets.shape).sum(dim=1)
+        return {d: means[d] for d in depths}, {d: rows[d] for d in depths}
+
     @torch.no_grad()
     def decode_step(self, tokens: torch.Tensor, depth: int, cache: KVCache) -> torch.Tensor:
         """Process the next tokens (B, T) after what `cache` holds; return their logits."""
@@ -380,7 +385,7 @@ class LoopedTransformer(nn.Module):
 
     def parameter_counts(self) -> dict[str, int]:
         """Parameters per part; a tied head counts under `embedding` only. Independent of depth."""
-        groups = {
+        groups: dict[str, list[nn.Module]] = {
             "embedding": [self.embed],
             "prelude": [self.prelude],
             "core": [m for m in (self.adapter, self.core) if m is not None],

@@ -1,20 +1,9 @@
 """Scoring many continuations of a few prompts: each shared prefix runs through the model once.
 
-Recall (tasks/bios/recall.py) asks each person 30 questions, and every question begins with
-`<bos>` and the person's name: 4 of the default world's 8.5 tokens per prompt. Run as whole
-prompts, the recurrence would compute those 4 tokens 30 times per person at every one of 64
-iterations; with the prefix computed once, recall costs about half as much.
-
-`LoopedTransformer.prefill_shared` runs G prefixes (G, L) through the prelude, every core
-iteration up to the deepest readout, and the coda at each readout depth, keeping the keys and
-values of every layer application (the layout of `KVCache`: iteration i's core keys differ from
-iteration j's). `SharedPrefix.rows(groups)` then serves a batch whose row b continues prefix
-groups[b]: each attention call appends the continuation's keys to its group's prefix keys, so a
-continuation token sees exactly what it would see in the whole prompt, at the same positions
-(rotary angles and evaluation initial state from L on). Logits agree with the whole-prompt
-forward up to float rounding (different matmul shapes); the coda at readout depth d attends to
-the prefix's coda keys computed from the prefix state at depth d, which is why the prefix keeps a
-coda entry per readout depth (`at_depth`).
+Recall asks each person 30 questions that all begin with `<bos>` and the name, so the prefix is
+computed once per person (`LoopedTransformer.prefill_shared`), keeping every layer application's
+keys and values and a coda entry per readout depth, and each continuation attends to its
+group's prefix at the same positions it would have in the whole prompt (docs/design.md §5).
 """
 
 from __future__ import annotations

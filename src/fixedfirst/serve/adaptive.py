@@ -1,38 +1,11 @@
 """Per-token adaptive depth: stop iterating the core once an exit rule says the token settled.
 
-A looped model can spend more iterations on hard tokens and fewer on easy ones (Geiping et al.
-2025, "Huginn", zero-shot adaptive compute). For each new token, after core iteration
-k = 1, 2, ..., an exit rule (serve/exit_rules.py: KL, entropy change, state change, argmax
-stability) decides per row whether to stop at k; every row stops at max_depth at the latest. A
-KL threshold of 0 never stops early and reproduces fixed-depth decoding at max_depth exactly.
-
-What later tokens see. Every later token attends, at core iteration j, to the keys and values
-that each earlier position produced at iteration j. A position that stopped at depth k < j never
-computed iteration j, so its entry for j is a copy of its entry at iteration k (its last computed
-iteration, per core layer): the state it stopped in is what it shows to the deeper iterations of
-later tokens. This is Huginn's `latest` cache lookup with its block-per-iteration structure made
-explicit. The coda keeps one entry per position, from the readout at the depth it stopped at.
-
-Batches. Rows stop independently, and a row that stopped costs no further core iterations or
-readouts: each iteration runs on the rows still iterating only (`RowSubset`: their states, and
-their rows of the cache), and the stopped rows' entries are filled with copies at the end. What a
-stopped row still costs is bookkeeping: the copies, and gathering the active rows' cache for
-attention (docs/design.md §11). A padded batch (KVCache(pad=...)) decodes each row at its own
-positions, as it would alone.
-
-Cost. A rule that reads out (all but `state`) pays the readout (coda layers + the d x vocab head
-+ a log-softmax) at every iteration: a token that stops at depth k costs
-prelude + k * (iteration + readout), against prelude + K * iteration + readout at fixed depth K.
-With the paper-200m preset (4 core layers, 1 coda layer, d = 1024, 32k vocabulary,
-1024-token sequences) a readout costs about 0.8 of a core iteration, so KL exit at mean depth k
-costs like fixed depth ~1.8 k; the CPU model of configs/sweeps/lm-cpu.toml (2 core layers, byte
-vocabulary) pays ~0.5 of an iteration per readout. The state rule reads out once, where it stops.
-`ExitRule.modeled_flops` gives the exact numbers; benchmarks/serving.py reports them.
-
-Prefill. In generation the prompt, except its last token, is processed at max_depth in one
-batched pass: its tokens are given, so there is nothing to decide, and every cache entry exists.
-The last prompt token goes through the rule, so every generated token's distribution is one the
-rule chose. Teacher-forced scoring (`teacher_forced_exit`) applies the rule at every position.
+A looped model can spend more iterations on hard tokens and fewer on easy ones (Huginn). After
+each core iteration an exit rule (`exit_rules.py`) decides per row whether the token stops;
+later tokens see a stopped position's last computed iteration at every deeper one (§1). A row
+that stopped costs no further iterations: each runs on the rows still iterating (`RowSubset`),
+and the stopped rows' cache entries are filled in at the end. The prompt but its last token is
+prefilled at max_depth. docs/design.md §11-12 gives the cache rules and the costs.
 """
 
 from __future__ import annotations
@@ -267,6 +240,6 @@ def teacher_forced_exit(
     return torch.cat(logits, dim=1), torch.cat(depths, dim=1)
 
 
-# The names from when KL was the only rule; they take any rule.
+# KL-named aliases, for callers that name the rule in the function; they take any rule.
 stream_kl_exit = stream_adaptive
 teacher_forced_kl_exit = teacher_forced_exit

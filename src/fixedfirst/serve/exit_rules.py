@@ -1,25 +1,10 @@
 """Exit rules: when a token stops iterating the core (docs/design.md §12).
 
-After core iteration k = 1, 2, ... of a new token, a rule looks at what that iteration produced
-and says, per batch row, whether to stop there; every rule stops at max_depth at the latest.
-They differ in what they look at, and so in what they cost:
-
-    kl       KL(p_{k-1} || p_k) < threshold: the next-token distribution stopped moving.
-    entropy  |H(p_k) - H(p_{k-1})| < threshold (nats): its uncertainty stopped moving, a
-             cheaper summary of the same distributions that two different ones can share.
-    state    ||s_k - s_{k-1}|| / ||s_k|| < threshold: the recurrent state itself converged.
-    argmax   the most likely next token was the same at the last n = threshold iterations.
-
-p_0 is the uniform distribution (H_0 = log V) and s_0 the initial state, so every rule can stop
-after the first iteration. `kl`, `entropy` and `argmax` need p_k at every iteration, so each
-iteration also pays a readout (coda + head); `state` needs only the state and reads out once,
-where it stops (`reads_out`, `modeled_flops`). Huginn (Geiping et al. 2025) compares criteria of
-these four kinds; the thresholds here are ours, chosen on our models (docs/guides/serving.md,
-the serving benchmark), except KL's 1e-3, Huginn's.
-
-A rule is a frozen dataclass (threshold, max_depth) that makes one `ExitTracker` per decoded
-position; the tracker holds what the rule remembers between iterations for every row and is
-updated on the rows still iterating. Adding a rule is a class here and a line in EXIT_RULES.
+After core iteration k of a new token a rule says, per batch row, whether to stop there; every
+rule stops at max_depth at the latest. `kl`, `entropy`, `state` and `argmax` differ in what they
+look at and so in what they cost (§12 tabulates them). A rule is a frozen dataclass (threshold,
+max_depth) that makes one `ExitTracker` per decoded position, holding what the rule remembers
+between iterations. Adding a rule is a class here and a line in EXIT_RULES.
 """
 
 from __future__ import annotations
@@ -27,7 +12,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import torch
 
@@ -206,8 +191,17 @@ class ArgmaxExit(ExitRule):
         return _ArgmaxTracker(initial_state.shape[0], int(self.threshold), initial_state.device)
 
 
-EXIT_RULES: dict[str, type[ExitRule]] = {
-    rule.name: rule for rule in (KLExit, EntropyExit, StateExit, ArgmaxExit)
+class DefaultedRule(Protocol):
+    """A rule class whose threshold has a default, which `--exit NAME` alone uses."""
+
+    def __call__(self, threshold: float = ..., max_depth: int = ...) -> ExitRule: ...
+
+
+EXIT_RULES: dict[str, DefaultedRule] = {
+    KLExit.name: KLExit,
+    EntropyExit.name: EntropyExit,
+    StateExit.name: StateExit,
+    ArgmaxExit.name: ArgmaxExit,
 }
 
 

@@ -1,36 +1,12 @@
 """Depth-speculative decoding: the model's own shallow depth drafts, its serving depth verifies.
 
 A model trained fixed-first serves well at every depth, so depth D < K is a free draft model for
-depth K. Each round (greedy, docs/design.md §13):
-
-    draft   from the next token x, run N + 1 tokens through the prelude and D core iterations,
-            one at a time: x, then y_1..y_N, each y_i the argmax of a readout at depth D (the
-            last token, y_N, is iterated but not read out);
-    verify  run the N + 1 tokens through iterations D+1..K and a readout in ONE pass (causal
-            within the chunk), giving depth K's argmax z_i after each of them;
-    accept  the longest prefix with y_i = z_i (a of N), then z_{a+1}: a + 1 tokens per round,
-            exactly those greedy decoding at depth K would produce.
-
-Reuse. Iteration j of a token reads only the iteration-j keys and values of earlier tokens (and
-its own state after iteration j - 1), so a token's first D iterations are the same whether the
-depth-D draft or the depth-K verifier runs them, as long as earlier tokens are the same: the
-verifier starts from the draft's states after D iterations and from its cache entries for
-iterations 1..D, and computes only iterations D+1..K. Without reuse (`reuse=False`, kept for the
-benchmark) the verifier recomputes the chunk from the prelude up. The draft's readouts see the
-coda entries of accepted tokens at depth K and of earlier draft tokens at depth D; the verifier
-discards the draft's coda entries and writes its own.
-
-Rollback. After a round, positions whose input was a rejected draft token (y_{a+1}..y_N) are
-removed from every layer application's cache (`KVCache.truncate`); every entry kept was computed
-from accepted tokens only (causality), so the cache is exactly what plain decoding at depth K
-would hold. The next round drafts from z_{a+1}.
-
-Batches. Rows agree with their verifier for different lengths. A round keeps the inputs up to
-the longest agreement over the rows, and a row that agreed less hides the columns of its
-rejected inputs from every later query (`KVCache.hide`, the mechanism of left padding: the
-row's positions count only its visible columns), so every row advances by its own agreement
-plus one. Rows that have all their tokens leave the batch and the cache (`select_rows`); the
-others go on. `SpeculationStats` counts drafts, agreement and hidden columns.
+depth K. Each round drafts N tokens at depth D, verifies them in one pass of iterations D+1..K
+(reusing the draft's first D iterations, which are exactly the verifier's), keeps the longest
+agreeing prefix plus depth K's next token, and truncates the cache back to the kept inputs: the
+output is greedy decoding at K, token for token. Rows of a batch advance by their own agreement,
+hiding their rejected columns (`KVCache.hide`). docs/design.md §13 gives the rounds, the reuse
+and the costs.
 """
 
 from __future__ import annotations

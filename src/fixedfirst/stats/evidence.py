@@ -1,23 +1,12 @@
 """What a set of seeds supports: a score over seeds, the paired difference of two arms, a verdict.
 
-An experiment here compares arms (schedules, settings) that were each trained once per seed. A
-single run's score moves with everything a seed fixes (initialisation, data order, the recurrent
-state's draws) and with the machine's rounding, so a claim about arms is a claim over seeds:
-
-- `over_seeds(values)`: an arm's mean with its two-sided t-interval over its seeds;
-- `paired(a, b)`: the mean of a[s] - b[s] over the seeds both arms ran, with its t-interval. Arms
-  that share a seed share its data order and evaluation draw, so pairing removes what the seed
-  does to both alike and is sharper than comparing two means; `paired_relative(a, b)` the same
-  for a[s] / b[s] - 1, the paper's "within 0.5% of uniform";
-- `sign(interval)` and `verdict(interval, claim, bound)`: the words a reader may use. A difference
-  whose interval contains zero is "cannot tell", never a ranking.
-
-An interval over seeds covers what the seeds vary. Where an experiment also draws its held-out set
-per seed (chains, the language-model sweep's validation offset), the interval covers the held-out
-sampling too; where every seed scores one shared held-out set, `over_seeds_and_rows` and
-`paired_over_rows` take each seed's values on blocks of that set, so that the interval covers the
-held-out sample as well as the seeds. docs/design.md §4 says which experiment does what. `holm`
-corrects the verdicts of a family of exploratory comparisons.
+A single run's score moves with everything a seed fixes and with the machine's rounding, so a
+claim about arms is a claim over seeds: `over_seeds` (an arm's t-interval), `paired` and
+`paired_relative` (same-seed differences, sharper than comparing two means), and `sign` and
+`verdict`, the words a reader may use; an interval containing zero is "cannot tell", never a
+ranking. Where every seed scores one shared held-out set, `over_seeds_and_rows` and
+`paired_over_rows` also cover the held-out sample; `holm` corrects a family of exploratory
+verdicts. What each interval covers is docs/design.md §4.
 """
 
 from __future__ import annotations
@@ -30,6 +19,7 @@ import numpy as np
 
 from fixedfirst.stats.intervals import (
     CrossedInterval,
+    Estimate,
     Interval,
     crossed_interval,
     t_cdf,
@@ -88,7 +78,7 @@ def over_seeds(values: Mapping[int, float], level: float = LEVEL) -> OverSeeds:
     return OverSeeds(ordered, interval.mean, interval.low, interval.high)
 
 
-def common_seeds(a: Mapping[int, float], b: Mapping[int, float]) -> list[int]:
+def common_seeds(a: Mapping[int, object], b: Mapping[int, object]) -> list[int]:
     """The seeds both arms ran, in order."""
     return sorted(set(a) & set(b))
 
@@ -109,7 +99,7 @@ def paired_relative(
     return t_interval([a[s] / b[s] - 1.0 for s in seeds], level)
 
 
-def _two_or_more(a: Mapping[int, float], b: Mapping[int, float]) -> list[int]:
+def _two_or_more(a: Mapping[int, object], b: Mapping[int, object]) -> list[int]:
     common = common_seeds(a, b)
     if len(common) < 2:
         raise ValueError(
@@ -127,7 +117,7 @@ def sign(interval: Interval) -> Literal["positive", "negative", "cannot tell"]:
     return "cannot tell"
 
 
-def verdict(interval: Interval, claim: Claim, bound: float = 0.0) -> Verdict:
+def verdict(interval: Estimate, claim: Claim, bound: float = 0.0) -> Verdict:
     """Does the interval support `quantity > bound` (claim "above") or `quantity < bound`
     ("below")? Reproduced when the whole interval is on the claimed side, not reproduced when
     the whole interval is on the other side, otherwise the seeds cannot tell."""

@@ -1,23 +1,10 @@
 """Confidence intervals for a mean over sampled units.
 
-One kind of unit (training batches, evaluation sequences, seeds): the usual t-interval for the
-mean over n independent units,
-
-    mean ± t_{(1 + level) / 2, n - 1} · sd / sqrt(n),      sd with the n - 1 denominator.
-
-Two kinds of unit, crossed (every training batch's update measured on every held-out sequence in
-the update diagnostic): a matrix X[b, j] whose grand mean is the estimate, and whose rows and
-columns are both samples. A t-interval over rows treats the columns as fixed and covers the row
-sampling only; `two_way_bootstrap` resamples rows and columns independently with replacement
-(the "pigeonhole" bootstrap) and takes the percentile interval, so it covers both. For the grand
-mean of X = mu + u_b + v_j + e_bj its variance is about var(u)/B + var(v)/J + 3 var(e)/(BJ)
-against the true var(u)/B + var(v)/J + var(e)/(BJ) (Owen 2007): exact in the row and column
-effects, conservative in the interaction; no bootstrap of a crossed design is exact for all three
-(McCullagh 2000). The tests measure its coverage by simulation.
-
-The t quantile is computed here (the regularised incomplete beta function by its continued
-fraction, then bisection on the CDF) rather than imported: scipy would be a heavy dependency for
-one number, and the values are checked against printed t tables in the tests.
+One kind of unit (batches, sequences, seeds): the t-interval. Two kinds, crossed (every batch's
+update scored on every held-out sequence in the update diagnostic): `two_way_bootstrap`, which
+resamples rows and columns independently and so covers both samplings (docs/design.md §6). The t
+quantile is computed here rather than imported from scipy, a heavy dependency for one number
+(docs/design.md §4).
 """
 
 from __future__ import annotations

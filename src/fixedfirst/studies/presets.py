@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from fixedfirst.config import RunConfig, apply_overrides, build_section, parse_override, read_toml
+from fixedfirst.config import (
+    RunConfig,
+    Section,
+    apply_overrides,
+    build_section,
+    parse_override,
+    read_toml,
+)
 from fixedfirst.errors import UserError
 
 PAPER_SCHEDULES: dict[str, list[str]] = {
@@ -63,7 +70,11 @@ class PresetFile:
 
 
 def read_preset(
-    package: str, shipped: tuple[str, ...], name: str, overrides: list[str] | None, settings: type
+    package: str,
+    shipped: tuple[str, ...],
+    name: str,
+    overrides: list[str] | None,
+    settings: type[Section],
 ) -> PresetFile:
     """Preset `name` of the experiment in `package` (one of `shipped`, or a path to a .toml),
     with `--set` overrides; its [experiment] section built as `settings`."""

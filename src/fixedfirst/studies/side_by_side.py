@@ -1,25 +1,10 @@
 """An experiment's work in several worker processes at once: runs and evaluations side by side.
 
-A small model uses many threads poorly (docs/design.md §10 has the measurements): workers of one
-thread each keep every core busy with its own run, and an evaluation that waits for a checkpoint
-(bios recall at 15% of the budget) starts as soon as the checkpoint is on disk, in whichever
-worker is free, instead of after every run has finished.
-
-The work is a list of `Job`s: a function (pickled by reference, so module-level), its arguments,
-and optionally a predicate the parent checks before handing the job out (a checkpoint exists).
-A job that is not ready waits. Whatever a job writes lands where the single-process path would
-write it (run directories, caches beside them), so running the experiment again, with or without
-workers, reuses all of it.
-
-Stopping. On Ctrl-C (which the terminal sends to the workers too), on `kill -INT` of this
-process, or when a job fails, the parent sends every worker SIGUSR1, which a worker takes as a
-first Ctrl-C, however often it comes (`train.interrupt.request_stop`): a training run saves a
-checkpoint at its next step and stops, also when the request came while it was still setting
-up; an evaluation finishes (seconds). Then the experiment stops with the error, or with the
-command that resumes it.
-
-An experiment (bios, chains) says what it runs, evaluates and writes (`Experiment`); `conduct`
-does the rest, the same for every experiment.
+A small model uses many threads poorly (docs/design.md §10), so workers of one thread each keep
+every core busy, and an evaluation that waits for a checkpoint starts as soon as it is on disk.
+The work is a list of `Job`s (a module-level function, its arguments, an optional readiness
+check); whatever a job writes lands where the single-process path would, so a rerun reuses it.
+Ctrl-C or a failed job asks every worker to stop as a first Ctrl-C does (§10).
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """Crash-proof checkpoints: `RUN/checkpoints/step-NNNNNNN/`.
 
-Each checkpoint directory holds
-    model.safetensors   the full (unsharded) weights, each tied tensor once (safetensors: loading
-                        never runs code)
-    trainer.pt          the full optimizer state keyed by parameter name, and the data position,
-                        loaded with torch.load(weights_only=True), which refuses pickled code
-    meta.json           step, tokens, FLOPs, wall-clock, tags, the metrics-file length and a
-                        SHA-256 of every file above
-
-Only rank 0 writes checkpoints; what they hold does not depend on the number of processes.
-It is written into `.tmp-step-NNNNNNN/`, flushed to disk, then renamed into place; a directory
-without a valid meta.json is never considered. A checkpoint saved again at the same step is
-renamed to `.replaced-step-NNNNNNN/` before the new one is renamed in, and deleted only after,
-and a replaced checkpoint counts while its step has no other. A crash at any moment therefore
-leaves a loadable checkpoint (the previous one, or the one being replaced), and a flipped byte is
-caught by the checksum. A failed write (a full disk) is one line naming the cause and leaves no
-temporary directory behind. Periodic checkpoints beyond `keep` are deleted oldest first; tagged
-ones (the switch point, FLOP snapshots, the end) are kept.
+A checkpoint (full weights in safetensors, the optimizer state and data position in a
+weights-only torch file, meta.json with a SHA-256 of each) is written under a temporary name,
+flushed and renamed, and one saved again at the same step is renamed aside first, so a crash at
+any moment leaves a loadable checkpoint and a flipped byte is caught by its checksum
+(docs/design.md §7). Only rank 0 writes them; what they hold does not depend on the number of
+processes.
 """
 
 from __future__ import annotations
@@ -69,7 +58,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_file(path: Path, write: Callable[[Path], None]) -> str:
+def _write_file(path: Path, write: Callable[[Path], object]) -> str:
     write(path)
     with open(path, "rb") as f:
         os.fsync(f.fileno())

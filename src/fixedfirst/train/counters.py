@@ -92,4 +92,5 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"  auto switch ({switch['rule']}) at step {switch['step']} "
             f"({100 * switch['fraction']:.1f}% of the run): {why}{probes}"
         )
+    lines.append(f"  on {summary['data']['about']}")
     return "\n".join(lines)

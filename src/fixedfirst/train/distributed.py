@@ -129,7 +129,7 @@ def broadcast_object(world: World, obj: T) -> T:
     """Rank 0's `obj` on every rank (small picklable objects only)."""
     if not world.launched:
         return obj
-    box = [obj if world.is_main else None]
+    box = [obj]  # the other ranks' entry is replaced by rank 0's
     dist.broadcast_object_list(box, src=0)
     return box[0]
 

@@ -176,6 +176,7 @@ class Interrupt:
         global _active
         _active = None
         for signum, previous in self._previous.items():
+            # `previous` is what signal.signal returned for this signal, kept as an object
             signal.signal(signum, previous)  # type: ignore[arg-type]
         self._previous.clear()
 

@@ -1,21 +1,11 @@
 """`fixedfirst train --nproc N`: N training processes on this machine, started the way
 `torchrun --standalone` starts them, stopped the way one process stops.
 
-Each process runs `python -m fixedfirst train` with the command's other arguments and the
-environment torchrun would give it (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT on a free local port), in a session of its own, so that a terminal's Ctrl-C reaches
-it only through this launcher, once.
-
-Why not torchrun itself: on SIGTERM or Ctrl-C its agent passes the signal on, kills the workers
-30 seconds later whatever they are doing, and ends with the signal as a traceback; SIGUSR1 kills
-it outright. This launcher passes SIGINT, SIGTERM and SIGUSR1 on to every process, which stop
-together at the next log line with a checkpoint (`interrupt.py`), waits for them however long
-the save takes (a scheduler's SIGKILL is the real deadline) and exits with their status, so a
-preempted job prints one line and ends with the status a scheduler can requeue on.
-
-A process that fails stops the run: the others' next collective fails and they exit; any still
-running GRACE_S seconds after the first failure are killed. A process killed from outside (out of
-memory) cannot speak for itself, so the launcher says which and how to resume.
+Each process gets torchrun's environment in a session of its own; the launcher passes SIGINT,
+SIGTERM and SIGUSR1 on, waits for the checkpoint however long it takes and exits with the
+processes' status, where torchrun's agent kills workers 30 seconds after a signal
+(docs/distributed.md). A failed process stops the run; one killed from outside cannot speak for
+itself, so the launcher says which and how to resume.
 """
 
 from __future__ import annotations
@@ -110,10 +100,10 @@ def wait_all(processes: list[subprocess.Popen], resume: str, received: list[int]
     failed_at: float | None = None
     killed: set[int] = set()
     while True:
-        codes = [p.poll() for p in processes]
-        if all(code is not None for code in codes):
+        polled = [p.poll() for p in processes]
+        if all(code is not None for code in polled):
             break
-        if failed_at is None and any(c is not None and c not in STOPPED for c in codes):
+        if failed_at is None and any(c is not None and c not in STOPPED for c in polled):
             failed_at = time.monotonic()
         if failed_at is not None and time.monotonic() - failed_at > GRACE_S:
             for rank, process in enumerate(processes):

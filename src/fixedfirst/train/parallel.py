@@ -16,7 +16,7 @@ checkpoint written by N processes resumes on M, or opens in `fixedfirst eval` wi
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -96,12 +96,15 @@ class ParallelModel:
         for block in (*model.prelude, *model.coda):
             fully_shard(block, mesh=mesh, mp_policy=policy)
         fully_shard(model, mesh=mesh, mp_policy=policy)
-        # Evaluation calls nll_by_depth, not forward: it must gather the root's weights too.
+        # Evaluation calls nll_by_depth (or row_nll_by_depth), not forward: it must gather the
+        # root's weights too.
         register_fsdp_forward_method(model, "nll_by_depth")
+        register_fsdp_forward_method(model, "row_nll_by_depth")
 
     def gradient_sync(self, enabled: bool) -> contextlib.AbstractContextManager[None]:
         """Around one micro-batch's forward and backward: reduce gradients across ranks only on
         the last micro-batch of a step (the others accumulate locally)."""
+        # DDP's no_sync and FSDP2's methods exist on the wrapped module at run time only
         if self.strategy == "ddp" and not enabled:
             return self.train_module.no_sync()  # type: ignore[operator]
         if self.strategy == "fsdp":
@@ -118,7 +121,7 @@ class ParallelModel:
     def after_eval(self) -> None:
         """Free the weights evaluation gathered (FSDP2 keeps the root's after a forward)."""
         if self.strategy == "fsdp":
-            self.module.reshard()  # type: ignore[operator]
+            self.module.reshard()  # type: ignore[operator]  # fully_shard adds it at run time
 
     def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
         """Canonical parameter name -> full (unsharded) shape."""
@@ -147,7 +150,9 @@ class ParallelModel:
         )
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        weights = get_model_state_dict(self.module, options=options)
+        # torch types the values as any state (DTensors, nested dicts); full_state_dict makes
+        # the model's plain tensors
+        weights = cast(dict[str, torch.Tensor], get_model_state_dict(self.module, options=options))
         optim = get_optimizer_state_dict(self.module, optimizer, options=options)
         for alias in tied_aliases(self.module):
             weights.pop(alias, None)
@@ -170,10 +175,10 @@ class ParallelModel:
             set_optimizer_state_dict,
         )
 
+        state: dict[str, Any] = dict(weights)
         if self.world.is_main:
-            weights = dict(weights)
             for alias, canonical in tied_aliases(self.module).items():
-                weights[alias] = weights[canonical]
+                state[alias] = state[canonical]
         options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=self.world.launched)
-        set_model_state_dict(self.module, weights, options=options)
+        set_model_state_dict(self.module, state, options=options)
         set_optimizer_state_dict(self.module, optimizer, optim, options=options)

@@ -24,7 +24,11 @@ class MeasuredPeak:
     """CUDA only: the most bytes the allocator held from the device (tensors and its cache)."""
 
 
-def step_peak(device: torch.device, step: Callable[[], None], *held: object) -> MeasuredPeak:
+def step_peak(
+    device: torch.device,
+    step: Callable[[], None],
+    *held: torch.nn.Module | torch.optim.Optimizer | torch.Tensor,
+) -> MeasuredPeak:
     """Run `step` once and measure its peak; `held` are the model, optimizer and batch tensors
     that exist before the step (counted on CPU, where only what is named is tracked)."""
     if device.type == "cuda":

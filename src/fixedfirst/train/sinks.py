@@ -19,6 +19,7 @@ before the run directory is touched.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -38,7 +39,7 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
-def check_packages(log_to: list[str]) -> None:
+def check_packages(log_to: Sequence[str]) -> None:
     for name in log_to:
         if importlib.util.find_spec(name) is None:
             raise UserError(

@@ -1,21 +1,11 @@
 """One optimizer step: the one place a looped model is trained, by the trainer and the diagnostic.
 
-A step at depth K runs this process's rows of the global batch as `micro_batch`-row micro-batches,
-each through the model at depth K (truncated backprop when `grad_depth` is set) with its own
-random initial recurrent state, accumulates the gradients of the loss, clips the gradient norm and
-takes an AdamW step at the given learning rate. The trainer passes its DDP/FSDP2 wrapper; the
-update diagnostic the plain model, and so takes exactly the steps the run took (a test holds the
-two against each other bit for bit).
-
-The loss is the mean over the scored tokens of the whole global batch (every micro-batch, every
-rank), as validation NLL is: each micro-batch contributes its summed token losses divided by the
-global count, so a row with fewer scored tokens (a task's ignored prompt, padding) weighs less, and
-the gradient does not depend on how the batch is split into micro-batches or ranks.
-
-The initial state of every row is drawn from a seed that is a pure function of (run seed, step,
-row of the global batch): the noise a sequence sees does not depend on the number of processes,
-the micro-batch size or what ran before, so an N-process run computes what a 1-process run with
-the same global batch computes, and a resume (on any number of processes) needs no RNG state.
+A step at depth K runs this process's rows of the global batch in micro-batches, accumulates the
+gradients of the loss, clips and takes an AdamW step; the diagnostic calls it with the plain
+model and so takes exactly the steps the run took. The loss is the mean over the scored tokens
+of the whole global batch, and each row's initial state is drawn from (seed, step, row), so the
+gradient depends neither on the split into micro-batches and ranks nor on what ran before
+(docs/design.md §8).
 """
 
 from __future__ import annotations

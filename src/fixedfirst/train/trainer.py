@@ -1,33 +1,11 @@
 """The training loop: one depth per optimizer step from the schedule, budgets, checkpoints, metrics.
 
-A run is planned before the first step: the token budget (or, with `train.flops`, the number of
-steps whose realised modeled cost fits the FLOP budget) fixes `total_steps`, and with it every
-step's depth, learning rate and phase. Each step draws its depth from the schedule (a pure
-function of seed and step), runs `batch_size / micro_batch` micro-batches at that depth, clips and
-steps AdamW. Losses stay on the device between log lines: the host waits for the device only when
-a line is written, a checkpoint is taken, or an evaluation runs.
-
-The loop (`_train`) reads in one glance: `_step` trains a step and returns its record (depth,
-phase, learning rate, the counters after it); `_boundary_after` says what is due after it (a log
-line, checkpoint tags, an evaluation, the auto switch's check, a stop); at a boundary `_log`
-writes the pending steps' lines and `_cross` does the rest.
-
-With `schedule.switch = "auto"` the switch step is decided as the run goes (`auto_switch.py`,
-docs/design.md §14): at the boundaries its rule asks for, the trainer brings the losses to the
-host, lets it probe and check, and from a decision on draws every depth from the switched
-schedule.
-
-Everything a resumed run needs (weights, optimizer, data position, counters, the metrics file's
-length, an auto switch's observations) is in each checkpoint, so N steps straight through and k
-steps plus a resume give the same weights and the same metrics.
-
-Under torchrun (docs/design.md §8) every process builds the same model from the same seed, draws the
-same depth for a step (the schedule is a pure function of seed and step; `host_values` checks that
-the ranks agree), trains on its own rows of the global batch and averages gradients with DDP or
-FSDP2 (`parallel.py`). Only rank 0 writes the run directory. The random initial recurrent state
-of every sequence is drawn from a seed derived from (seed, step, row of the global batch), not
-from the global RNG, so the training arithmetic does not depend on the number of processes or
-on where a run was resumed, and checkpoints need no RNG state.
+A run is planned before its first step (the budget fixes every step's depth, learning rate and
+phase); each step is `train.step`'s, and everything a resume needs is in each checkpoint, so a
+resumed run computes what the run straight through computes (docs/design.md §7-8, §14 for the
+auto switch). The loop (`_train`) reads in one glance: `_step` trains a step and returns its
+record, `_boundary_after` says what is due after it (a log line, checkpoint tags, an evaluation,
+the auto switch's check, a stop), `_log` and `_cross` do it. Only rank 0 writes the run.
 """
 
 from __future__ import annotations
@@ -41,24 +19,20 @@ from typing import Any
 
 import torch
 
-from fixedfirst.compute.plan import RunPlan, plan_run
+from fixedfirst.compute.plan import RunPlan
 from fixedfirst.config import RunConfig
-from fixedfirst.data.registry import build_source, resolve_data
 from fixedfirst.data.source import BatchSource, rank_rows
 from fixedfirst.errors import UserError
 from fixedfirst.evaluation.nll import mean_serving_nll, validation_nll
 from fixedfirst.files.writing import write_json_atomic
 from fixedfirst.machine.device import (
     choose_threads,
-    given_peak_flops,
-    resolve_device,
-    resolve_dtype,
     run_peak_flops,
 )
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.schedules import describe
 from fixedfirst.train import compilation, distributed, memory_check
-from fixedfirst.train.auto_switch import META_KEY, AutoSwitch, switch_summary
+from fixedfirst.train.auto_switch import META_KEY, switch_summary
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.train.counters import Counters
 from fixedfirst.train.distributed import World, on_main
@@ -66,10 +40,11 @@ from fixedfirst.train.interrupt import Interrupt
 from fixedfirst.train.metrics import MetricsLog, read_metrics
 from fixedfirst.train.optim import build_optimizer, lr_at
 from fixedfirst.train.parallel import ParallelModel
+from fixedfirst.train.preflight import preflight
 from fixedfirst.train.progress import Progress
 from fixedfirst.train.resume import check_same_config, check_trainer_state
 from fixedfirst.train.run_dir import RunDir, config_record
-from fixedfirst.train.sinks import check_packages, open_sinks
+from fixedfirst.train.sinks import open_sinks
 from fixedfirst.train.step import state_seeds, train_step
 
 
@@ -82,45 +57,21 @@ class Trainer:
         quiet: bool = False,
         force: bool = False,
     ) -> None:
-        # The data kind's options complete, as config.toml stores them (a later change of a
-        # default cannot change a saved run); an unknown kind or option is refused here.
-        config = resolve_data(config)
-        self.config = config
+        # Everything that can be refused is checked before the run directory is touched.
+        checked = preflight(config)
+        self.config = config = checked.config
         self.run = RunDir(out)
         self.quiet = quiet
-        self.world = World.from_env()
+        self.world = checked.world
         self.rank, self.world_size = self.world.rank, self.world.world_size
         self.is_main = self.world.is_main
-        t = config.train
-
-        # Everything that can be refused is checked before the run directory is touched.
-        self.plan: RunPlan = plan_run(config)
-        self.device = distributed.process_device(self.world, resolve_device(t.device))
-        self.dtype = resolve_dtype(t.precision, self.device)
-        self.memory_placement = memory_check.placement(config, self.device, self.dtype, self.world)
-        memory_check.check_training_memory(config, self.memory_placement, self.plan)
-        self.source: BatchSource = build_source(config)
-        if self.source.vocab_size > config.model.vocab_size:
-            raise UserError(
-                f"model.vocab_size = {config.model.vocab_size} is smaller than the data's "
-                f"vocabulary ({self.source.vocab_size}); set model.vocab_size >= "
-                f"{self.source.vocab_size}"
-            )
-        self.val_batches = self.source.validation_batches(config.eval.batches, t.micro_batch())
-        place = (self.world, self.device, self.dtype)
-        self.auto = AutoSwitch.for_run(
-            config, self.plan.total_steps, self.plan.flop_model, self.source, *place
-        )
-        check_packages(t.log_to)
-        compilation.check_compiler(t.compile, self.device)
-        self.given_peak = given_peak_flops()
-        local = t.batch_size // self.world_size
-        micro = t.micro_batch(self.world_size)
-        if t.batch_size % self.world_size or local % micro:
-            raise UserError(
-                f"train.batch_size = {t.batch_size} must split into {self.world_size} rank(s) "
-                f"of whole micro-batches of {micro}"
-            )
+        self.plan: RunPlan = checked.plan
+        self.device, self.dtype = checked.device, checked.dtype
+        self.memory_placement = checked.memory
+        self.source: BatchSource = checked.source
+        self.val_batches = checked.val_batches
+        self.auto = checked.auto
+        self.given_peak = checked.given_peak
 
         distributed.start(self.world, self.device)
         # One writer per run (rank 0 holds the lock); released when training returns or fails.
@@ -145,6 +96,7 @@ class Trainer:
         self.compiled = compilation.decide(t.compile, self.device, self.plan.flops, peak)
         how = "compiled" if self.compiled.compile else "eager"
         self.precision = "bf16" if self.dtype == torch.bfloat16 else "fp32"
+        self._say(f"data: {self.source.describe()}")
         self._say(
             f"{self.threads} thread(s) ({threads_why}); {how} ({self.compiled.reason}); "
             f"{self.precision} (train.precision = {t.precision}); "
@@ -248,7 +200,8 @@ class Trainer:
             )
         except (KeyError, ValueError, RuntimeError, TypeError) as e:
             raise UserError(f"checkpoint {ckpt.path}: state does not fit ({e})") from None
-        self.source.load_state_dict(distributed.broadcast_object(self.world, loaded.get("data")))
+        data_state = distributed.broadcast_object(self.world, loaded.get("data", {}))
+        self.source.load_state_dict(data_state)
         self.counters = Counters.from_dict(ckpt.meta)
         if self.auto is not None:
             decided = self.auto.restore(ckpt.meta)
@@ -464,6 +417,7 @@ class Trainer:
             precision=self.precision,
             weights_dtype=str(next(self.model.parameters()).dtype).removeprefix("torch."),
         )
+        summary["data"] = {"kind": self.config.data.kind, "about": self.source.describe()}
         summary["peak_flops"] = {"per_process": self.peak_per_process, "from": self.peak_from}
         summary["switch"] = switch_summary(self.plan, self.auto, self.config.train)
         if self.is_main:

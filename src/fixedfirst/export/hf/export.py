@@ -1,23 +1,9 @@
 """`fixedfirst export RUN --out DIR --format hf` (docs/design.md §9): a transformers model.
 
-    DIR/
-      config.json              FixedFirstConfig: the [model] shape, `depth`, special-token ids,
-                               `auto_map` naming the modeling file, `fixedfirst` (provenance)
-      generation_config.json   start / stop / pad ids
-      model.safetensors        the weights under fixedfirst's own names, plus `eval_state`, the
-                               evaluation initial state (state_init = "normal")
-      modeling_fixedfirst.py   the model for transformers, self-contained (`modeling_fixedfirst.py`
-                               in this package, copied verbatim)
-      tokenizer.json, tokenizer_config.json   the run's tokenizer (`tokenizer.py`)
-      README.md                how to load it
-
-so that `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)` and
-`AutoTokenizer.from_pretrained(DIR)` load it with transformers alone, and lm-eval's stock `hf`
-model evaluates it. The initial state is stored rather than redrawn at load time, so the model
-reproduces fixedfirst's logits exactly whatever torch version draws differently.
-
-The modeling file is written from the math of docs/design.md §1, not by importing fixedfirst's
-model, and the tests hold its logits and generations to fixedfirst's.
+DIR loads with `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)` and
+`AutoTokenizer.from_pretrained(DIR)` alone, and lm-eval's stock `hf` model evaluates it. The
+evaluation initial state is stored with the weights, so the export reproduces fixedfirst's
+logits whatever torch version draws differently. The directory is listed in §17.
 """
 
 from __future__ import annotations

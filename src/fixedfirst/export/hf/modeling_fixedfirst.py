@@ -1,34 +1,10 @@
 """A fixedfirst looped transformer as a Hugging Face `transformers` model.
 
-`fixedfirst export RUN --out DIR --format hf` copies this file into DIR, beside config.json,
-model.safetensors and the tokenizer, so that
-
-    model = AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)
-
-loads the model with nothing but torch and transformers (>= 5): this file does not import
-fixedfirst, and DIR can be pushed to a hub as it is.
-
-The model (fixedfirst's docs/design.md §1): an untied prelude, one shared core block applied
-`depth` times with input injection, an untied coda.
-
-    tokens -> embed -> prelude -> e
-    s_0 = the evaluation initial state (a fixed per-position draw, stored with the weights as
-          `eval_state`, or zeros)
-    s_k = core(adapter([s_{k-1}; e]))      k = 1..depth    (injection "add": core(s_{k-1} + e))
-    logits = head(out_norm(coda(core_norm(s_depth))))   (coda_norm = false: no core_norm)
-
-Serving depth: `config.depth` (the deepest depth the run trained at, unless changed), which can be
-set after loading (`model.config.depth = 4`) or passed per call (`model(ids, depth=4)`,
-`model.generate(ids, depth=4)`). One set of weights serves every depth.
-
-KV cache: a `DynamicCache` with one entry per layer *application*, in the order prelude layers,
-coda layers, then depth x core layers (iteration j of a token attends to the iteration-j keys and
-values of the tokens before it, exactly what a full forward computes). The number of entries
-therefore depends on the depth, and a cache is only continued at the depth it was built at.
-
-In training mode (`model.train()`) the initial state is redrawn from a truncated normal every
-forward, as fixedfirst trains; evaluation and generation use the fixed state, so the same tokens
-always give the same logits.
+`fixedfirst export RUN --out DIR --format hf` copies this file into DIR, so that
+`AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)` loads the model with torch
+and transformers (>= 5) alone: the file does not import fixedfirst, and DIR can be published as
+it is. It is written from the math of fixedfirst's docs/design.md §1; §9 there says how it
+serves depths, caches and the initial state.
 """
 
 from __future__ import annotations
@@ -100,7 +76,9 @@ class FixedFirstConfig(PretrainedConfig):
         self.rope_base = rope_base
         self.depth = depth
         self.use_cache = use_cache
-        super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
+        # transformers 5 types PreTrainedConfig's __init__ by its own fields only; at run time it
+        # takes the shared keys (tie_word_embeddings) and passes others through
+        super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)  # type: ignore[call-arg]
 
 
 MAX_DEPTH = 1024
@@ -208,7 +186,7 @@ class Block(nn.Module):
 class FixedFirstPreTrainedModel(PreTrainedModel):
     config_class = FixedFirstConfig
     base_model_prefix = "model"
-    _no_split_modules = ("Block",)
+    _no_split_modules = ["Block"]  # noqa: RUF012 (the type PreTrainedModel declares)
     _supports_sdpa = True
 
     def _init_weights(self, module):
@@ -441,7 +419,7 @@ class FixedFirstForCausalLM(FixedFirstPreTrainedModel, GenerationMixin):
                 f"this cache was built at depth {built_at}; it cannot be continued at depth "
                 f"{depth} (start a new one)"
             )
-        cache.fixedfirst_depth = depth
+        cache.fixedfirst_depth = depth  # type: ignore[attr-defined]  # our mark on transformers' cache
         config = self.config
         needed = config.n_prelude + config.n_coda + depth * config.n_core
         if getattr(cache, "layer_class_to_replicate", None) is None:

@@ -36,7 +36,8 @@ def findings(results: dict[str, Any]) -> list[str]:
     deepest = max(results["depths"])
     rows = table(results)
     out = []
-    collapsed, held = [], []
+    collapsed: list[str] = []
+    held: list[str] = []
     for variant, by_depth in rows.items():
         at_k, at_deep = float(np.mean(by_depth[k])), float(np.mean(by_depth[deepest]))
         kept = at_deep / at_k if at_k > 0 else float("nan")

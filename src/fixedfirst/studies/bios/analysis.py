@@ -1,30 +1,22 @@
 """What the bios experiment's recall supports, over seeds, by rules fixed before the numbers.
 
-Every arm trains once per seed; a seed fixes initialisation, biography order and template draws
-(the people are the data seed's, the same in every run: recall is memorisation, so there is no
-held-out set to draw, and an interval over seeds covers what the seeds vary). A cell is recalled
-bits per person at one (arm, budget fraction, serving depth); intervals are 95% t-intervals over
-seeds (`fixedfirst.stats.evidence`). The rules:
-
-- the regime (does recall run through the loop?): fixed K=4 at the full budget recalls at depth 4
-  at least REGIME_CEILING of the ceiling, and at depth 1 at most REGIME_SHALLOW of what it
-  recalls at depth 4, in every seed;
-- collapse (the paper's observation for fixed depth): an arm's recall at some serving depth in
-  COLLAPSE_DEPTHS is at most COLLAPSE of its recall at depth 4, in a seed where depth 4 recalls
-  at least NOTHING of the ceiling (less is too little to judge);
-- comparisons: same-seed differences of the mean recall over serving depths, and of recall at
-  depths 4 and 64, between the pairs of COMPARISONS, at every budget fraction;
-- at the ceiling: an arm's least recall over serving depths 2..64 (depth 1 apart: the paper's
-  claim is about deep serving) as a share of the ceiling, per seed.
+Every arm trains once per seed; a cell is recalled bits per person at one (arm, budget fraction,
+serving depth) with its 95% t-interval over seeds. The rules (the regime, collapse, same-seed
+comparisons, the least recall over deep serving depths against the ceiling) are docs/design.md
+§5, "bios: where recall runs through the loop"; their bars are the constants below.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from operator import itemgetter
+from typing import Any, TypeVar
 
 import numpy as np
 
 from fixedfirst.stats.evidence import over_seeds, paired, sign
+
+T = TypeVar("T")
 
 REGIME_CEILING = 0.8
 REGIME_SHALLOW = 0.5
@@ -67,7 +59,7 @@ def analyse(results: dict[str, Any]) -> dict[str, Any]:
     seeds = sorted({r["seed"] for r in results["recall"]})
     final = fractions[-1]
 
-    def per_seed(arm: str, fraction: float, value) -> dict[int, float]:
+    def per_seed(arm: str, fraction: float, value: Callable[[dict[int, float]], T]) -> dict[int, T]:
         return {s: value(table[(arm, fraction, s)]) for s in seeds if (arm, fraction, s) in table}
 
     def mean_over_depths(row: dict[int, float]) -> float:
@@ -81,7 +73,7 @@ def analyse(results: dict[str, Any]) -> dict[str, Any]:
             arm: {
                 f"{fraction:g}": {
                     "by_depth": {
-                        str(d): over_seeds(per_seed(arm, fraction, lambda r, d=d: r[d])).to_dict()
+                        str(d): over_seeds(per_seed(arm, fraction, itemgetter(d))).to_dict()
                         for d in depths
                     },
                     "mean_over_depths": over_seeds(
@@ -145,7 +137,7 @@ def _collapse(rows: dict[int, dict[int, float]], ceiling: float) -> dict[str, An
             judged_out.append(seed)
             continue
         deep = {d: v for d, v in row.items() if d in COLLAPSE_DEPTHS}
-        worst = min(deep, key=deep.get)
+        worst = min(deep, key=deep.__getitem__)
         kept[seed] = {"depth": worst, "kept": deep[worst] / row[4]}
     return {
         "per_seed": {str(s): k for s, k in kept.items()},

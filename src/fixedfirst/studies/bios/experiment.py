@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from fixedfirst.config import RunConfig, apply_overrides
 from fixedfirst.errors import UserError
@@ -53,7 +53,7 @@ stage 13-20% of the peak learning rate; this one starts it at the peak)."""
 class ExperimentConfig:
     """The `[experiment]` section of a bios preset."""
 
-    SECTION = "experiment"
+    SECTION: ClassVar[str] = "experiment"
 
     flops: float = 1e15
     """Modeled training-FLOP budget of every run (compute-matched)."""

@@ -127,7 +127,7 @@ def findings(results: dict[str, Any]) -> list[str]:
                 f"{low}..{high} is {100 * c['mean']:.0f}% of the ceiling on average over seeds "
                 f"({100 * c['min']:.0f}-{100 * c['max']:.0f}%)."
             )
-    rates = {}
+    rates: dict[str, dict[str, Any]] = {}
     for name, r in a["learning_rate"].items():
         arm = results["runs"][name]["schedule"]
         rates.setdefault(arm, r)

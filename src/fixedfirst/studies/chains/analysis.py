@@ -1,27 +1,10 @@
 """What the chains experiment's scores support, by rules fixed before the numbers were seen.
 
-The unit is the seed: every schedule trains once per seed, and each seed is scored on its own draw
-of evaluation sequences, shared by the schedules of that seed (`source.evaluation_seed`). A
-score is a seed's accuracy (a mean over its sequences); an interval is a 95% t-interval over
-seeds (`fixedfirst.stats.evidence`), of one schedule's score or of a same-seed difference. A
-difference whose interval contains zero is "cannot tell". The rules (docs/design.md §5, "chains:
-the rules"):
-
-- bands by role: `easy` and `hard` halves of the training range, `near` (up to twice the training
-  range) and `far` (beyond) (`bands.py`);
-- depth decides the answer: accuracy on `hard` at depth 16 (the deepest the paper's schedules
-  train) minus depth 1, per schedule; the bar for uniform training is DEPTH_MATTERS;
-- extrapolation: accuracy at the deepest serving depth minus depth 16 on `near` and `far`;
-- at matched FLOPs: every schedule minus uniform, same seed, at the COMPARISONS cells, on the
-  standard set and on every other named set;
-- extrapolates best: the schedule with the highest mean on `near` at the deepest depth; it is
-  "best" only if its difference to every other schedule is positive;
-- solved up to d: every difficulty 0..d at accuracy >= SOLVED, at a fixed depth (16, the deepest)
-  and at the depth each run chooses on its selection set (the depth with the best `near` accuracy
-  there; never on the test labels);
-- collapse: a schedule collapses when, in some seed, its in-range accuracy at a depth in
-  COLLAPSE_DEPTHS is at most half of its accuracy at COLLAPSE_FROM;
-- the KL exit rule: accuracy and mean depth per band.
+The unit is the seed: a score is a 95% t-interval over seeds of a seed's accuracy, a comparison
+the same-seed difference with its interval, "cannot tell" when it contains zero. The rules
+(bands, depth decides the answer, extrapolation, matched FLOPs, extrapolates best, solved up to
+d, collapse, the KL exit rule) are docs/design.md §5, "chains: the rules"; their bars are the
+constants below.
 """
 
 from __future__ import annotations
@@ -92,7 +75,7 @@ def _interval(
     if len(set(values_a) & set(values_b)) < 2:
         return None
     interval = paired(values_a, values_b)
-    out = {**interval.to_dict(), "sign": sign(interval)}
+    out: dict[str, Any] = {**interval.to_dict(), "sign": sign(interval)}
     if bar is not None:
         out["verdict"] = verdict(interval, "above", bar)
     return out

@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from fixedfirst.config import RunConfig, apply_overrides
 from fixedfirst.errors import UserError
@@ -34,7 +34,7 @@ PRESETS = ("default", "smoke")
 class ExperimentConfig:
     """The `[experiment]` section of a chains preset."""
 
-    SECTION = "experiment"
+    SECTION: ClassVar[str] = "experiment"
 
     flops: float = 3e12
     """Modeled training-FLOP budget of every run (compute-matched)."""

@@ -138,7 +138,9 @@ def plot_sets(results: dict[str, Any], path: Path) -> None:
     for ax, (role, depth) in zip(axes, cells, strict=True):
         for i, schedule in enumerate(a["schedules"]):
             color, _, _ = STYLES.get(schedule, ("black", "o", "-"))
-            xs, means, errors = [], [], [[], []]
+            xs: list[float] = []
+            means: list[float] = []
+            errors: list[list[float]] = [[], []]
             for j, name in enumerate(names):
                 if role not in a["sets"][name]["bands"]:
                     continue

@@ -1,24 +1,10 @@
 """`diagnose`: the update diagnostic over the first finishing updates of a fixed-first run.
 
-For each u in `updates` (default 0, 1, 2, 4, 8, 16, 32) the run is continued from its switch
-checkpoint by u of its own finishing steps (in memory, incrementally: u = 32 continues the state
-at u = 16), and at that state B update pairs (depth 4 vs depth 16, RMS-matched; see
-`update_pair`) are measured on B training batches. Those batches come from the run's data stream
-right after the last finishing step the diagnostic takes, so none of them is one of the u updates,
-and the same B batches are used at every u: the comparison across u is paired too. Each update
-pair uses the learning rate the run uses at its next step (switch + u), and both updates of a
-pair draw the same initial recurrent state. Benefit(k) is measured on a fixed held-out set (the
-run's first `heldout` validation sequences, one batch) at every serving depth k with one pass of
-the recurrence, per held-out sequence; per k, per band of k and for the average over k we report
-the token-weighted mean over batches and sequences and its 95% two-way bootstrap interval over
-both (`summary`), and whether the intervals contain zero.
-
-Cost: 2 optimizer steps (depths 4 and 16) and 2 held-out passes to depth 16 per batch and per u,
-i.e. 7 x 32 = 224 pairs at the defaults, plus 32 finishing steps; model and optimizer are copied
-once per update. Measured with the defaults on configs/diagnose-synthetic-cpu.toml (d = 128,
-1 + 2 + 1 layers, 64 x 48 tokens a batch, 32 held-out sequences) on this project's CPU with one
-torch thread and about one free core: 27.3 minutes wall-clock (69% pair updates, 27% held-out
-evaluation, 4% finishing steps). With 64 held-out sequences the evaluation share was 44%.
+For each u in `updates` the run is continued in memory from its switch checkpoint by u of its own
+finishing steps, and B update pairs (`update_pair`) are measured there on the same B training
+batches, taken from the stream after the last finishing step used, so the comparison across u
+is paired and no measured batch is one of the u updates. docs/design.md §6 gives the procedure,
+the intervals (`summary`) and what it costs.
 """
 
 from __future__ import annotations
@@ -195,7 +181,7 @@ def run_diagnostic(
                 heldout,
                 o.serving_depths,
                 o.depths,
-                o.rms_reference,  # type: ignore[arg-type]
+                o.rms_reference,  # type: ignore[arg-type]  # one of RMS_REFERENCES: checked above
                 state.dtype,
                 record_digests,
             )

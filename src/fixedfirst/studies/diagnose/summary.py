@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from fixedfirst.stats.intervals import two_way_bootstrap
+from fixedfirst.stats.intervals import BootstrapOver, two_way_bootstrap
 from fixedfirst.studies.diagnose.update_pair import HeldoutNLL, PairResult
 
 INTERVAL_KIND = "two-way bootstrap over training batches and held-out sequences"
@@ -93,7 +93,11 @@ class Measurements:
         """The interval, and the standard errors with only the batches or only the held-out
         sequences resampled: how much of the uncertainty each kind of unit brings."""
         interval = self._interval(x, settings)
-        for key, over in (("se_batches_only", "rows"), ("se_heldout_only", "columns")):
+        sources: tuple[tuple[str, BootstrapOver], ...] = (
+            ("se_batches_only", "rows"),
+            ("se_heldout_only", "columns"),
+        )
+        for key, over in sources:
             interval[key] = two_way_bootstrap(
                 x, settings.level, settings.resamples, settings.seed, self.tokens, over
             ).se

@@ -1,23 +1,10 @@
 """A shallow and a deep update from one state, matched in size, compared on a held-out set.
 
-docs/design.md §6, the paper's Figure 4. From one model state, one optimizer state, one batch and
-one learning rate, take one optimizer update at depth a (4) and one at depth b (16). The raw updates
-differ in size as well as direction (a deeper forward gives other gradient magnitudes, and AdamW
-normalises per coordinate only partly), so each update Δθ = θ_after − θ_before (over all
-parameters at once) is rescaled to a common RMS before it is applied: what remains is the
-question "which *direction* is better?". Benefit(k) = NLL_k(θ + Δθ_a') − NLL_k(θ + Δθ_b') at
-every serving depth k and for every held-out sequence (its mean over its scored tokens);
-positive favours the deeper update.
-
-The common RMS (the *reference*) is, by default, the geometric mean of the two raw RMSs: it
-treats the depths symmetrically and keeps the applied step at the size a real update has here.
-`shallow` or `deep` use one update's own RMS instead. The rescaling is one scalar per update, so
-the choice shifts both NLLs together and mostly scales the benefit, not its sign.
-
-Cost per batch: two optimizer steps, each from a restored copy of the model and optimizer (one
-copy per update, into buffers allocated once), and two held-out evaluations, each ONE pass of the
-recurrence up to the deepest serving depth. The state before the pair is captured once per
-measured state, as is its held-out NLL (the baseline).
+docs/design.md §6, the paper's Figure 4: from one model, optimizer state, batch and learning
+rate, one update at depth 4 and one at depth 16, each rescaled to a common RMS so that only their
+directions differ; Benefit(k) is the held-out NLL at serving depth k after the shallow update
+minus after the deep one, per held-out sequence. Restoring the state copies into the live
+tensors, so the optimizer's references stay valid.
 """
 
 from __future__ import annotations
@@ -59,8 +46,8 @@ def state_digest(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> st
         h.update(name.encode())
         h.update(_bytes(p))
     index = {id(p): i for i, p in enumerate(model.parameters())}
-    for p, state in sorted(optimizer.state.items(), key=lambda item: index[id(item[0])]):
-        h.update(str(index[id(p)]).encode())
+    for tensor, state in sorted(optimizer.state.items(), key=lambda item: index[id(item[0])]):
+        h.update(str(index[id(tensor)]).encode())
         for key in sorted(state):
             h.update(key.encode())
             value = state[key]
@@ -89,11 +76,11 @@ class StateSnapshot:
     def restore(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         for p, saved in zip(model.parameters(), self.params, strict=True):
             p.copy_(saved)
-        for p in list(optimizer.state):
-            if p not in self.optimizer_state:
-                del optimizer.state[p]
-        for p, saved_state in self.optimizer_state.items():
-            live = optimizer.state[p]
+        for tensor in list(optimizer.state):
+            if tensor not in self.optimizer_state:
+                del optimizer.state[tensor]
+        for tensor, saved_state in self.optimizer_state.items():
+            live = optimizer.state[tensor]
             for key in list(live):
                 if key not in saved_state:
                     del live[key]

@@ -1,4 +1,4 @@
-"""Schedule sweeps: a base config and named runs, trained, evaluated and tabulated (issue 5)."""
+"""Schedule sweeps: a base config and named runs, trained, evaluated and tabulated."""
 
 from fixedfirst.studies.sweep.runner import SweepOutcome, run_sweep
 from fixedfirst.studies.sweep.spec import SweepSpec, load_sweep

@@ -149,8 +149,9 @@ def _needed(gaps: list[GapSpec], entries: list[dict[str, Any]]) -> set[str]:
     needed = {name for g in gaps for name in (g.a, g.b)}
     matched = {e.get("name"): e.get("flops_of") for e in entries}
     for name in list(needed):
-        if matched.get(name):
-            needed.add(matched[name])
+        partner = matched.get(name)
+        if partner:
+            needed.add(partner)
     return needed
 
 

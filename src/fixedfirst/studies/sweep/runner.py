@@ -1,25 +1,10 @@
 """Run a sweep: train its runs, evaluate them at every serving depth, write the table and figures.
 
-    DIR/runs/NAME/          each run (a normal run directory: `fixedfirst eval`/`train --resume`
-                            work on it), with its evaluation in eval-step-NNNNNNN.json
-    DIR/results.json        every finished run's numbers (see results.py), with seeds each
-                            [[runs]] entry's over its seeds, and the claims' verdicts
-    DIR/table.md            the schedule table (with seeds, and the seed table: seed_table.py)
-    DIR/claims.md           each [[claims]] sentence with its interval and verdict (claims.py)
-    DIR/nll_by_depth.png    NLL against serving depth, one line per run
-    DIR/figure3.png         the Figure 3 run's loss around the switch
-
-Training goes through `experiment.run_all`, so invoking the same sweep again reuses finished runs,
-resumes interrupted ones and refuses a run directory trained with a different configuration.
-Evaluations are cached per run the same way, so a second invocation costs seconds. With `only`,
-just those runs train, but the report covers every run of the sweep that has finished in DIR: a
-sweep can be run in pieces (or on several machines into copies of DIR) and reported at the end.
-
-Side by side (`jobs`, `fixedfirst.studies.side_by_side`): on a CPU, by default one worker process
-per free core up to the runs left to train, each training a run or measuring a finished run's final
-evaluations, which start as soon as their run has finished. The single-process code then runs
-over what the workers left on disk, reusing every run and cached evaluation, so the results are
-those of one process at equal threads.
+Training goes through `training.run_all` and evaluations are cached per run, so running a sweep
+again reuses finished runs and resumes interrupted ones; with `only` a sweep can be trained in
+pieces and reported once at the end. Side by side (`jobs`), workers train runs and measure
+finished ones as soon as they finish, and the single-process code then reuses what they left.
+The output directory is described in docs/design.md §17.
 """
 
 from __future__ import annotations

@@ -78,9 +78,10 @@ def seed_groups(
     def summary(group: str, depth: int | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """The group's metric over seeds, and relative to the reference entry (not itself)."""
         values = group_values(rows, group, metric, depth)
-        compared = reference_group in groups and group != reference_group
-        reference = group_values(rows, reference_group, metric, depth) if compared else None
-        return over_seeds(values).to_dict(), reference and _relative_to(values, reference)
+        if reference_group is None or reference_group not in groups or group == reference_group:
+            return over_seeds(values).to_dict(), None
+        reference = group_values(rows, reference_group, metric, depth)
+        return over_seeds(values).to_dict(), _relative_to(values, reference)
 
     entries = []
     for group in groups:

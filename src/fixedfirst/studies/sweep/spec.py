@@ -1,53 +1,9 @@
-"""A sweep file: one base configuration and a list of named runs that each change a few keys.
+"""A sweep file: one base configuration and named runs that each change a few keys of it.
 
-    # SWEEP.toml
-    base = "../lm-200m.toml"            # a run config file (relative to this file), or inline
-                                        # [base.model], [base.train], ... tables like a run config
-
-    [sweep]                             # every key optional (settings.py: SweepSettings)
-    reference = "uniform"               # the uniform 1..16 run savings and NLL are compared with
-    figure3 = "ff-k2-s0.67-uniform"     # the fixed-first run drawn as Figure 3
-    seeds = [0, 1, 2]                   # every run once per seed, as NAME-seedS
-    metric = "nll"                      # or "task": the data kind's own metric
-    heldout = "shared"                  # one held-out set for every run (or "per-seed", "first")
-    heldout_rows = 2048
-
-    [[runs]]
-    name = "uniform"
-    schedule.kind = "uniform"           # `section.key = value`, exactly like `--set`
-
-    [[runs]]
-    name = "uniform-matched"
-    schedule.kind = "uniform"
-    flops_of = "ff-k4-s0.67-uniform"    # train.flops = that run's modeled FLOPs
-
-    [[claims]]                          # a sentence of the paper and its test (needs seeds)
-    text = "K0=2, switch 0.67: mean serving NLL within 0.5% of uniform"
-    a = "ff-k2-s0.67-uniform"           # [[runs]] entries
-    b = "uniform"
-    metric = "mean"                     # the sweep's metric (default), or "depth:K": at depth K
-    measure = "relative"                # a[s] / b[s] - 1 per seed, or "difference": a[s] - b[s]
-    claim = "below"                     # the quantity lies below (or "above") the bound
-    bound = 0.005
-
-A base file name is relative to the sweep file; a relative data.path is, as in every run config,
-relative to the file that holds it (the base file, or this one). Each run is the base with its keys
-applied on top, validated like any run config. With `seeds`, each [[runs]] entry is a group of
-runs, NAME-seedS with train.seed = S, and `reference`, `figure3` and `flops_of` name entries (the
-first seed's run, or the same seed's). `flops_of` makes a compute-matched run: its FLOP budget is
-the other run's modeled training FLOPs from the compute model, so nobody copies a FLOP count by
-hand and it stays right when the base changes (not an auto-switch run's: what that spends is
-known only once it has switched).
-
-With `seeds`, the final NLL evaluation of run NAME-seedS scores validation rows drawn either by
-S (`heldout = "per-seed"`, the same rows for every entry of a seed, so differences stay paired) or
-once for all (`shared`), and table.md adds a table of each entry over its seeds (seed_table.py). A
-claim is decided by the interval of its paired quantity over the seeds (and, with shared rows,
-the held-out blocks: claims.py, claims.md); which side is better is the sentence's to say (NLL
-falls, a task's score rises), so `claim` is never guessed. `[sweep]` and `[[claims]]` are
-dataclasses checked by the same schema as a run configuration (settings.py, claims.py). Everything
-is checked when the file is loaded, before anything trains: a typo found after an hour of
-training costs the hour.
+The file's keys, seeds, `flops_of` (compute-matched runs) and `[[claims]]` are described in
+docs/design.md §17; `[sweep]` and `[[claims]]` are dataclasses checked by the same schema as a
+run configuration (settings.py, claims.py). Everything is checked when the file is loaded, before
+anything trains, so a typo costs seconds rather than the hour of training before it would be read.
 """
 
 from __future__ import annotations

@@ -28,6 +28,12 @@ from fixedfirst.studies.sweep.switch_study import Arm, best_fixed, paired
 RULE_MARKERS = {"plateau": "*", "depth-gap": "D"}
 
 
+def _fraction(arm: Arm) -> float:
+    """A fixed arm's switch fraction, by which fixed arms are drawn in order."""
+    assert arm.switch_fraction is not None, "an auto arm has no fixed fraction"
+    return arm.switch_fraction
+
+
 def plot_switch_study(arms: list[Arm], metric: str, metric_name: str, path: str | Path) -> Path:
     k0s = sorted({a.k0 for a in arms})
     colour = {k0: K0_COLORS[i % len(K0_COLORS)] for i, k0 in enumerate(k0s)}
@@ -35,9 +41,7 @@ def plot_switch_study(arms: list[Arm], metric: str, metric_name: str, path: str 
     fig = Figure(figsize=(19, 5.6), layout="constrained")
     left, middle, right = fig.subplots(1, 3)
     for k0 in k0s:
-        fixed = sorted(
-            (a for a in arms if a.k0 == k0 and a.rule is None), key=lambda a: a.switch_fraction
-        )
+        fixed = sorted((a for a in arms if a.k0 == k0 and a.rule is None), key=_fraction)
         if fixed:
             left.plot(
                 [a.compute for a in fixed],
@@ -137,9 +141,7 @@ def _label(ax, arm: Arm, x: float, y: float, colour: str) -> None:
 def _draw_paired(ax, arms: list[Arm], best: Arm, colour: str) -> None:
     """Each arm's same-seed differences to `best`: seeds as faint dots, their mean as the
     marker; fixed fractions joined in order of the fraction."""
-    fixed = sorted(
-        (a for a in arms if a.rule is None and paired(a, best)), key=lambda a: a.switch_fraction
-    )
+    fixed = sorted((a for a in arms if a.rule is None and paired(a, best)), key=_fraction)
     ax.plot(
         [a.compute for a in fixed],
         [sum(paired(a, best)) / len(paired(a, best)) for a in fixed],

@@ -7,7 +7,7 @@ the mean over seeds of the run's metric, averaged over serving depths 1..16 (mea
 with `metric = "task"` the task's score, e.g. chains accuracy), beside the modeled compute it
 spent: training FLOPs plus, for `depth-gap`, its probes.
 
-The target of issue 18, per K0 and rule: the auto arm's mean lies within the seed-to-seed spread
+The study's target, per K0 and rule: the auto arm's mean lies within the seed-to-seed spread
 (max - min over seeds) of the best fixed fraction's mean, or beyond it on the better side, at no
 more compute than that fraction. Where it does not, the verdict says by how much it misses:
 quality beyond the spread, and compute above the best fixed fraction's.
@@ -130,7 +130,9 @@ def verdicts(arms: list[Arm], lower_is_better: bool) -> list[Verdict]:
         best = best_fixed(arms, k0, lower_is_better)
         if best is None:
             continue
-        for auto in (a for a in arms if a.k0 == k0 and a.rule is not None):
+        for auto in arms:
+            if auto.k0 != k0 or auto.rule is None:
+                continue
             shortfall = sign * (auto.mean - best.mean)
             ratio = auto.compute / best.compute
             met = shortfall <= best.spread and ratio <= 1.0

@@ -1,29 +1,10 @@
 """Training batches for the bios task: shuffled biographies, one (or a few) whole ones per row.
 
-A biography is `<bos>` followed by one sentence per attribute, each with a randomly chosen
-template, in a random sentence order; both are redrawn every time a person is seen, so the model
-must store facts, not memorise six fixed strings. People are visited epoch by epoch, each epoch in
-its own shuffled order: an unshuffled stream would put a person's previous biography in the same
-context window and let the model copy instead of recall.
-
-Layout. Every biography has the same length (templates of one attribute have equal word counts,
-values of one attribute equal word counts), `biography_length(pools)` tokens. A row of `seq_len`
-tokens holds seq_len // biography_length whole biographies; the target of a biography's last
-token is `<eos>`, and leftover positions are padding with target -100. We do not pack a
-continuous token stream across row boundaries because one biography per row
-(seq_len = biography_length, `bios_seq_len`) trains best per FLOP here: nothing is padded,
-attention spans ~50 tokens instead of a long packed row (less attention work per token), no
-sentence loses its name to a row boundary, and every training row starts like a recall prompt
-(`<bos>` at position 0), so evaluation sees the positions and context it was trained on.
-
-Position. Biography number i of the training stream is a pure function of (data seed, train seed,
-i): the data seed fixes the world, the train seed fixes the epoch orders and the template and
-sentence-order draws. The resumable position is the number of biographies consumed. Each rank
-builds only its own rows of the global batch.
-
-Validation batches are biographies of the same people from a separate, fixed stream: this is a
-memorisation task, so there are no held-out people; validation NLL measures how well the stored
-facts (and the templates) are reproduced, and recall (`recall.py`) is the task's real metric.
+Sentence order and templates are redrawn every time a person is seen and people are visited in a
+new order every epoch, so the model must store facts rather than copy them. Rows hold whole
+biographies (all of one length), not a packed stream: one per row trains best per FLOP here.
+The position is the number of biographies consumed; validation is a separate fixed stream of
+the same people, since memorisation has no held-out set. docs/design.md §5 says why.
 """
 
 from __future__ import annotations
@@ -77,6 +58,8 @@ def bios_seq_len(options: BiosOptions, seed: int = 0) -> int:
 
 
 class BiosSource(BatchSource):
+    tokenizer: BiosTokenizer
+
     def __init__(
         self,
         world: World,

@@ -1,34 +1,11 @@
 """Chains of operations on a value: a task whose every answer needs as many steps as it has
 operations (docs/design.md §5).
 
-A sequence is `<bos>` followed by `statements` tokens that form chains, one after another. A chain
-is a start value (a number 0..values-1) followed by operations, each of which updates the chain's
-value:
-
-    +1    v -> v + 1 (mod values)
-    neg   v -> -v    (mod values)
-
-    <bos> 5 +1 neg +1 | 9 neg neg | 12 ...            (the bars are not tokens)
-
-Every position is labelled with its chain's value after that position: 5 6 10 11 | 9 7 9 | 12 ...
-The label's difficulty is the number of operations applied so far in its chain (0 for a start
-value, which only has to be copied). The two operations generate the dihedral group, which is
-not commutative: the value depends on the order of the operations, not only on how many of each
-there are, so a label after d operations needs d updates in order. A model that does one or two
-updates per pass through its core needs about d / 2 iterations: serving depth decides the answer.
-(Dihedral groups are solvable, so constant-depth shortcut circuits exist in principle; Liu et al.
-2023 show transformers find such shortcuts only with difficulty, and ours show no sign of one:
-accuracy at a fixed difficulty keeps growing with depth.)
-
-Training chains have 0..max_ops operations (uniform; the last chain of a sequence is cut to fit),
-so every training label has difficulty <= max_ops. The evaluation set holds, in every sequence,
-one long chain of eval_ops operations among training-range chains, at the same sequence length:
-difficulty beyond the training range is tested without testing longer sequences. Each sequence
-gives exactly one label of every difficulty 0..eval_ops (those of its long chain), so accuracy at
-a difficulty is a mean over independent sequences.
-
-Every sequence is a pure function of (seed, stream, index) through its own generator; this module
-is numpy only, so a test can check it against an independent interpreter.
+A sequence is `<bos>` and chains of a start value followed by `+1` and `neg` operations (mod
+`values`), every position labelled with its chain's value so far. The operations do not commute,
+so a label after d operations needs d updates in order and serving depth decides the answer.
+Every sequence is a pure function of (seed, stream, index), numpy only, so a test can check it
+against an independent interpreter.
 """
 
 from __future__ import annotations

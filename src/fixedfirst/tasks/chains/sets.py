@@ -1,26 +1,16 @@
 """The named evaluation sets of the chains experiment: the standard set, and harder or shifted ones.
 
-Every set holds sequences of the training length with one long chain each (`program.py`). The
-standard set's long chain has the task's eval_ops operations drawn like training's. The others
-change one thing, to see whether what a schedule learned is the task or a shortcut of its training
-distribution:
-
-- `neg-0.1`, `neg-0.9`: every chain of the sequence (the long one included) draws `neg` with that
-  probability instead of the task's (training's 0.5);
-- `plus-only`, `neg-only`, `alternating`, `plus-plus-neg-neg`: the long chain's operations follow
-  a fixed pattern (the label after d `+1`s is start + d, after d `neg`s it is the start or its
-  negation by the parity of d: shortcuts a model may or may not find);
-- `longest`: the long chain has as many operations as the sequence can hold (statements - 1), so
-  difficulties past eval_ops are tested too.
-
-Each set is scored at every serving depth, per difficulty; bands follow `bands.py` for the set's
-own number of operations.
+Each set changes one thing about the long chain of the standard set (how often `neg` is drawn, a
+fixed pattern of operations, a chain that fills the sequence), to see whether what a schedule
+learned is the task or a shortcut of its training distribution (docs/design.md §5). Each is
+scored at every serving depth, per difficulty, in bands of its own number of operations.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from fixedfirst.tasks.chains.program import NEG, PLUS_ONE, ChainsOptions
 
@@ -39,7 +29,7 @@ class EvaluationSpec:
 
     def options(self, task: ChainsOptions) -> ChainsOptions:
         """The task's options as this set changes them (only what a set may change)."""
-        changes: dict[str, object] = {}
+        changes: dict[str, Any] = {}
         if self.neg_probability is not None:
             changes["neg_probability"] = self.neg_probability
         if self.longest:

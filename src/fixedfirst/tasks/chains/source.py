@@ -86,6 +86,8 @@ def evaluation_set(
 
 
 class ChainsSource(BatchSource):
+    tokenizer: WordTokenizer
+
     def __init__(self, options: ChainsOptions, seq_len: int, data_seed: int, order_seed: int):
         if seq_len != options.seq_len:
             raise UserError(
