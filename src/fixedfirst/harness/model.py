@@ -1,11 +1,13 @@
 """The `fixedfirst` model of lm-evaluation-harness: a run (or an export) at one serving depth.
 
     --model fixedfirst --model_args run=RUN[,depth=K][,checkpoint=STEP][,exit=kl,threshold=T,
-                                    max_depth=K][,seed=S][,max_gen_toks=N]
+                                    max_depth=K][,cache=full|bounded:S|last][,seed=S]
+                                    [,max_gen_toks=N]
 
 `run` is a run directory or an export. `depth` defaults to the deepest depth the run trained at;
 `exit=kl` serves with per-token KL exit instead (scoring and generation alike; it decodes one
-request at a time, so it is slow). The harness's `batch_size` batches log-likelihood requests
+request at a time, so it is slow), as does a `cache` that does not keep every iteration
+(docs/design.md §17). The harness's `batch_size` batches log-likelihood requests
 (`auto` means 16); its `device` falls back to the CPU when CUDA is absent.
 
 Requests, as the harness defines them:
@@ -21,6 +23,7 @@ Requests, as the harness defines them:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import lm_eval.models  # noqa: F401  (the built-in names first: see fixedfirst.harness.register)
@@ -32,8 +35,9 @@ from tqdm import tqdm
 
 from fixedfirst.errors import UserError
 from fixedfirst.harness import MODEL_NAME
-from fixedfirst.model import check_depth
-from fixedfirst.serve.adaptive import DEFAULT_THRESHOLD, KLExit, stream_kl_exit
+from fixedfirst.model import parse_cache_strategy
+from fixedfirst.serve.adaptive import DEFAULT_THRESHOLD, KLExit
+from fixedfirst.serve.decoding import Adaptive, FixedDepth, Sampling, decode_steps
 from fixedfirst.serve.loading import load_served
 from fixedfirst.serve.scoring import Pair, rolling_pairs, score_pairs
 
@@ -58,6 +62,7 @@ class FixedFirstLM(LM):
         device: str | None = None,
         seed: int = 1234,
         max_gen_toks: int = DEFAULT_MAX_GEN_TOKS,
+        cache: str = "full",
     ) -> None:
         super().__init__()
         if exit not in (None, "kl"):
@@ -66,17 +71,19 @@ class FixedFirstLM(LM):
             raise UserError("max_depth goes with exit=kl")
         if exit is not None and depth is not None:
             raise UserError("give either depth=K or exit=kl, not both")
+        strategy = parse_cache_strategy(cache, "cache=")
         self.served = load_served(run, checkpoint, _device(device))
         self.model = self.served.model
         tokenizer = self.served.tokenizer
         assert tokenizer is not None
         self.tokenizer = tokenizer
-        self.rule: KLExit | None = None
-        self.depth: int | None = None
+        self.mode: FixedDepth | Adaptive
         if exit == "kl":
-            self.rule = KLExit(threshold, max_depth or self.served.default_depth)
+            rule = KLExit(threshold, max_depth or self.served.default_depth)
+            self.mode = Adaptive(rule, cache=strategy)
         else:
-            self.depth = check_depth(depth if depth is not None else self.served.default_depth)
+            depth = depth if depth is not None else self.served.default_depth
+            self.mode = FixedDepth(depth, cache=strategy)
         self.batch_size = batch_size if isinstance(batch_size, int) else DEFAULT_BATCH_SIZE
         self.max_gen_toks = max_gen_toks
         self.seed = seed
@@ -84,10 +91,10 @@ class FixedFirstLM(LM):
 
     def set_depth(self, depth: int) -> None:
         """Serve at another fixed depth (`fixedfirst downstream` reuses one model for all)."""
-        self.depth, self.rule = check_depth(depth), None
+        self.mode = FixedDepth(depth, cache=self.mode.cache)
 
     def get_model_info(self) -> dict:
-        serving = self.rule.describe() if self.rule else f"depth {self.depth}"
+        serving = self.mode.describe()
         return {"model_source": self.served.description, "serving": serving}
 
     # -- tokenization ------------------------------------------------------------------------
@@ -110,7 +117,7 @@ class FixedFirstLM(LM):
         self, requests: list[Instance], disable_tqdm: bool = False
     ) -> list[tuple[float, bool]]:
         pairs = [self._encode_pair(*request.args) for request in requests]
-        results = score_pairs(self.model, pairs, self.depth, self.rule, self.batch_size)
+        results = score_pairs(self.model, pairs, self.mode, self.batch_size)
         for request, result in zip(requests, results, strict=True):
             self.cache_hook.add_partial("loglikelihood", request.args, result)
         return results
@@ -124,7 +131,7 @@ class FixedFirstLM(LM):
             (text,) = request.args
             ids = [self.tokenizer.start_id, *self.tokenizer.encode(text)]
             pairs = rolling_pairs(ids, window)
-            scores = score_pairs(self.model, pairs, self.depth, self.rule, self.batch_size)
+            scores = score_pairs(self.model, pairs, self.mode, self.batch_size)
             total = sum(logprob for logprob, _ in scores)
             self.cache_hook.add_partial("loglikelihood_rolling", (text,), total)
             results.append(total)
@@ -152,13 +159,8 @@ class FixedFirstLM(LM):
         ids = [self.tokenizer.start_id, *self.tokenizer.encode(context)]
         ids = ids[-(window - max_new) :]  # keep the end of a context too long for the window
         prompt = torch.tensor([ids], device=self._device)
-        generator = torch.Generator(device=self._device).manual_seed(self.seed)
-        if self.rule is not None:
-            steps = stream_kl_exit(self.model, prompt, max_new, self.rule, temperature, generator)
-            tokens = (token for token, _ in steps)
-        else:
-            assert self.depth is not None
-            tokens = self.model.stream(prompt, max_new, self.depth, temperature, generator)
+        mode = dataclasses.replace(self.mode, sampling=Sampling(temperature, self.seed))
+        tokens = (token for token, _ in decode_steps(self.model, prompt, max_new, mode))
         generated: list[int] = []
         text = ""
         for token in tokens:

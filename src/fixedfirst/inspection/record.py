@@ -6,7 +6,7 @@ NLL is kept to 5 decimals (the mean over positions then matches eval's to 5e-6 n
 prediction's probability to 3; positions that are not scored hold null.
 
     {"format": "fixedfirst-inspect", "version": 1,
-     "about": {"run", "checkpoint", "schedule", "source", "precision"},
+     "about": {"run", "checkpoint", "schedule", "source", "precision", "cache"},
      "depths": [1, ..., 64], "window": 128, "vocab_size": 257,
      "sequences": [{"title", "start", "length", "reads_as_text"}],
      "windows": [[start, end], ...],
