@@ -285,7 +285,7 @@ class SlotCache(LayerCache):
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         assert self.owner is not None
         start = self.owner.length
-        if self.columns == start:
+        if self.columns <= start:  # the call's first write (or a chunk after the session's end)
             return super().append(k, v)
         assert self.keys is not None and self.values is not None
         if self.columns != start + k.shape[-2]:
