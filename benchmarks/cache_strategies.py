@@ -1,7 +1,7 @@
 """Benchmark: what each KV cache strategy (docs/design.md §17) costs and buys, side by side.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/cache_strategies.py --run RUN [--run RUN2 ...]
-        [--slots 1,2,4,8] [--depths 4,16,32,64] [--out FILE.md] [--json FILE.json]
+        [--slots 1,2,4] [--depths 4,16,32,64] [--out FILE.md] [--json FILE.json]
 
 For every run (a language-model run on `tokens` data, or a chains-task run), every strategy
 (full, bounded:S for each S of --slots; bounded:1 is `last`) and every serving depth:
@@ -13,9 +13,9 @@ For every run (a language-model run on `tokens` data, or a chains-task run), eve
    the difference to the full cache at the same depth. (The full cache's number equals one
    forward's, which the benchmark prints beside it as a check.)
 3. Agreement with the full cache. Language model: greedy continuations (--new-tokens) of
-   --prompts validation prefixes of 8-40 tokens, in left-padded batches; the share of prompts
-   whose continuation equals the full cache's, and the mean share of tokens before the first
-   difference. Chains: the task's labels are not the next inputs, so the argmax at every
+   --prompts validation prefixes of 8-40 tokens, in left-padded batches of --batch; the share of
+   prompts whose continuation equals the full cache's, and the mean share of tokens before the
+   first difference. Chains: the task's labels are not the next inputs, so the argmax at every
    labelled position of --prompts evaluation sequences (teacher-forced, as in 2) against the
    full cache's, and the accuracy on those labels.
 4. Tokens/s of greedy decoding, 8 prompts in one padded batch, every strategy and depth measured
@@ -119,7 +119,8 @@ def measure_run(run: str, args) -> dict:
         result["entries"][s.name] = [entries_per_token(config.model, d, s) for d in depths]
     scored = targets != IGNORE_INDEX
     for depth in depths:
-        one_pass = model(inputs, depth)
+        with torch.no_grad():
+            one_pass = model(inputs, depth)
         result["one_pass_nll"][depth] = float(
             F.cross_entropy(one_pass[scored].float(), targets[scored])
         )
@@ -159,7 +160,7 @@ def measure_run(run: str, args) -> dict:
                 by_band = [float(right[:, b.low : b.high + 1].mean()) for b in bands]
                 result["accuracy"].setdefault(s.name, []).append(by_band)
             else:
-                tokens = greedy(model, prompts, args.new_tokens, depth, s, 16)
+                tokens = greedy(model, prompts, args.new_tokens, depth, s, args.batch)
                 if reference is None:
                     reference = tokens
                 result["agreement"].setdefault(s.name, []).append(agreement(tokens, reference))
@@ -279,11 +280,12 @@ def markdown(results: list[dict], args) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", action="append", required=True, help="a run directory")
-    parser.add_argument("--slots", default="1,2,4,8", help="S of the bounded strategies")
+    parser.add_argument("--slots", default="1,2,4", help="S of the bounded strategies")
     parser.add_argument("--depths", default="4,16,32,64", help="serving depths")
     parser.add_argument("--rows", type=int, default=16, help="validation rows of the NLL")
     parser.add_argument("--prompts", type=int, default=64)
-    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=32, help="prompts per batch of section 3")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", metavar="FILE.md", help="also write the tables here")
     parser.add_argument("--json", metavar="FILE.json", help="also write the numbers as JSON")
