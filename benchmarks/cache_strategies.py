@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 import fixedfirst.tasks  # noqa: F401  (registers the chains data kind)
-from fixedfirst.model import FULL_CACHE, BoundedCache, KVCache
+from fixedfirst.model import FULL_CACHE, BoundedCache, KVCache, parse_cache_strategy
 from fixedfirst.model.kv_cache import entries_per_token
 from fixedfirst.model.loss import IGNORE_INDEX
 from fixedfirst.serve import FixedDepth, left_pad, teacher_forced
@@ -109,7 +109,7 @@ def measure_run(run: str, args) -> dict:
         "bytes": {},
         "entries": {},
         "nll": {},
-        "one_pass_nll": {},
+        "one_pass_nll": [],
         "agreement": {},
         "accuracy": {},
         "tokens_per_s": {},
@@ -121,9 +121,8 @@ def measure_run(run: str, args) -> dict:
     for depth in depths:
         with torch.no_grad():
             one_pass = model(inputs, depth)
-        result["one_pass_nll"][depth] = float(
-            F.cross_entropy(one_pass[scored].float(), targets[scored])
-        )
+        nll = F.cross_entropy(one_pass[scored].float(), targets[scored])
+        result["one_pass_nll"].append(float(nll))
     if chains:
         from fixedfirst.data.registry import kind_options
         from fixedfirst.tasks.chains.bands import bands_of
@@ -184,6 +183,35 @@ def measure_run(run: str, args) -> dict:
     return result
 
 
+def targets(r: dict) -> list[str]:
+    """Issue 40's targets, checked on this run: bounded:4 at the deepest depth holds at most 1/8
+    of the full cache's bytes; its NLL through the cache is within 1% of the full cache's at
+    depths 16 and deeper; else the smallest S that is."""
+    depths, lines = r["depths"], []
+    deep = [k for k, d in enumerate(depths) if d >= 16]
+    full = r["nll"]["full"]
+
+    def within(name: str) -> bool:
+        return all(r["nll"][name][k] / full[k] - 1 <= 0.01 for k in deep)
+
+    if "bounded:4" in r["bytes"]:
+        share = r["bytes"]["bounded:4"][-1] / r["bytes"]["full"][-1]
+        changes = ", ".join(
+            f"K={depths[k]} {r['nll']['bounded:4'][k] / full[k] - 1:+.2%}" for k in deep
+        )
+        lines.append(
+            f"Targets: bounded:4 at K={depths[-1]} holds {share:.3f} of the full cache's bytes "
+            f"(at most 0.125: {'yes' if share <= 0.125 else 'no'}); its NLL through the cache "
+            f"against the full cache's: {changes} (within 1%: "
+            f"{'yes' if within('bounded:4') else 'no'})."
+        )
+    bounded = [parse_cache_strategy(n) for n in r["strategies"] if n != "full"]
+    passing = [b.size for b in sorted(bounded, key=lambda b: b.size) if within(b.name)]
+    smallest = f"S = {passing[0]}" if passing else "none of those measured"
+    lines.append(f"Smallest S within 1% of the full cache's NLL at K >= 16: {smallest}.")
+    return lines
+
+
 def markdown(results: list[dict], args) -> str:
     lines: list[str] = []
     add = lines.append
@@ -224,7 +252,7 @@ def markdown(results: list[dict], args) -> str:
                 change = f"{nll / base - 1:+.2%}" if relative else f"{nll - base:+.4f}"
                 cells.append(f"{nll:.4f}" + ("" if name == "full" else f" ({change})"))
             add(f"| {name} | " + " | ".join(cells) + " |")
-        one = " | ".join(f"{r['one_pass_nll'][d]:.4f}" for d in depths)
+        one = " | ".join(f"{nll:.4f}" for nll in r["one_pass_nll"])
         add(f"| (one forward) | {one} |")
         add("")
         if r["kind"] == "chains":
@@ -258,6 +286,9 @@ def markdown(results: list[dict], args) -> str:
                 cells = [f"{a:.1%} / {b:.1%}" for a, b in r["agreement"][name]]
                 add(f"| {name} | " + " | ".join(cells) + " |")
         add("")
+        for line in targets(r):
+            add(line)
+            add("")
         setting = r["speed_setting"]
         add(
             f"Greedy decoding, tokens/s ({setting['prompts']} prompts in one batch, "
@@ -279,7 +310,7 @@ def markdown(results: list[dict], args) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", action="append", required=True, help="a run directory")
+    parser.add_argument("--run", action="append", default=[], help="a run directory")
     parser.add_argument("--slots", default="1,2,4", help="S of the bounded strategies")
     parser.add_argument("--depths", default="4,16,32,64", help="serving depths")
     parser.add_argument("--rows", type=int, default=16, help="validation rows of the NLL")
@@ -289,17 +320,28 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", metavar="FILE.md", help="also write the tables here")
     parser.add_argument("--json", metavar="FILE.json", help="also write the numbers as JSON")
+    parser.add_argument(
+        "--from-json", metavar="FILE.json", help="print the tables of an earlier run's --json"
+    )
     args = parser.parse_args()
     args.slots = [int(s) for s in args.slots.split(",")]
     args.depths = [int(d) for d in args.depths.split(",")]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s)", flush=True)
-    results = [measure_run(run, args) for run in args.run]
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        for key, value in saved["settings"].items():
+            setattr(args, key, value)
+        results = saved["runs"]
+    else:
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s)", flush=True)
+        results = [measure_run(run, args) for run in args.run]
     text = markdown(results, args)
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+        settings = {k: getattr(args, k) for k in ("prompts", "new_tokens", "repeats", "batch")}
+        saved = {"settings": settings, "torch": torch.__version__, "runs": results}
+        Path(args.json).write_text(json.dumps(saved, indent=2) + "\n")
 
 
 if __name__ == "__main__":
