@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from fixedfirst.compute.plan import modeled_savings
+from fixedfirst.compute.plan import plan_run
 from fixedfirst.config import load_config
 from fixedfirst.train.trainer import Trainer
 
@@ -69,12 +69,12 @@ def main() -> None:
     for name, config in configs.items():
         wall = statistics.median(walls[name])
         measured = 1 - wall / uniform
-        modeled = modeled_savings(config)
+        modeled = plan_run(config).modeled_savings()
         print(
             f"| {name} | {tokens:,} | {wall:.1f} | {100 * measured:.1f}% | {100 * modeled:.1f}% |"
         )
     ff = "fixed-first K0=2 @0.67"
-    ratio = (1 - statistics.median(walls[ff]) / uniform) / modeled_savings(configs[ff])
+    ratio = (1 - statistics.median(walls[ff]) / uniform) / plan_run(configs[ff]).modeled_savings()
     print(f"\nmeasured / modeled savings: {ratio:.2f} (target >= 0.95)")
 
 

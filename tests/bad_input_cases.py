@@ -672,7 +672,7 @@ SWEEP_CASES: list[Case] = [
         SWEEP_TOML.replace("[sweep]\n", "[sweep]\nseeds = [0, 1]\n")
         + CLAIM_TOML
         + "lower_is_better = true\n",
-        "claims[0]: unknown key 'lower_is_better'; valid: text, a, b,",
+        "claims[0]: unknown key claims.lower_is_better; valid keys in [claims]: a, b,",
     ),
     sweep_case(
         "sweep-claim-without-seeds",

@@ -33,3 +33,21 @@ def coverage(
         rows_only = t_interval(x.mean(axis=1), level)
         covered_t += rows_only.low <= MU <= rows_only.high
     return covered_bootstrap / replications, covered_t / replications
+
+
+def crossed_coverage(
+    seed_sd, block_sd, noise_sd, replications=400, seeds=5, blocks=32, seed=7, level=0.95
+):
+    """(crossed_interval, t over seed means): how often each `level` interval covers mu, for a
+    seeds x held-out blocks design with normal effects."""
+    from fixedfirst.stats.intervals import crossed_interval
+
+    rng = np.random.default_rng(seed)
+    covered_crossed = covered_seeds = 0
+    for _ in range(replications):
+        y = crossed(rng, seeds, blocks, MU, seed_sd, block_sd, noise_sd)
+        interval = crossed_interval(y, level)
+        covered_crossed += interval.low <= MU <= interval.high
+        over_seeds = t_interval(y.mean(axis=1), level)
+        covered_seeds += over_seeds.low <= MU <= over_seeds.high
+    return covered_crossed / replications, covered_seeds / replications

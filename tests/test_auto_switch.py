@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fixedfirst.compute.plan import plan_budget
+from fixedfirst.compute.plan import plan_run
 from fixedfirst.schedules import Schedule
 from fixedfirst.train.auto_switch import switch_summary
 from fixedfirst.train.checkpoint import CheckpointManager
@@ -128,9 +128,8 @@ def test_kill_9_and_resume_switch_at_the_same_step(tmp_path):
 
 def test_a_flop_budget_fits_wherever_the_rule_switches():
     config = tiny_config(*AUTO[:3], "train.flops=2e9", "train.tokens=1000")
-    budget = plan_budget(config)
+    budget = plan_run(config)
     from fixedfirst.compute.flops import flop_model, realised_flops
-    from fixedfirst.schedules import Schedule
     from fixedfirst.switching.policy import switch_bounds
 
     t = config.train
@@ -142,7 +141,7 @@ def test_a_flop_budget_fits_wherever_the_rule_switches():
         for s in range(floor, ceiling + 1)
     ]
     assert max(costs) == pytest.approx(budget.flops) and budget.flops <= 2e9
-    longer = plan_budget(config).total_steps + 1
+    longer = plan_run(config).total_steps + 1
     floor, _ = switch_bounds(config.switch, longer)
     assert realised_flops(schedule.with_switch_step(floor), fm, longer, t.tokens_per_step) > 2e9
 
@@ -165,14 +164,14 @@ def test_the_summary_gives_the_learning_rate_at_the_switch_and_over_the_finish(l
     with decay 0.2 is 3e-3 until step 32, then falls by 2.7e-3 / 8 a step (step 39: 3e-4)."""
     config = tiny_config(f"train.lr_schedule={lr_schedule}", "train.lr=3e-3", "train.warmup=0.1")
     config.train.final_lr_fraction = 0.1
-    schedule = Schedule(config.schedule, config.train.seed)
+    plan = plan_run(config, 40)
 
     def by_hand(s: int) -> float:
         if lr_schedule == "cosine":
             return 3e-4 + 2.7e-3 * (1 + math.cos(math.pi * (s - 4) / 35)) / 2
         return 3e-3 if s < 32 else 3e-3 - 2.7e-3 * (s - 31) / 8
 
-    switch = switch_summary(schedule, 40, None, config.train)
+    switch = switch_summary(plan, None, config.train)
     assert switch["step"] == 20 and switch["peak_lr"] == 3e-3
     assert switch["lr"] == pytest.approx(by_hand(20), rel=1e-12)
     expected_mean = sum(by_hand(s) for s in range(20, 40)) / 20

@@ -12,7 +12,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from fixedfirst.compute.flops import flop_model, realised_flops
-from fixedfirst.compute.plan import modeled_savings, plan_budget, plan_steps
+from fixedfirst.compute.plan import plan_run, plan_steps
 from fixedfirst.config import load_config
 from fixedfirst.errors import UserError
 from fixedfirst.model import LoopedTransformer
@@ -74,15 +74,15 @@ def test_paper_200m_reproduces_the_papers_savings(k0, switch, paper):
         ROOT / "configs" / "paper-200m.toml",
         [f"schedule.k0={k0}", f"schedule.switch={switch}"],
     )
-    assert modeled_savings(config) == pytest.approx(paper, abs=0.01)
+    assert plan_run(config).modeled_savings() == pytest.approx(paper, abs=0.01)
 
 
 def test_savings_of_uniform_is_zero_and_fixed_k1_is_largest():
     uniform = load_config(None, ["schedule.kind=uniform"])
-    assert modeled_savings(uniform) == pytest.approx(0.0, abs=1e-12)
+    assert plan_run(uniform).modeled_savings() == pytest.approx(0.0, abs=1e-12)
     fixed1 = load_config(None, ["schedule.kind=fixed", "schedule.depth=1"])
     fixed2 = load_config(None, ["schedule.kind=fixed", "schedule.depth=2"])
-    assert modeled_savings(fixed1) > modeled_savings(fixed2) > 0
+    assert plan_run(fixed1).modeled_savings() > plan_run(fixed2).modeled_savings() > 0
 
 
 SCHEDULES = [
@@ -100,7 +100,7 @@ SCHEDULES = [
 def test_compute_matched_runs_end_within_one_step_below_the_budget(schedule, seed):
     budget = 5e13
     config = load_config(None, [*schedule, f"train.flops={budget}", f"train.seed={seed}"])
-    plan = plan_budget(config)
+    plan = plan_run(config)
     fm = flop_model(config.model, config.train.seq_len)
     s = Schedule(config.schedule, seed)
     tps = config.train.tokens_per_step
@@ -139,7 +139,7 @@ def test_compute_matched_runs_differ_by_less_than_a_step():
     spent = {}
     for schedule in SCHEDULES:
         config = load_config(None, [*schedule, f"train.flops={budget}"])
-        spent[" ".join(schedule)] = plan_budget(config).flops
+        spent[" ".join(schedule)] = plan_run(config).flops
     fm = flop_model(load_config(None).model, load_config(None).train.seq_len)
     one_deep_step = load_config(None).train.tokens_per_step * fm.train(16)
     assert max(spent.values()) - min(spent.values()) < one_deep_step
@@ -149,7 +149,7 @@ def test_compute_matched_runs_differ_by_less_than_a_step():
 def test_cheaper_schedules_get_more_tokens_for_the_same_flops():
     budget = 5e13
     plans = {
-        kind: plan_budget(load_config(None, [f"schedule.kind={kind}", f"train.flops={budget}"]))
+        kind: plan_run(load_config(None, [f"schedule.kind={kind}", f"train.flops={budget}"]))
         for kind in ("uniform", "fixed-first")
     }
     assert plans["fixed-first"].tokens > plans["uniform"].tokens  # cheaper steps, more of them
@@ -158,10 +158,10 @@ def test_cheaper_schedules_get_more_tokens_for_the_same_flops():
 def test_impossible_budgets_are_user_errors():
     config = load_config(None, ["train.flops=1.0"])
     with pytest.raises(UserError, match=r"train\.flops"):
-        plan_budget(config)
+        plan_run(config)
     config = load_config(None, ["train.tokens=10"])
     with pytest.raises(UserError, match=r"train\.tokens"):
-        plan_budget(config)
+        plan_run(config)
     fm = flop_model(config.model, 16)
     with pytest.raises(UserError):
         plan_steps(Schedule(config.schedule), fm, 0.5, 16)

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fixedfirst.compute.plan import plan_budget
+from fixedfirst.compute.plan import plan_run
 from fixedfirst.schedules import Schedule
 from fixedfirst.train.checkpoint import CheckpointManager
 from fixedfirst.train.metrics import read_metrics
@@ -140,7 +140,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 def test_two_ddp_processes_equal_one_process(runs):
     assert_close_runs(runs["single"], runs["ddp"])
     config = in_process_config(runs["config"])
-    total = plan_budget(config).total_steps
+    total = plan_run(config).total_steps
     depths = [r["depth"] for r in train_records(runs["ddp"])]
     assert depths == Schedule(config.schedule, config.train.seed).depths(total)
     assert len(set(depths)) > 2 and max(depths) > config.train.grad_depth

@@ -21,6 +21,7 @@ from fixedfirst.compute.memory import (
     parameters,
     training_memory,
 )
+from fixedfirst.compute.plan import plan_run
 from fixedfirst.config import TrainConfig
 from fixedfirst.data.source import Batch
 from fixedfirst.errors import UserError
@@ -141,14 +142,14 @@ def test_the_memory_check_knows_that_fsdp_shards_the_model():
     state = training_memory(config.model, ddp, 1, 1, 16, 6)
     capacity = int((state.parameters + state.optimizer) * 1.2)
     with pytest.raises(UserError, match="weights, gradients and AdamW state alone"):
-        check_training_memory(config, ddp, total_steps=48, capacity=capacity)
-    check_training_memory(config, fsdp, total_steps=48, capacity=capacity)
+        check_training_memory(config, ddp, plan_run(config, 48), capacity=capacity)
+    check_training_memory(config, fsdp, plan_run(config, 48), capacity=capacity)
 
 
 def test_deepest_depth_is_the_schedules():
-    assert deepest_depth(tiny_config(), 48) == 6  # fixed-first K0 = 2, then uniform 1..6
-    assert deepest_depth(tiny_config("schedule.switch=1.0"), 48) == 2
-    assert deepest_depth(tiny_config("schedule.kind=fixed", "schedule.depth=9"), 48) == 9
+    assert deepest_depth(plan_run(tiny_config(), 48)) == 6  # fixed-first K0 = 2, then uniform 1..6
+    assert deepest_depth(plan_run(tiny_config("schedule.switch=1.0"), 48)) == 2
+    assert deepest_depth(plan_run(tiny_config("schedule.kind=fixed", "schedule.depth=9"), 48)) == 9
 
 
 def test_trainer_refuses_a_step_that_does_not_fit_and_trains_when_told(tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ from fixedfirst.cli.compute_cmd import report
 from fixedfirst.cli.main import main
 from fixedfirst.compute.flops import flop_model
 from fixedfirst.compute.memory import MARGIN, Placement, training_memory
-from fixedfirst.machine.planning import Hardware, plan_run
+from fixedfirst.machine.planning import Hardware, plan_on_gpus
 from tests.trainer_helpers import TINY_TOML, tiny_config
 
 
@@ -19,7 +19,7 @@ def hardware(gpus: int = 1, memory: float = 1e12, peak: float = 1e12, mfu: float
 
 def test_wall_clock_is_the_compute_models_flops_at_the_given_rate():
     config = tiny_config()
-    plan = plan_run(config, hardware(gpus=2, peak=3e9, mfu=0.25))
+    plan = plan_on_gpus(config, hardware(gpus=2, peak=3e9, mfu=0.25))
     flops = report(config)["realised_flops"]  # `fixedfirst compute`'s number
     assert plan.seconds(checkpoint=False) == pytest.approx(flops / (2 * 3e9 * 0.25))
 
@@ -28,10 +28,10 @@ def test_wall_clock_is_the_compute_models_flops_at_the_given_rate():
 def test_checkpointing_costs_one_more_forward_of_each_iteration_with_gradients(grad_depth):
     extra = [] if grad_depth is None else [f"train.grad_depth={grad_depth}"]
     config = tiny_config("schedule.kind=fixed", "schedule.depth=5", *extra)
-    plan = plan_run(config, hardware())
+    plan = plan_on_gpus(config, hardware())
     t = config.train
     iteration = flop_model(config.model, t.seq_len).iteration
-    steps = plan.budget.total_steps
+    steps = plan.run.total_steps
     graded = 5 if grad_depth is None else grad_depth
     assert plan.recompute_flops == pytest.approx(steps * t.tokens_per_step * graded * iteration)
     assert plan.seconds(True) > plan.seconds(False)
@@ -48,7 +48,7 @@ def needed(config, micro: int, strategy: str = "single", gpus: int = 1, checkpoi
 def test_the_largest_micro_batch_that_fits_is_found_and_offered():
     config = tiny_config("train.micro_batch_size=8")
     memory = (needed(config, 2) + needed(config, 4)) / 2 / (1 - MARGIN)
-    plan = plan_run(config, hardware(memory=memory))
+    plan = plan_on_gpus(config, hardware(memory=memory))
     plain = next(o for o in plan.options if not o.checkpoint)
     assert not plain.fits and plain.largest_micro_batch == 2
     from fixedfirst.cli.plan_cmd import verdict
@@ -64,7 +64,7 @@ def test_when_nothing_fits_it_names_the_gpus_that_would():
     config = tiny_config("model.d_model=256", "model.vocab_size=32000")
     memory = needed(config, 1, "fsdp", 4, checkpoint=True) / (1 - MARGIN) * 1.0001
     assert needed(config, 1, "fsdp", 2, checkpoint=True) > memory * (1 - MARGIN)
-    plan = plan_run(config, hardware(memory=memory))
+    plan = plan_on_gpus(config, hardware(memory=memory))
     assert all(o.largest_micro_batch is None for o in plan.options)
     assert plan.gpus_needed == 4
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fixedfirst.cli.main import main
-from fixedfirst.compute.plan import modeled_savings, plan_budget
+from fixedfirst.compute.plan import plan_run
 from fixedfirst.config import load_config
 from fixedfirst.studies.sweep import load_sweep
 
@@ -47,7 +47,7 @@ def test_gpu_preset_loads_and_has_paper_scale(capsys, name, low, high):
     )
     for (k0, switch), paper in PAPER_SAVINGS.items():
         variant = load_config(path, [f"schedule.k0={k0}", f"schedule.switch={switch}"])
-        assert modeled_savings(variant) == pytest.approx(paper, abs=0.01), (k0, switch)
+        assert plan_run(variant).modeled_savings() == pytest.approx(paper, abs=0.01), (k0, switch)
 
 
 def test_cpu_sweep_has_the_issues_runs():
@@ -67,11 +67,11 @@ def test_cpu_sweep_has_the_issues_runs():
     }
     progressive = [r for r in spec.runs if r.config.schedule.kind == "progressive"]
     assert len(progressive) == 1
-    assert plan_budget(progressive[0].config).tokens == plan_budget(reference).tokens
+    assert plan_run(progressive[0].config).tokens == plan_run(reference).tokens
     (matched, target), *_ = spec.flops_of.items()
     assert schedules[matched].kind == "uniform"
     assert (schedules[target].k0, schedules[target].switch) == (4, 0.67)
-    assert spec.run(matched).config.train.flops == plan_budget(spec.run(target).config).flops
+    assert spec.run(matched).config.train.flops == plan_run(spec.run(target).config).flops
     for r in spec.runs:
         assert r.config.eval.every > 0  # data.path is relative to the sweep file:
         assert Path(r.config.data.path) == ROOT / "data" / "fortunes-byte"
@@ -122,7 +122,7 @@ def test_switch_studies_have_the_issues_arms(task):
     }
     assert arms == {(k0, a) for k0 in (2, 4) for a in (0.5, 0.67, 0.8, 0.9, "plateau", "depth-gap")}
     assert len(spec.runs) == 24 and {r.config.train.seed for r in spec.runs} == {0, 1}
-    assert len({plan_budget(r.config).tokens for r in spec.runs}) == 1
+    assert len({plan_run(r.config).tokens for r in spec.runs}) == 1
     assert all(r.config.train.threads == 1 for r in spec.runs) and spec.switch_study
     assert spec.metric == ("task" if task == "chains" else "nll")
 
@@ -137,4 +137,4 @@ def test_the_chains_switch_study_trains_the_chains_default_preset():
     for key in ("seq_len", "batch_size", "lr", "warmup", "final_lr_fraction", "seed"):
         assert getattr(study.train, key) == getattr(preset.train, key), key
     # Its token budget is what the preset's fixed-first run gets at the preset's FLOP budget.
-    assert plan_budget(study).tokens == plan_budget(preset).tokens
+    assert plan_run(study).tokens == plan_run(preset).tokens

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fixedfirst.cli.main import main
-from fixedfirst.evaluation.cached import cached_evaluation, eval_path
+from fixedfirst.evaluation.cached import HeldOut, cached_evaluation, eval_path
 from fixedfirst.studies.sweep.figure3 import shown_depths, trailing_mean
 from fixedfirst.train.trainer import Trainer
 from tests.trainer_helpers import tiny_config
@@ -30,8 +30,11 @@ EVAL_KEYS = {
     "validation_seed": (int, type(None)),
     "sequences": int,
     "validation_sha256": str,
+    "rows": type(None),
+    "precision": str,
     "nll_by_depth": dict,
     "mean_serving_nll": float,
+    "row_nll": dict,
 }
 
 
@@ -68,6 +71,11 @@ def test_eval_json_schema(capsys, fixed_first_run):
     assert result["sequences"] == 4 and result["validation_seed"] is None  # the first rows
     mean = sum(result["nll_by_depth"][str(d)] for d in range(1, 17)) / 16
     assert result["mean_serving_nll"] == pytest.approx(mean)
+    # Every row scores 16 tokens, so at each depth the rows' NLLs average to the set's.
+    for d, value in result["nll_by_depth"].items():
+        rows = result["row_nll"][d]
+        assert len(rows) == 4 and sum(rows) / 4 == pytest.approx(value, abs=1e-6)
+    assert result["precision"] == "fp32" and result["rows"] is None
 
 
 def test_eval_without_all_serving_depths_has_no_mean(tmp_path, capsys, fixed_first_run):
@@ -84,17 +92,17 @@ def test_eval_refuses_an_output_directory_that_does_not_exist(tmp_path, capsys, 
 
 def test_saved_evaluation_is_reused_only_for_the_same_question(fixed_first_run):
     depths = [1, 2, 3]
-    first, reused = cached_evaluation(fixed_first_run, depths, batches=2)
+    first, reused = cached_evaluation(fixed_first_run, depths, HeldOut(batches=2))
     assert not reused
-    again, reused = cached_evaluation(fixed_first_run, depths, batches=2)
+    again, reused = cached_evaluation(fixed_first_run, depths, HeldOut(batches=2))
     assert reused and again == first
-    other, reused = cached_evaluation(fixed_first_run, depths, batches=1)
+    other, reused = cached_evaluation(fixed_first_run, depths, HeldOut(batches=1))
     assert not reused and other["batches"] == 1
-    other, reused = cached_evaluation(fixed_first_run, [1, 2], batches=1)
+    other, reused = cached_evaluation(fixed_first_run, [1, 2], HeldOut(batches=1))
     assert not reused and other["depths"] == [1, 2]
     path = eval_path(fixed_first_run, 10)
     path.write_text(path.read_text().replace(first["weights_sha256"], "0" * 64))
-    _, reused = cached_evaluation(fixed_first_run, [1, 2], batches=1)
+    _, reused = cached_evaluation(fixed_first_run, [1, 2], HeldOut(batches=1))
     assert not reused  # other weights: measured again
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fixedfirst.cli.main import main
-from fixedfirst.compute.plan import plan_budget
+from fixedfirst.compute.plan import plan_run
 from fixedfirst.studies.sweep import load_sweep
 from fixedfirst.studies.sweep.results import TABLE_COLUMNS
 
@@ -142,7 +142,7 @@ def test_two_run_sweep_end_to_end_then_reused(tmp_path, capsys, corpus, monkeypa
         assert row["eval_tokens"] == 2 * 4 * 16
     spec = load_sweep(sweep)
     for row in (uniform, ff):
-        plan = plan_budget(spec.run(row["name"]).config)
+        plan = plan_run(spec.run(row["name"]).config)
         assert row["modeled_flops"] == pytest.approx(plan.flops, rel=1e-9)  # the drawn depths
         assert row["expected_flops"] == pytest.approx(plan.expected_flops, rel=1e-12)
     ratio = ff["expected_flops"] / uniform["expected_flops"]
@@ -192,11 +192,11 @@ def test_only_trains_the_named_runs_and_reports_what_finished(tmp_path, capsys, 
 def test_compute_matched_run_gets_the_other_runs_modeled_flops(tmp_path, corpus):
     runs = RUNS + '\n[[runs]]\nname = "matched"\nschedule.kind = "uniform"\nflops_of = "ff-k2"\n'
     spec = load_sweep(write_sweep(tmp_path, corpus, BASE.format(data=corpus) + SETTINGS + runs))
-    target = plan_budget(spec.run("ff-k2").config)
+    target = plan_run(spec.run("ff-k2").config)
     matched = spec.run("matched").config
     assert matched.train.flops == target.flops
-    assert plan_budget(matched).flops <= target.flops
-    assert plan_budget(matched).total_steps < target.total_steps  # uniform steps cost more
+    assert plan_run(matched).flops <= target.flops
+    assert plan_run(matched).total_steps < target.total_steps  # uniform steps cost more
     assert spec.flops_of == {"matched": "ff-k2"}
 
 
@@ -211,7 +211,10 @@ def test_base_may_be_a_run_config_file(tmp_path, corpus):
 
 BAD_SWEEPS = {
     "unknown top-level key": (BASE + SETTINGS + RUNS + "\nextra = 1\n", ["unknown key 'extra'"]),
-    "unknown [sweep] key": (BASE + SETTINGS + "colour = 1\n" + RUNS, ["[sweep]", "'colour'"]),
+    "unknown [sweep] key": (
+        BASE + SETTINGS + "colour = 1\n" + RUNS,
+        ["unknown key sweep.colour", "valid keys in [sweep]"],
+    ),
     "unknown base key": (
         BASE.replace("d_model = 32", "d_modle = 32") + SETTINGS + RUNS,
         ["base", "unknown key model.d_modle"],
@@ -238,7 +241,7 @@ BAD_SWEEPS = {
     "run without a name": (BASE + SETTINGS + "[[runs]]\nschedule.k0 = 1\n", ["has no name"]),
     "seeds repeated": (
         BASE + SETTINGS + "seeds = [0, 0]\n" + RUNS,
-        ["sweep.seeds must be a list of distinct integers >= 0"],
+        ["sweep.seeds: must be a list of distinct integers >= 0"],
     ),
     "matched to an auto switch": (
         BASE + SETTINGS + RUNS + 'schedule.switch = "auto"\nswitch.window = 0.5\n'

@@ -11,7 +11,7 @@ import pytest
 
 from fixedfirst.data.source import GENERATED_ROWS, held_out_rows, in_batches
 from fixedfirst.data.synthetic import SyntheticSource
-from fixedfirst.evaluation.cached import cached_evaluation
+from fixedfirst.evaluation.cached import HeldOut, cached_evaluation
 from fixedfirst.evaluation.nll import EVAL_DEPTHS
 from fixedfirst.stats.evidence import paired_relative
 from fixedfirst.studies.sweep.claims import ClaimSpec, claims_markdown, evaluate_claims
@@ -141,21 +141,21 @@ def test_the_cache_knows_which_rows_it_scored(tmp_path, text_run):
     whole, in batches of the run's batch size, and says so."""
     run = tmp_path / "run"  # a copy: the shared run's files stay as other tests left them
     shutil.copytree(text_run / "run", run)
-    first, reused = cached_evaluation(run, [1, 4], batches=2, validation_seed=3)
+    first, reused = cached_evaluation(run, [1, 4], HeldOut(batches=2, seed=3))
     assert not reused and first["validation_seed"] == 3 and first["sequences"] == 16
-    assert cached_evaluation(run, [1, 4], batches=2, validation_seed=3) == (first, True)
-    fixed, reused = cached_evaluation(run, [1, 4], batches=2)
+    assert cached_evaluation(run, [1, 4], HeldOut(batches=2, seed=3)) == (first, True)
+    fixed, reused = cached_evaluation(run, [1, 4], HeldOut(batches=2))
     assert not reused and fixed["validation_seed"] is None
     assert fixed["validation_sha256"] != first["validation_sha256"]
-    other, reused = cached_evaluation(run, [1, 4], batches=2, validation_seed=4)
+    other, reused = cached_evaluation(run, [1, 4], HeldOut(batches=2, seed=4))
     assert not reused and other["validation_sha256"] != first["validation_sha256"]
 
-    everything, _ = cached_evaluation(run, [1, 4], batches=10_000, validation_seed=3)
+    everything, _ = cached_evaluation(run, [1, 4], HeldOut(batches=10_000, seed=3))
     from fixedfirst.data.tokens import TokenSource
 
     windows = len(TokenSource(text_run / "data", 64).val)
     assert everything["sequences"] == windows < 10_000 * everything["batch_size"]
-    again, _ = cached_evaluation(run, [1, 4], batches=10_000, validation_seed=4)
+    again, _ = cached_evaluation(run, [1, 4], HeldOut(batches=10_000, seed=4))
     assert again["validation_sha256"] != everything["validation_sha256"]  # same rows, new order
     assert again["nll_by_depth"] == pytest.approx(everything["nll_by_depth"], rel=1e-5)
 
@@ -390,17 +390,23 @@ BAD_CLAIMS = {
         CLAIM.replace('a = "ff"', 'a = "ff-k3"'),
         ["claims[0]: a = 'ff-k3' is not a [[runs]] entry; entries: uniform, ff"],
     ),
-    "unknown key": (CLAIM + "direction = 1\n", ["claims[0]: unknown key 'direction'"]),
-    "missing key": (CLAIM.replace("bound = 0.5\n", ""), ["claims[0]: missing bound"]),
+    "unknown key": (CLAIM + "direction = 1\n", ["claims[0]: unknown key claims.direction"]),
+    "missing key": (CLAIM.replace("bound = 0.5\n", ""), ["claims[0]: missing key claims.bound"]),
     "bad metric": (
         CLAIM.replace('metric = "mean"', 'metric = "depth:20"'),
-        ["metric = 'depth:20': use \"mean\"", "1, 2, 3"],
+        ["claims.metric: 'depth:20': use \"mean\"", "1, 2, 3"],
     ),
-    "bad measure": (CLAIM.replace('"relative"', '"ratio"'), ["measure = 'ratio'"]),
-    "bad side": (CLAIM.replace('claim = "below"', 'claim = "under"'), ["claim = 'under'"]),
+    "bad measure": (
+        CLAIM.replace('"relative"', '"ratio"'),
+        ["claims.measure: 'ratio' is not one of"],
+    ),
+    "bad side": (
+        CLAIM.replace('claim = "below"', 'claim = "under"'),
+        ["claims.claim: 'under' is not one of"],
+    ),
     "bound not a number": (
         CLAIM.replace("bound = 0.5", 'bound = "0.5%"'),
-        ["bound must be a number"],
+        ["claims.bound: expected a number"],
     ),
     "same entry twice": (
         CLAIM.replace('a = "ff"', 'a = "uniform"'),

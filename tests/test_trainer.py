@@ -11,7 +11,7 @@ import torch
 
 from fixedfirst.cli.main import main
 from fixedfirst.compute.flops import flop_model
-from fixedfirst.compute.plan import plan_budget
+from fixedfirst.compute.plan import plan_run
 from fixedfirst.config import TrainConfig
 from fixedfirst.errors import UserError
 from fixedfirst.train.checkpoint import CheckpointManager
@@ -109,13 +109,13 @@ def test_flop_budget_matches_compute(tmp_path):
     for kind in ("uniform", "fixed-first"):
         config = tiny_config(f"schedule.kind={kind}", f"train.flops={budget}")
         runs[kind] = Trainer(config, tmp_path / kind, quiet=True).train()
-        plan = plan_budget(config)
+        plan = plan_run(config)
         assert runs[kind]["steps"] == plan.total_steps
         assert plan.flops <= budget
     # The trainer's FLOP count ends where the plan said: below the budget by less than a step.
     for kind, summary in runs.items():
         config = tiny_config(f"schedule.kind={kind}", f"train.flops={budget}")
-        plan = plan_budget(config)
+        plan = plan_run(config)
         assert summary["flops"] == pytest.approx(plan.flops, rel=1e-9)
         assert summary["flops"] <= budget
         fm = flop_model(config.model, config.train.seq_len)

@@ -6,10 +6,9 @@ import argparse
 import json
 
 from fixedfirst.cli.arguments import add_config_arguments, config_from_args
-from fixedfirst.compute.flops import flop_model, realised_flops, schedule_flops
-from fixedfirst.compute.plan import UNIFORM_REFERENCE, modeled_savings, plan_budget
+from fixedfirst.compute.flops import realised_flops, schedule_flops
+from fixedfirst.compute.plan import UNIFORM_REFERENCE, plan_run
 from fixedfirst.schedules import Schedule, describe
-from fixedfirst.switching.policy import switch_bounds
 
 SHOWN_DEPTHS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -32,14 +31,13 @@ def parameter_counts(config) -> dict[str, int]:
 
 def report(config) -> dict:
     t = config.train
-    budget = plan_budget(config)
-    fm = flop_model(config.model, t.seq_len)
-    schedule = Schedule(config.schedule, t.seed)
+    budget = plan_run(config)
+    fm = budget.flop_model
+    schedule = budget.costed_schedule  # an auto switch at its floor
     auto = None
-    if config.schedule.auto_switch:  # shown at the floor, its dearest switch as a rule
-        floor, ceiling = switch_bounds(config.switch, budget.total_steps)
-        schedule = schedule.with_switch_step(floor)
-        at_ceiling = schedule.with_switch_step(ceiling)
+    if budget.switch_window is not None:  # and its dearest switch as a rule
+        floor, ceiling = budget.switch_window
+        at_ceiling = budget.schedule.with_switch_step(ceiling)
         auto = {
             "rule": config.switch.rule,
             "floor_step": floor,
@@ -47,7 +45,7 @@ def report(config) -> dict:
             "realised_flops_at_ceiling": realised_flops(
                 at_ceiling, fm, budget.total_steps, t.tokens_per_step, t.grad_depth
             ),
-            "modeled_savings_at_ceiling": modeled_savings(config, budget.total_steps, ceiling),
+            "modeled_savings_at_ceiling": budget.decided(ceiling).modeled_savings(),
         }
     uniform = schedule_flops(
         Schedule(UNIFORM_REFERENCE, t.seed), fm, budget.total_steps, t.tokens_per_step, t.grad_depth
@@ -79,7 +77,7 @@ def report(config) -> dict:
         "realised_flops": budget.flops,
         "flop_budget": budget.flop_budget,
         "uniform_flops": uniform,
-        "modeled_savings": modeled_savings(config, budget.total_steps),
+        "modeled_savings": budget.modeled_savings(),
         "auto_switch": auto,
     }
 

@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    from fixedfirst.evaluation.cached import eval_path, evaluate_run, write_eval
+    from fixedfirst.evaluation.cached import HeldOut, eval_path, evaluate_run, write_eval
     from fixedfirst.files.writing import write_json_atomic
     from fixedfirst.machine.device import resolve_device
 
@@ -106,7 +106,7 @@ def evaluate(args: argparse.Namespace) -> int:
         print(f"wrote {out}")
         return 0
     result = evaluate_run(
-        args.run_dir, depths, args.batches, args.checkpoint, device, data=args.data
+        args.run_dir, depths, HeldOut(batches=args.batches), args.checkpoint, device, data=args.data
     )
     print(
         f"{args.run_dir} step {result['step']}: validation NLL (nats/token) over "

@@ -39,11 +39,11 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.config import read_toml
-    from fixedfirst.machine.planning import plan_run
+    from fixedfirst.machine.planning import plan_on_gpus
 
     configs = run_configs(args, is_sweep="runs" in read_toml(args.config))
     hardware = hardware_from_args(args, next(iter(configs.values())))
-    plans = {name: plan_run(config, hardware) for name, config in configs.items()}
+    plans = {name: plan_on_gpus(config, hardware) for name, config in configs.items()}
     if len(plans) == 1 and None in plans:
         print(format_plan(plans[None], args.config))
     else:
@@ -180,7 +180,7 @@ def format_plan(plan, path: str) -> str:
     """The plan of one run: hardware, memory options, the verdict, FLOPs and wall-clock."""
     from fixedfirst.schedules import describe
 
-    t, h, b = plan.config.train, plan.hardware, plan.budget
+    t, h, b = plan.config.train, plan.hardware, plan.run
     local = t.batch_size // h.gpus
     precision = "fp32" if t.precision == "fp32" else "bf16"
     lines = [
@@ -249,7 +249,7 @@ def format_sweep(plans: dict, path: str) -> str:
         total += seconds
         lines.append(
             f"| {name} | {describe(plan.config.schedule)} | {plan.depth} | {gib(c.memory.peak)} "
-            f"| {'yes' if c.fits else 'no'} | {plan.budget.flops:.3g} | {duration(seconds)} |"
+            f"| {'yes' if c.fits else 'no'} | {plan.run.flops:.3g} | {duration(seconds)} |"
         )
     lines += ["", f"all runs one after another: {duration(total)}"]
     runs_by_verdict: dict[tuple[str, ...], list[str]] = {}

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from fixedfirst.compute.flops import layer_matmul_params
-from fixedfirst.compute.plan import planned_schedule
-from fixedfirst.config import ModelConfig, RunConfig
+from fixedfirst.compute.plan import RunPlan
+from fixedfirst.config import ModelConfig
 
 FP32 = 4
 BF16 = 2
@@ -293,7 +293,7 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def deepest_depth(config: RunConfig, total_steps: int) -> int:
+def deepest_depth(plan: RunPlan) -> int:
     """The deepest depth any step of the run can draw."""
-    stages = planned_schedule(config, total_steps).stages(total_steps)
+    stages = plan.costed_schedule.stages(plan.total_steps)
     return max(stage.dist.max_depth for stage in stages)

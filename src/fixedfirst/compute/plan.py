@@ -8,7 +8,7 @@ same FLOPs (docs/design.md §3); an auto switch is planned at its dearest allowe
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fixedfirst.compute.flops import FlopModel, flop_model, realised_flops, schedule_flops
 from fixedfirst.config import RunConfig, ScheduleConfig
@@ -98,32 +98,106 @@ def dearest_switch_flops(
 
 
 @dataclass(frozen=True)
-class Budget:
-    """What a run will spend: steps, tokens and modeled training FLOPs."""
+class RunPlan:
+    """A run's plan, computed once from its configuration (`plan_run`): how many optimizer steps
+    it takes, which depth each step draws, and what it spends under the compute model."""
 
+    schedule: Schedule
+    """The run's depth schedule; an auto switch is undecided until the run decides (`decided`)."""
+    flop_model: FlopModel
     total_steps: int
-    tokens: int
+    tokens_per_step: int
+    grad_depth: int | None
     flops: float
-    """Realised: the modeled FLOPs of the depths the run draws (the trainer's final count)."""
+    """Realised: the modeled FLOPs of the depths the run draws (the trainer's final count); an
+    auto switch's at its dearest allowed step (the most it may spend)."""
     expected_flops: float
-    """The schedule's expected cost over `total_steps` steps."""
+    """The schedule's expected cost over `total_steps` steps (an auto switch at its floor)."""
     flop_budget: float | None
     """train.flops, when the run is compute-matched; `flops` is then within one step below it."""
+    switch_window: tuple[int, int] | None = None
+    """An auto switch's earliest and latest step; None for every other schedule."""
+
+    @property
+    def tokens(self) -> int:
+        return self.total_steps * self.tokens_per_step
 
     @property
     def compute_matched(self) -> bool:
         return self.flop_budget is not None
 
+    @property
+    def costed_schedule(self) -> Schedule:
+        """The schedule the budget is planned on: an undecided auto switch at its floor."""
+        if self.switch_window is not None and self.schedule.switch_step(self.total_steps) is None:
+            return self.schedule.with_switch_step(self.switch_window[0])
+        return self.schedule
 
-def plan_budget(config: RunConfig) -> Budget:
-    """Resolve `train.tokens` (or, when set, `train.flops`) into a number of optimizer steps."""
+    @property
+    def switch_step(self) -> int | None:
+        """fixed-first's first finishing step (None for other kinds and an undecided switch)."""
+        return self.schedule.switch_step(self.total_steps)
+
+    def depth(self, step: int) -> int:
+        return self.schedule.depth(step, self.total_steps)
+
+    def step_flops(self, depth: int) -> float:
+        """Modeled training FLOPs of one optimizer step at `depth`."""
+        return self.tokens_per_step * self.flop_model.train(depth, self.grad_depth)
+
+    def decided(self, switch_step: int) -> RunPlan:
+        """This plan with its auto switch decided at `switch_step` (the budget stays as planned)."""
+        return replace(self, schedule=self.schedule.with_switch_step(switch_step))
+
+    def modeled_savings(self) -> float:
+        """1 - cost(schedule) / cost(uniform 1..16) over the same steps: an auto switch at the
+        step it switched at once decided (`decided`), before that at its floor (the least it
+        saves)."""
+
+        def cost(schedule: Schedule) -> float:
+            return schedule_flops(
+                schedule, self.flop_model, self.total_steps, self.tokens_per_step, self.grad_depth
+            )
+
+        reference = Schedule(UNIFORM_REFERENCE, self.schedule.seed)
+        return 1.0 - cost(self.costed_schedule) / cost(reference)
+
+
+def plan_run(config: RunConfig, total_steps: int | None = None) -> RunPlan:
+    """Resolve `train.tokens` (or, when set, `train.flops`) into a number of optimizer steps and
+    cost it; `total_steps` instead takes a number of steps as given (a run already planned)."""
     t = config.train
     schedule = Schedule(config.schedule, t.seed)
     fm = flop_model(config.model, t.seq_len)
     auto = config.schedule.auto_switch
-    if t.flops is not None and auto:
+    steps = total_steps if total_steps is not None else _planned_steps(config, schedule, fm)
+    window = switch_bounds(config.switch, steps) if auto else None
+    if window is not None:  # the most it may spend, and the expectation at the floor
+        check_window(config.switch, steps, t.log_every)
+        realised = dearest_switch_flops(config, schedule, fm, steps)
+        costed = schedule.with_switch_step(window[0])
+    else:
+        realised = realised_flops(schedule, fm, steps, t.tokens_per_step, t.grad_depth)
+        costed = schedule
+    return RunPlan(
+        schedule=schedule,
+        flop_model=fm,
+        total_steps=steps,
+        tokens_per_step=t.tokens_per_step,
+        grad_depth=t.grad_depth,
+        flops=realised,
+        expected_flops=schedule_flops(costed, fm, steps, t.tokens_per_step, t.grad_depth),
+        flop_budget=t.flops,
+        switch_window=window,
+    )
+
+
+def _planned_steps(config: RunConfig, schedule: Schedule, fm: FlopModel) -> int:
+    """The steps a run's token budget, or its FLOP budget, pays for."""
+    t = config.train
+    if t.flops is not None and config.schedule.auto_switch:
         # Planned to fit the budget wherever the rule fires (docs/design.md §14).
-        steps = _plan(
+        return _plan(
             lambda n: dearest_switch_flops(config, schedule, fm, n),
             schedule_flops(
                 schedule.with_switch_step(0), fm, MAX_STEPS, t.tokens_per_step, t.grad_depth
@@ -131,61 +205,18 @@ def plan_budget(config: RunConfig) -> Budget:
             t.flops,
             t.tokens_per_step,
         )
-    elif t.flops is not None:
-        steps = plan_steps(schedule, fm, t.flops, t.tokens_per_step, t.grad_depth)
-    else:
-        steps = t.tokens // t.tokens_per_step
-        if steps > MAX_STEPS:
-            raise UserError(
-                f"train.tokens = {t.tokens:,} makes {steps:,} optimizer steps of "
-                f"{t.tokens_per_step:,} tokens, more than the {MAX_STEPS:,} a run may plan; "
-                "lower train.tokens or raise train.batch_size"
-            )
-        if steps < 1:
-            raise UserError(
-                f"train.tokens = {t.tokens} is less than one step of batch_size * seq_len = "
-                f"{t.tokens_per_step} tokens; raise train.tokens"
-            )
-    if auto:  # the most it may spend, and the expectation at the floor
-        check_window(config.switch, steps, t.log_every)
-        realised = dearest_switch_flops(config, schedule, fm, steps)
-        schedule = schedule.with_switch_step(switch_bounds(config.switch, steps)[0])
-    else:
-        realised = realised_flops(schedule, fm, steps, t.tokens_per_step, t.grad_depth)
-    return Budget(
-        total_steps=steps,
-        tokens=steps * t.tokens_per_step,
-        flops=realised,
-        expected_flops=schedule_flops(schedule, fm, steps, t.tokens_per_step, t.grad_depth),
-        flop_budget=t.flops,
-    )
-
-
-def modeled_savings(
-    config: RunConfig, total_steps: int | None = None, switch_step: int | None = None
-) -> float:
-    """1 - cost(schedule) / cost(uniform 1..16), both over the same token budget. An auto switch
-    is costed at `switch_step`, the step its run switched at (by default its floor, where it
-    saves the least)."""
-    t = config.train
-    steps = total_steps if total_steps is not None else plan_budget(config).total_steps
-    fm = flop_model(config.model, t.seq_len)
-    schedule = Schedule(config.schedule, t.seed)
-    if config.schedule.auto_switch:
-        schedule = schedule.with_switch_step(
-            switch_step if switch_step is not None else switch_bounds(config.switch, steps)[0]
+    if t.flops is not None:
+        return plan_steps(schedule, fm, t.flops, t.tokens_per_step, t.grad_depth)
+    steps = t.tokens // t.tokens_per_step
+    if steps > MAX_STEPS:
+        raise UserError(
+            f"train.tokens = {t.tokens:,} makes {steps:,} optimizer steps of "
+            f"{t.tokens_per_step:,} tokens, more than the {MAX_STEPS:,} a run may plan; "
+            "lower train.tokens or raise train.batch_size"
         )
-    ours = schedule_flops(schedule, fm, steps, t.tokens_per_step, t.grad_depth)
-    ref = schedule_flops(
-        Schedule(UNIFORM_REFERENCE, t.seed), fm, steps, t.tokens_per_step, t.grad_depth
-    )
-    return 1.0 - ours / ref
-
-
-def planned_schedule(config: RunConfig, total_steps: int) -> Schedule:
-    """The schedule a run of `total_steps` steps is planned on: an auto switch at its floor (the
-    most it may spend, as `plan_budget` plans it)."""
-    schedule = Schedule(config.schedule, config.train.seed)
-    if config.schedule.auto_switch:
-        schedule = schedule.with_switch_step(switch_bounds(config.switch, total_steps)[0])
-    return schedule
+    if steps < 1:
+        raise UserError(
+            f"train.tokens = {t.tokens} is less than one step of batch_size * seq_len = "
+            f"{t.tokens_per_step} tokens; raise train.tokens"
+        )
+    return steps

@@ -110,6 +110,14 @@ def build_section(section_cls: type, raw: dict[str, Any]) -> Any:
             raise UserError(
                 f"unknown key {name}.{key}; valid keys in [{name}]: " + ", ".join(sorted(known))
             )
+    required = [
+        f.name for f in known.values() if f.default is MISSING and f.default_factory is MISSING
+    ]
+    missing = [key for key in required if key not in raw]
+    if missing:
+        raise UserError(
+            f"missing key {name}.{missing[0]}; [{name}] needs " + ", ".join(sorted(required))
+        )
     values = {key: coerce(value, hints[key], f"{name}.{key}") for key, value in raw.items()}
     return section_cls(**values)
 

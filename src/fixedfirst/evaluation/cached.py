@@ -14,8 +14,16 @@ every depth-wise evaluation:
      "sequences": 128,                         rows scored (fewer than batches x batch_size when
                                                a drawn set fell back to all of a smaller split)
      "validation_sha256": "...",               which rows: a checksum of their inputs and targets
+     "precision": "fp32",                      the precision the rows were scored in
      "nll_by_depth": {"1": 2.41, ...},         mean next-token NLL in nats per serving depth
-     "mean_serving_nll": 2.07}                 the mean over depths 1..16, null if not all measured
+     "mean_serving_nll": 2.07,                 the mean over depths 1..16, null if not all measured
+     "row_nll": {"1": [2.5, ...], ...}}        each row's mean NLL per depth (6 decimals), for
+                                               intervals that cover the held-out sample
+
+`HeldOut` says which rows and how: the run's own `eval.batches` of its micro-batch size (what
+`fixedfirst eval` scores), or exactly `rows` rows in batches of ROWS_BATCH whatever the run's batch
+size, so that runs of different batch sizes score the same rows; the split's first rows or those a
+draw seed picks; in the run's training precision or in fp32.
 
 An evaluation at depth 64 costs several training steps of compute, so a caller that asks the same
 question again (same weights, depths, validation batches and draw seed) gets the saved answer: the
@@ -27,8 +35,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -48,6 +57,26 @@ from fixedfirst.train.opening import (
 
 EVAL_FORMAT = "fixedfirst-eval"
 EVAL_VERSION = 1
+ROWS_BATCH = 64
+"""Rows per forward when `HeldOut.rows` fixes the rows scored."""
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """Which held-out rows a checkpoint is scored on, and in which precision."""
+
+    batches: int | None = None
+    """Batches of the run's micro-batch size (None: its eval.batches); unused with `rows`."""
+    rows: int | None = None
+    """Exactly this many rows, in batches of ROWS_BATCH, whatever the run's batch size."""
+    seed: int | None = None
+    """None: the split's first rows; S: rows drawn from the whole split by S."""
+    precision: Literal["run", "fp32"] = "run"
+    """The run's training precision (bf16 autocast where it trained so), or fp32."""
+
+    def __post_init__(self) -> None:
+        if self.rows is not None and self.rows < 1:
+            raise ValueError(f"rows must be >= 1, got {self.rows}")
 
 
 def eval_path(run: str | Path, step: int) -> Path:
@@ -58,32 +87,35 @@ def eval_path(run: str | Path, step: int) -> Path:
 def evaluate_run(
     run: str | Path,
     depths: list[int],
-    batches: int | None = None,
+    held_out: HeldOut = HeldOut(),
     step: int | None = None,
     device: str | torch.device = "cpu",
-    validation_seed: int | None = None,
     *,
     data: str | None = None,
 ) -> dict[str, Any]:
-    """Measure validation NLL of the checkpoint at `step` (default: the newest) at `depths`,
-    over `batches` validation batches (default: the run's eval.batches): the held-out set's
-    first rows, or those `validation_seed` draws (`BatchSource.validation_batches`); `data`:
-    where the run's data is now, when it moved."""
-    from fixedfirst.evaluation.nll import mean_serving_nll, validation_nll
+    """Measure validation NLL of the checkpoint at `step` (default: the newest) at `depths`, on
+    the rows `held_out` names; `data`: where the run's data is now, when it moved."""
+    from fixedfirst.evaluation.nll import mean_serving_nll, score_held_out
     from fixedfirst.machine.device import resolve_dtype
     from fixedfirst.train.progress import Ticker
 
     require_data(open_run(run, data)[1], run, data)  # before the weights are read, verified
     loaded = load_run(run, step, device, data=data)
     config = loaded.config
-    n_batches = batches or config.eval.batches
-    batch_size = config.train.micro_batch()
+    if held_out.rows is not None:
+        batch_size = min(ROWS_BATCH, held_out.rows)
+        n_batches = -(-held_out.rows // batch_size)
+    else:
+        n_batches, batch_size = held_out.batches or config.eval.batches, config.train.micro_batch()
     source = trained_source(config, loaded.checkpoint.meta.get("data"))
-    val = source.validation_batches(n_batches, batch_size, validation_seed)
+    val = source.validation_batches(n_batches, batch_size, held_out.seed)
+    if held_out.rows is not None:
+        val = _first_rows(val, held_out.rows)
     device = next(loaded.model.parameters()).device
-    dtype = resolve_dtype(config.train.precision, device)
+    trained_in = resolve_dtype(config.train.precision, device)
+    dtype = torch.float32 if held_out.precision == "fp32" else trained_in
     ticker = Ticker(f"eval {shown(run)} at depths up to {max(depths)}: batch")
-    nll = validation_nll(loaded.model, val, depths, device, dtype, progress=ticker)
+    scores = score_held_out(loaded.model, val, depths, device, dtype, ticker, rows=True)
     scored = sum(b.scored_tokens for b in val)
     return {
         "format": EVAL_FORMAT,
@@ -96,13 +128,27 @@ def evaluate_run(
         "depths": list(depths),
         "batches": n_batches,
         "batch_size": batch_size,
+        "rows": held_out.rows,
         "scored_tokens": scored,
-        "validation_seed": validation_seed,
+        "validation_seed": held_out.seed,
         "sequences": sum(len(b.inputs) for b in val),
         "validation_sha256": batches_sha256(val),
-        "nll_by_depth": {str(d): v for d, v in nll.items()},
-        "mean_serving_nll": mean_serving_nll(nll),
+        "precision": "bf16" if dtype == torch.bfloat16 else "fp32",
+        "nll_by_depth": {str(d): v for d, v in scores.nll.items()},
+        "mean_serving_nll": mean_serving_nll(scores.nll),
+        "row_nll": {str(d): [round(v, 6) for v in scores.row_nll[d]] for d in depths},
     }
+
+
+def _first_rows(batches: list[Batch], rows: int) -> list[Batch]:
+    """The batches cut to their first `rows` rows in all."""
+    out, left = [], rows
+    for batch in batches:
+        if left <= 0:
+            break
+        out.append(Batch(batch.inputs[:left], batch.targets[:left]))
+        left -= len(batch.inputs)
+    return out
 
 
 def batches_sha256(batches: list[Batch]) -> str:
@@ -135,28 +181,38 @@ def write_eval(result: dict[str, Any], path: Path) -> None:
 def cached_evaluation(
     run: str | Path,
     depths: list[int],
-    batches: int | None = None,
+    held_out: HeldOut = HeldOut(),
     device: str | torch.device = "cpu",
-    validation_seed: int | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """The evaluation of the run's newest checkpoint, from its saved JSON when that measured the
-    same weights at the same depths over the same batches (same draw seed); else measured now
+    same weights at the same depths on the same rows in the same precision; else measured now
     and saved.
 
     Returns (result, reused)."""
+    from fixedfirst.machine.device import resolve_dtype
+
     config, ckpt = find_checkpoint(run)
     path = eval_path(run, ckpt.step)
     saved = read_eval(path)
-    n_batches = batches or config.eval.batches
+    if held_out.rows is not None:
+        rows = {"rows": held_out.rows, "batch_size": min(ROWS_BATCH, held_out.rows)}
+    else:
+        rows = {
+            "batches": held_out.batches or config.eval.batches,
+            "batch_size": config.train.micro_batch(),
+        }
+    run_precision = resolve_dtype(config.train.precision, torch.device(device)) == torch.bfloat16
+    precision = "bf16" if held_out.precision == "run" and run_precision else "fp32"
     if saved is not None and (
         saved.get("weights_sha256") == ckpt.meta["files"][MODEL_FILE]
         and saved.get("depths") == list(depths)
-        and saved.get("batches") == n_batches
-        and saved.get("batch_size") == config.train.micro_batch()
-        and saved.get("validation_seed") == validation_seed
+        and all(saved.get(key) == value for key, value in rows.items())
+        and saved.get("rows") == held_out.rows
+        and saved.get("validation_seed") == held_out.seed
+        and saved.get("precision", "bf16" if run_precision else "fp32") == precision
     ):
         return saved, True
     with locks.holding(run, "eval"):  # measured now and written into the run
-        result = evaluate_run(run, depths, n_batches, ckpt.step, device, validation_seed)
+        result = evaluate_run(run, depths, held_out, ckpt.step, device)
         write_eval(result, path)
     return result, False

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
 from fixedfirst.data.source import Batch
 from fixedfirst.model import LoopedTransformer
+from fixedfirst.model.loss import IGNORE_INDEX, next_token_loss
 
 SERVING_RANGE = range(1, 17)
 """The paper's "mean serving NLL" averages NLL over serving depths 1..16."""
@@ -23,6 +25,64 @@ def autocast(device: torch.device, dtype: torch.dtype):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+@dataclass
+class HeldOutScores:
+    """A held-out set scored at several depths: per scored token over the whole set, and (when
+    asked for) per row, so that an interval can cover the held-out sample too."""
+
+    nll: dict[int, float]
+    """Mean NLL per scored token at each depth over every row."""
+    row_nll: dict[int, list[float]] = field(default_factory=dict)
+    """Each row's mean NLL per scored token, at each depth (rows in order; empty if not asked)."""
+    row_tokens: list[int] = field(default_factory=list)
+    """Each row's scored tokens."""
+
+
+def score_held_out(
+    model: LoopedTransformer,
+    batches: list[Batch],
+    depths: list[int],
+    device: torch.device,
+    dtype: torch.dtype = torch.float32,
+    progress: Callable[[int, int], None] | None = None,
+    rows: bool = False,
+) -> HeldOutScores:
+    """Mean NLL per scored token at each depth over all `batches`, one pass of the recurrence
+    per batch, and with `rows` each row's too; `progress(done, total)` after each batch.
+
+    Weighted by tokens, not by batch: a batch with fewer scored targets (padding, targets of
+    IGNORE_INDEX) counts for less, so the result is the NLL of the whole held-out set."""
+    was_training = model.training
+    model.eval()
+    totals = dict.fromkeys(depths, 0.0)
+    per_row: dict[int, list[float]] = {d: [] for d in depths} if rows else {}
+    row_tokens: list[int] = []
+    scored = 0
+    try:
+        for done, batch in enumerate(batches):
+            if progress is not None:
+                progress(done, len(batches))
+            b = batch.to(device)
+            n = b.scored_tokens
+            if n == 0 and not rows:
+                continue
+            counts = (b.targets != IGNORE_INDEX).sum(dim=1)
+            with torch.no_grad(), autocast(device, dtype):
+                for d, logits in model.logits_by_depth(b.inputs, depths):
+                    totals[d] += next_token_loss(logits, b.targets).item() * n
+                    if rows:
+                        losses = next_token_loss(logits, b.targets, reduction="none")
+                        sums = losses.view(b.targets.shape).sum(dim=1)
+                        per_row[d] += (sums / counts.clamp(min=1)).tolist()
+            row_tokens += counts.tolist() if rows else []
+            scored += n
+    finally:
+        model.train(was_training)
+    if scored == 0:
+        raise ValueError("the validation batches score no tokens (every target is ignored)")
+    return HeldOutScores({d: totals[d] / scored for d in depths}, per_row, row_tokens)
+
+
 def validation_nll(
     model: LoopedTransformer,
     batches: list[Batch],
@@ -31,33 +91,8 @@ def validation_nll(
     dtype: torch.dtype = torch.float32,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[int, float]:
-    """Mean NLL per scored token at each depth over all `batches`, one pass per batch;
-    `progress(done, total)` after each batch.
-
-    Weighted by tokens, not by batch: a batch with fewer scored targets (padding, targets of
-    IGNORE_INDEX) counts for less, so the result is the NLL of the whole held-out set."""
-    was_training = model.training
-    model.eval()
-    totals = dict.fromkeys(depths, 0.0)
-    scored = 0
-    try:
-        for done, batch in enumerate(batches):
-            if progress is not None:
-                progress(done, len(batches))
-            b = batch.to(device)
-            n = b.scored_tokens
-            if n == 0:
-                continue
-            with autocast(device, dtype):
-                nll = model.nll_by_depth(b.inputs, b.targets, depths)
-            for d in depths:
-                totals[d] += nll[d] * n
-            scored += n
-    finally:
-        model.train(was_training)
-    if scored == 0:
-        raise ValueError("the validation batches score no tokens (every target is ignored)")
-    return {d: totals[d] / scored for d in depths}
+    """Mean NLL per scored token at each depth over all `batches` (`score_held_out`)."""
+    return score_held_out(model, batches, depths, device, dtype, progress).nll
 
 
 def mean_serving_nll(nll_by_depth: dict[int, float]) -> float | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fixedfirst.compute.flops import flop_model
 from fixedfirst.compute.memory import (
     MARGIN,
     Placement,
@@ -20,7 +19,7 @@ from fixedfirst.compute.memory import (
     deepest_depth,
     training_memory,
 )
-from fixedfirst.compute.plan import Budget, plan_budget, planned_schedule
+from fixedfirst.compute.plan import RunPlan, plan_run
 from fixedfirst.config import RunConfig
 from fixedfirst.errors import UserError
 
@@ -63,10 +62,10 @@ class MemoryOption:
 
 
 @dataclass(frozen=True)
-class Plan:
+class GpuPlan:
     config: RunConfig
     hardware: Hardware
-    budget: Budget
+    run: RunPlan
     depth: int
     """The deepest training depth of the schedule."""
     micro_batch: int
@@ -79,7 +78,7 @@ class Plan:
     """When nothing fits on `hardware.gpus` GPUs: the fewest that would, sharded (None: none)."""
 
     def seconds(self, checkpoint: bool) -> float:
-        flops = self.budget.flops + (self.recompute_flops if checkpoint else 0.0)
+        flops = self.run.flops + (self.recompute_flops if checkpoint else 0.0)
         h = self.hardware
         return flops / (h.gpus * h.peak_flops * h.mfu)
 
@@ -145,10 +144,10 @@ def fewest_gpus(config: RunConfig, hardware: Hardware, depth: int) -> int | None
     return None
 
 
-def plan_run(config: RunConfig, hardware: Hardware) -> Plan:
+def plan_on_gpus(config: RunConfig, hardware: Hardware) -> GpuPlan:
     t = config.train
-    budget = plan_budget(config)
-    depth = deepest_depth(config, budget.total_steps)
+    run = plan_run(config)
+    depth = deepest_depth(run)
     options = [
         memory_option(config, hardware, placement_on(config, s, hardware.gpus), depth, ckpt)
         for s in strategies(hardware.gpus)
@@ -158,15 +157,16 @@ def plan_run(config: RunConfig, hardware: Hardware) -> Plan:
     configured = next(
         o for o in options if o.strategy == strategy and o.checkpoint == t.checkpoint_activations
     )
-    fm = flop_model(config.model, t.seq_len)
-    schedule = planned_schedule(config, budget.total_steps)
+    fm = run.flop_model
     graded = (lambda k: k) if t.grad_depth is None else (lambda k: min(k, t.grad_depth))
-    per_token = schedule.realised_total(lambda k: graded(k) * fm.iteration, budget.total_steps)
+    per_token = run.costed_schedule.realised_total(
+        lambda k: graded(k) * fm.iteration, run.total_steps
+    )
     nothing_fits = all(o.largest_micro_batch is None for o in options)
-    return Plan(
+    return GpuPlan(
         config=config,
         hardware=hardware,
-        budget=budget,
+        run=run,
         depth=depth,
         micro_batch=t.micro_batch(hardware.gpus),
         options=options,

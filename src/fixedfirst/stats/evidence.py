@@ -14,16 +14,27 @@ state's draws) and with the machine's rounding, so a claim about arms is a claim
 
 An interval over seeds covers what the seeds vary. Where an experiment also draws its held-out set
 per seed (chains, the language-model sweep's validation offset), the interval covers the held-out
-sampling too; docs/design.md §4 says which experiment does what.
+sampling too; where every seed scores one shared held-out set, `over_seeds_and_rows` and
+`paired_over_rows` take each seed's values on blocks of that set, so that the interval covers the
+held-out sample as well as the seeds. docs/design.md §4 says which experiment does what. `holm`
+corrects the verdicts of a family of exploratory comparisons.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from fixedfirst.stats.intervals import Interval, t_interval
+import numpy as np
+
+from fixedfirst.stats.intervals import (
+    CrossedInterval,
+    Interval,
+    crossed_interval,
+    t_cdf,
+    t_interval,
+)
 
 LEVEL = 0.95
 """Confidence level of every interval over seeds."""
@@ -127,3 +138,66 @@ def verdict(interval: Interval, claim: Claim, bound: float = 0.0) -> Verdict:
     if interval.high < bound:
         return "reproduced" if claim == "below" else "not reproduced"
     return "cannot tell"
+
+
+def blocks_matrix(blocks: Mapping[int, Sequence[float]], seeds: list[int]) -> np.ndarray:
+    """(seeds, blocks) of each seed's values on the blocks of one shared held-out set."""
+    widths = {len(blocks[s]) for s in seeds}
+    if len(widths) != 1:
+        raise ValueError(f"every seed must be scored on the same blocks, got widths {widths}")
+    return np.array([blocks[s] for s in seeds], dtype=np.float64)
+
+
+def over_seeds_and_rows(
+    blocks: Mapping[int, Sequence[float]], level: float = LEVEL
+) -> CrossedInterval:
+    """An arm's mean over seeds and a shared held-out set's blocks, with an interval covering
+    both (`intervals.crossed_interval`); blocks[s] is seed s's value on each block."""
+    return crossed_interval(blocks_matrix(blocks, sorted(blocks)), level)
+
+
+def paired_over_rows(
+    a: Mapping[int, Sequence[float]],
+    b: Mapping[int, Sequence[float]],
+    relative: bool,
+    level: float = LEVEL,
+) -> CrossedInterval:
+    """a - b (or a / b - 1) paired by seed on a shared held-out set, with an interval covering
+    the seeds and the held-out sample.
+
+    The estimate is the mean over seeds of each seed's whole-set quantity, exactly what the
+    seed-only `paired`/`paired_relative` estimate. A relative one is linearised per block
+    (delta method): y[s, j] = G_s + (a[s, j] - (1 + G_s) b[s, j]) / mean_j b[s, j], whose block
+    mean is G_s = mean_j a / mean_j b - 1, and whose spread over blocks is what the held-out
+    sample adds."""
+    seeds = _two_or_more(a, b)
+    x, y = blocks_matrix(a, seeds), blocks_matrix(b, seeds)
+    if x.shape != y.shape:
+        raise ValueError(f"a and b are scored on different blocks: {x.shape} and {y.shape}")
+    if not relative:
+        return crossed_interval(x - y, level)
+    b_mean = y.mean(axis=1, keepdims=True)
+    if np.any(b_mean == 0):
+        raise ValueError("a relative difference needs b's mean != 0 for every seed")
+    gap = x.mean(axis=1, keepdims=True) / b_mean - 1.0
+    return crossed_interval(gap + (x - (1.0 + gap) * y) / b_mean, level)
+
+
+def two_sided_p(estimate: float, se: float, df: float, bound: float = 0.0) -> float:
+    """The two-sided p-value of `estimate` against `bound` for a t statistic with `df`."""
+    if se == 0.0:
+        return 0.0 if estimate != bound else 1.0
+    t = abs(estimate - bound) / se
+    return 2.0 * (1.0 - t_cdf(t, df))
+
+
+def holm(p_values: Sequence[float], alpha: float = 1.0 - LEVEL) -> list[bool]:
+    """Holm's step-down rejections at family-wise error `alpha`: sorted ascending, the k-th
+    smallest p (from 0) is rejected while p <= alpha / (m - k)."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    rejected = [False] * len(p_values)
+    for k, i in enumerate(order):
+        if p_values[i] > alpha / (len(p_values) - k):
+            break
+        rejected[i] = True
+    return rejected

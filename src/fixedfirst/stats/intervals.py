@@ -225,3 +225,61 @@ def two_way_bootstrap(
     return BootstrapInterval(
         estimate, float(low), float(high), se, rows, columns, level, resamples, over
     )
+
+
+@dataclass(frozen=True)
+class CrossedInterval(Estimate):
+    """A seeds x held-out blocks matrix's grand mean with its t-interval (`crossed_interval`)."""
+
+    se: float
+    df: float
+    """Satterthwaite's degrees of freedom of the standard error."""
+    seeds: int
+    blocks: int
+    level: float
+    held_out_share: float
+    """The share of the variance of the mean that the held-out blocks contribute."""
+
+    def to_dict(self) -> dict[str, float | int | bool]:
+        return {**super().to_dict(), "se": self.se, "df": self.df, "n": self.seeds}
+
+
+def crossed_interval(
+    y: Sequence[Sequence[float]] | np.ndarray, level: float = 0.95
+) -> CrossedInterval:
+    """The grand mean of y[s, b] (S seeds x B equal-sized blocks of one shared held-out set) and
+    its t-interval covering both the seeds and the held-out sample.
+
+    Random-effects two-way analysis of variance with one value per cell, y = mu + a_s + b_b + e:
+    var(mean) = var(a)/S + var(b)/B + var(e)/(SB), estimated by (MS_seeds + MS_blocks -
+    MS_residual) / (SB) with a block component below zero taken as zero (then MS_seeds / (SB),
+    the usual interval over seed means), and Satterthwaite's degrees of freedom for the t
+    quantile. With one block it is the t-interval over seeds."""
+    y = np.asarray(y, dtype=np.float64)
+    if y.ndim != 2:
+        raise ValueError(f"y must be a (seeds, blocks) matrix, got shape {y.shape}")
+    seeds, blocks = y.shape
+    if seeds < 2:
+        raise ValueError(f"an interval over seeds needs at least 2 of them, got {seeds}")
+    if not np.all(np.isfinite(y)):
+        raise ValueError("y must be finite")
+    mean = float(y.mean())
+    seed_means, block_means = y.mean(axis=1), y.mean(axis=0)
+    ms_seeds = blocks * float(((seed_means - mean) ** 2).sum()) / (seeds - 1)
+    terms = [(ms_seeds, seeds - 1)]  # (mean square, its degrees of freedom), each over S*B
+    if blocks > 1:
+        ms_blocks = seeds * float(((block_means - mean) ** 2).sum()) / (blocks - 1)
+        residual = y - seed_means[:, None] - block_means[None, :] + mean
+        ms_residual = float((residual**2).sum()) / ((seeds - 1) * (blocks - 1))
+        if ms_blocks > ms_residual:
+            terms += [(ms_blocks, blocks - 1), (-ms_residual, (seeds - 1) * (blocks - 1))]
+    variance = sum(ms for ms, _ in terms) / (seeds * blocks)
+    se = math.sqrt(max(variance, 0.0))
+    if se == 0.0:
+        return CrossedInterval(mean, mean, mean, 0.0, float(seeds - 1), seeds, blocks, level, 0.0)
+    df = (variance * seeds * blocks) ** 2 / sum(ms**2 / d for ms, d in terms)
+    half = t_quantile(0.5 + level / 2.0, df) * se
+    held_out = 0.0 if len(terms) == 1 else (terms[1][0] + terms[2][0]) / (seeds * blocks)
+    return CrossedInterval(
+        mean, mean - half, mean + half, se, df, seeds, blocks, level, held_out / variance
+    )

@@ -243,12 +243,12 @@ def training_jobs(runs: list[PlannedRun], root: Path, budget: float | None = Non
     """One job per run: train (or reuse) it into root/runs/NAME (`experiment.run_one`), its
     progress read from its metrics file as a fraction of `budget` FLOPs (None: the run's own
     planned FLOPs)."""
-    from fixedfirst.compute.plan import plan_budget
+    from fixedfirst.compute.plan import plan_run
 
     jobs = []
     for planned in runs:
         path = run_directory(root, planned.name).path
-        flops = budget if budget is not None else plan_budget(planned.config).flops
+        flops = budget if budget is not None else plan_run(planned.config).flops
         jobs.append(
             Job(planned.name, run_one, (planned, root, True), progress=run_progress(path, flops))
         )

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from fixedfirst.compute.flops import FlopModel
+from fixedfirst.compute.plan import RunPlan
 from fixedfirst.config import RunConfig, TrainConfig
 from fixedfirst.data.source import BatchSource
 from fixedfirst.evaluation.nll import validation_nll
@@ -139,13 +140,13 @@ class AutoSwitch:
     def state_dict(self) -> dict[str, Any]:
         return {"policy": self.policy.state_dict(), "probes": self.probes}
 
-    def restore(self, meta: dict[str, Any], schedule: Schedule) -> Schedule:
-        """Continue from a checkpoint's state; the schedule, switched if the run had switched."""
+    def restore(self, meta: dict[str, Any]) -> int | None:
+        """Continue from a checkpoint's state; the switch step if the run had switched."""
         state = meta[META_KEY]
         self.policy.load_state_dict(state["policy"])
         self.probes = int(state["probes"])
         decision = self.policy.decision
-        return schedule if decision is None else schedule.with_switch_step(decision.step)
+        return None if decision is None else decision.step
 
     def summary(self) -> dict[str, Any]:
         decision = self.policy.decision
@@ -160,12 +161,12 @@ class AutoSwitch:
 
 
 def switch_summary(
-    schedule: Schedule, total_steps: int, auto: AutoSwitch | None, train: TrainConfig
+    plan: RunPlan, auto: AutoSwitch | None, train: TrainConfig
 ) -> dict[str, Any] | None:
     """summary.json's `switch`: where a fixed-first run switched (None for other schedules), and
     the learning rate there and over the finishing stage (a cosine schedule gives the finish a
     fraction of the peak rate, a warmup-stable-decay one need not)."""
-    step = schedule.switch_step(total_steps)
+    step, total_steps = plan.switch_step, plan.total_steps
     if step is None and auto is None:
         return None
     out: dict[str, Any] = {

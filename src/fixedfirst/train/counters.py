@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fixedfirst.compute.plan import Budget
+from fixedfirst.compute.plan import RunPlan
 
 
 @dataclass
@@ -55,7 +55,7 @@ class Counters:
         totals.flops += flops
         totals.wall += seconds
 
-    def summary(self, schedule: str, budget: Budget) -> dict[str, Any]:
+    def summary(self, schedule: str, budget: RunPlan) -> dict[str, Any]:
         """The closing summary (summary.json): what was spent against what was planned."""
         return {
             "schedule": schedule,

@@ -26,6 +26,7 @@ from fixedfirst.compute.memory import (
     deepest_depth,
     training_memory,
 )
+from fixedfirst.compute.plan import RunPlan
 from fixedfirst.config import RunConfig
 from fixedfirst.errors import UserError
 from fixedfirst.model.memory import device_memory
@@ -45,10 +46,10 @@ def placement(
     )
 
 
-def estimate(config: RunConfig, where: Placement, total_steps: int) -> tuple[TrainingMemory, int]:
+def estimate(config: RunConfig, where: Placement, plan: RunPlan) -> tuple[TrainingMemory, int]:
     """(per-process memory of the run's dearest step, the depth of that step)."""
     t = config.train
-    depth = deepest_depth(config, total_steps)
+    depth = deepest_depth(plan)
     micro = t.micro_batch(where.processes)
     local = max(1, t.batch_size // where.processes)
     memory = training_memory(
@@ -65,7 +66,7 @@ def estimate(config: RunConfig, where: Placement, total_steps: int) -> tuple[Tra
 
 
 def check_training_memory(
-    config: RunConfig, where: Placement, total_steps: int, capacity: int | None = None
+    config: RunConfig, where: Placement, plan: RunPlan, capacity: int | None = None
 ) -> None:
     """Refuse, in one line, a run whose estimated step does not fit in (1 - MARGIN) of
     `capacity` bytes (default: the device's memory, a CPU's shared by the run's processes on
@@ -79,7 +80,7 @@ def check_training_memory(
             capacity //= int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     if capacity is None:
         return
-    memory, depth = estimate(config, where, total_steps)
+    memory, depth = estimate(config, where, plan)
     usable = (1 - MARGIN) * capacity
     if memory.peak <= usable:
         return
@@ -126,8 +127,8 @@ def explained(trainer: Any) -> Iterator[None]:
             raise
         t = trainer.config.train
         step = trainer.counters.step
-        depth = trainer.schedule.depth(step, trainer.budget.total_steps)
-        memory, _ = estimate(trainer.config, trainer.memory_placement, trainer.budget.total_steps)
+        depth = trainer.plan.depth(step)
+        memory, _ = estimate(trainer.config, trainer.memory_placement, trainer.plan)
         micro = t.micro_batch(trainer.world_size)
         change = "--set train.checkpoint_activations=true"
         if micro > 1:

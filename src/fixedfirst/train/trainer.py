@@ -41,8 +41,7 @@ from typing import Any
 
 import torch
 
-from fixedfirst.compute.flops import flop_model
-from fixedfirst.compute.plan import Budget, plan_budget
+from fixedfirst.compute.plan import RunPlan, plan_run
 from fixedfirst.config import RunConfig
 from fixedfirst.data.registry import build_source, resolve_data
 from fixedfirst.data.source import BatchSource, rank_rows
@@ -57,7 +56,7 @@ from fixedfirst.machine.device import (
     run_peak_flops,
 )
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.schedules import Schedule, describe
+from fixedfirst.schedules import describe
 from fixedfirst.train import compilation, distributed, memory_check
 from fixedfirst.train.auto_switch import META_KEY, AutoSwitch, switch_summary
 from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
@@ -95,13 +94,11 @@ class Trainer:
         t = config.train
 
         # Everything that can be refused is checked before the run directory is touched.
-        self.budget: Budget = plan_budget(config)
-        self.schedule = Schedule(config.schedule, t.seed)
-        self.flops_model = flop_model(config.model, t.seq_len)
+        self.plan: RunPlan = plan_run(config)
         self.device = distributed.process_device(self.world, resolve_device(t.device))
         self.dtype = resolve_dtype(t.precision, self.device)
         self.memory_placement = memory_check.placement(config, self.device, self.dtype, self.world)
-        memory_check.check_training_memory(config, self.memory_placement, self.budget.total_steps)
+        memory_check.check_training_memory(config, self.memory_placement, self.plan)
         self.source: BatchSource = build_source(config)
         if self.source.vocab_size > config.model.vocab_size:
             raise UserError(
@@ -112,7 +109,7 @@ class Trainer:
         self.val_batches = self.source.validation_batches(config.eval.batches, t.micro_batch())
         place = (self.world, self.device, self.dtype)
         self.auto = AutoSwitch.for_run(
-            config, self.budget.total_steps, self.flops_model, self.source, *place
+            config, self.plan.total_steps, self.plan.flop_model, self.source, *place
         )
         check_packages(t.log_to)
         self.given_peak = given_peak_flops()
@@ -144,7 +141,7 @@ class Trainer:
             self.device.type, self.dtype, self.given_peak
         )
         peak = self.peak_flops = self.peak_per_process * self.world_size
-        self.compiled = compilation.decide(t.compile, self.device, self.budget.flops, peak)
+        self.compiled = compilation.decide(t.compile, self.device, self.plan.flops, peak)
         how = "compiled" if self.compiled.compile else "eager"
         self.precision = "bf16" if self.dtype == torch.bfloat16 else "fp32"
         self._say(
@@ -165,10 +162,10 @@ class Trainer:
         self.metrics = MetricsLog(self.run.metrics_path)
         self.written_before = 0  # complete metrics records before a resume truncated the file
         self.counters = Counters()
-        self.switch_step = self.schedule.switch_step(self.budget.total_steps)
+        self.switch_step = self.plan.switch_step  # a fixed switch (an auto one is tagged apart)
         # Snapshots are fractions of the FLOP budget when there is one, so compute-matched runs
         # keep their snapshots at the same FLOPs; otherwise of the run's own cost.
-        budget_flops = self.budget.flop_budget or self.budget.flops
+        budget_flops = self.plan.flop_budget or self.plan.flops
         self.snapshot_flops = sorted(f * budget_flops for f in t.snapshots)
 
         if resume:
@@ -199,7 +196,7 @@ class Trainer:
         def write() -> Checkpoint:
             meta = {
                 **self.counters.to_dict(),
-                "total_steps": self.budget.total_steps,
+                "total_steps": self.plan.total_steps,
                 "metrics_bytes": self.metrics.size(),
                 "world_size": self.world_size,
                 "schedule": describe(self.config.schedule),
@@ -253,7 +250,9 @@ class Trainer:
         self.source.load_state_dict(distributed.broadcast_object(self.world, loaded.get("data")))
         self.counters = Counters.from_dict(ckpt.meta)
         if self.auto is not None:
-            self.schedule = self.auto.restore(ckpt.meta, self.schedule)
+            decided = self.auto.restore(ckpt.meta)
+            if decided is not None:
+                self.plan = self.plan.decided(decided)
         if self.is_main:
             self.metrics.truncate(int(ckpt.meta["metrics_bytes"]))
         self._say(f"resume: continuing from {ckpt.path.name} (step {ckpt.step})")
@@ -270,7 +269,7 @@ class Trainer:
             self.run.close()
 
     def _train(self, stop_after: int | None, interrupt: Interrupt) -> dict[str, Any]:
-        total = self.budget.total_steps
+        total = self.plan.total_steps
         stop = total if stop_after is None else max(self.counters.step, min(stop_after, total))
         if self.switch_step == 0 and self.counters.step == 0:
             self._save(["switch"])
@@ -278,7 +277,7 @@ class Trainer:
             total,
             self.counters.step,
             quiet=self.quiet or not self.is_main,
-            work_total=self.budget.flops,
+            work_total=self.plan.flops,
             work_initial=self.counters.flops,
         )
         self.model.train()
@@ -300,9 +299,9 @@ class Trainer:
 
     def _step(self, step: int) -> StepRecord:
         """Train step `step` (0-based) at the schedule's depth and learning rate and count it."""
-        t, total = self.config.train, self.budget.total_steps
-        phase = self.schedule.stage_at(step, total).phase
-        depth = self.schedule.depth(step, total)
+        t, total = self.config.train, self.plan.total_steps
+        phase = self.plan.schedule.stage_at(step, total).phase
+        depth = self.plan.depth(step)
         lr = lr_at(step, total, t)
         started = time.perf_counter()
         batch = self.source.next_batch(t.batch_size, self.rank, self.world_size).to(self.device)
@@ -314,7 +313,7 @@ class Trainer:
         if self.device.type == "cuda" and (step + 1) % t.log_every == 0:
             torch.cuda.synchronize(self.device)
         seconds = time.perf_counter() - started
-        step_flops = t.tokens_per_step * self.flops_model.train(depth, t.grad_depth)
+        step_flops = self.plan.step_flops(depth)
         c = self.counters
         flops_before = c.flops
         c.add_step(phase, t.tokens_per_step, step_flops, seconds)
@@ -326,7 +325,7 @@ class Trainer:
         self, record: StepRecord, stop: int, interrupt: Interrupt
     ) -> Boundary | None:
         """What is due after the step `record` finished: None when the run just goes on."""
-        done, total = record.step, self.budget.total_steps
+        done, total = record.step, self.plan.total_steps
         every = self.config.eval.every
         tags = self._checkpoint_tags(record)
         if done == stop < total:
@@ -368,7 +367,7 @@ class Trainer:
                 "mfu": mfu,
             }
             for p, (loss, grad_norm) in zip(pending, values, strict=True)
-            if p.step % t.log_every == 0 or p.step == self.budget.total_steps
+            if p.step % t.log_every == 0 or p.step == self.plan.total_steps
         ]
         if self.is_main:
             self.metrics.write(records)
@@ -380,7 +379,7 @@ class Trainer:
             "K": str(last.depth),
             "loss": f"{values[-1][0]:.3f}",
             "tok/s": f"{tok_per_s:,.0f}",
-            "FLOPs": f"{last.flops:.2e}/{self.budget.flops:.2e}",
+            "FLOPs": f"{last.flops:.2e}/{self.plan.flops:.2e}",
         }
         progress.update(last.step, fields, work=last.flops)
 
@@ -409,7 +408,7 @@ class Trainer:
         for fraction, threshold in zip(sorted(t.snapshots), self.snapshot_flops, strict=True):
             if record.flops_before < threshold <= record.flops:
                 tags.append(f"snapshot-{fraction:g}")
-        if done == self.budget.total_steps:
+        if done == self.plan.total_steps:
             tags.append("final")
         return tags
 
@@ -441,7 +440,7 @@ class Trainer:
             self.metrics.write(records)
         if decision is None:
             return []
-        self.schedule = self.schedule.with_switch_step(decision.step)
+        self.plan = self.plan.decided(decision.step)
         return ["switch", decision.tag]
 
     def _say(self, line: str) -> None:
@@ -454,14 +453,12 @@ class Trainer:
             print(line, file=sys.stderr, flush=True)
 
     def _summary(self) -> dict[str, Any]:
-        summary = self.counters.summary(describe(self.config.schedule), self.budget)
+        summary = self.counters.summary(describe(self.config.schedule), self.plan)
         summary.update(
             threads=self.threads, compiled=self.compiled.compile, precision=self.precision
         )
         summary["peak_flops"] = {"per_process": self.peak_per_process, "from": self.peak_from}
-        summary["switch"] = switch_summary(
-            self.schedule, self.budget.total_steps, self.auto, self.config.train
-        )
+        summary["switch"] = switch_summary(self.plan, self.auto, self.config.train)
         if self.is_main:
             write_json_atomic(self.run.summary_path, summary)
         return summary

@@ -13,9 +13,10 @@ rises as a model improves, so the file says "below" or "above", never this code.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Literal
 
-from fixedfirst.stats.evidence import LEVEL, Claim, common_seeds, paired, paired_relative, verdict
+from fixedfirst.config.schema import require
+from fixedfirst.stats.evidence import LEVEL, common_seeds, paired, paired_relative, verdict
 from fixedfirst.studies.sweep.seed_table import (
     group_values,
     quantity_name,
@@ -29,16 +30,43 @@ DEPTH_PREFIX = "depth:"
 
 @dataclass(frozen=True)
 class ClaimSpec:
-    """One [[claims]] table of a sweep file, checked."""
+    """A `[[claims]]` table of a sweep file: a sentence of the paper and the paired quantity,
+    over seeds, that decides it (needs `[sweep] seeds`)."""
+
+    SECTION: ClassVar[str] = "claims"
 
     text: str
+    """The claim as a sentence, e.g. "K0=2, switch 0.67: within 0.5% of uniform"."""
     a: str
+    """The [[runs]] entry the sentence is about."""
     b: str
-    metric: str
-    """"mean" (the sweep's metric) or "depth:K" (the metric at serving depth K)."""
-    measure: str
-    claim: Claim
+    """The [[runs]] entry it is compared with."""
+    measure: Literal["relative", "difference"]
+    """`relative`: a[s] / b[s] - 1 for each seed s; `difference`: a[s] - b[s]."""
+    claim: Literal["above", "below"]
+    """The side of `bound` the sentence puts the quantity on."""
     bound: float
+    """The bound, e.g. 0.005 for "within 0.5%" with `relative` and `below`."""
+    metric: str = "mean"
+    """`mean`: the sweep's metric (mean serving NLL, or the task's metric); `depth:K`: its value at
+    serving depth K (one of the evaluated depths)."""
+    primary: bool = True
+    """A primary comparison, named before the runs, decided at 95%. `false`: exploratory, its
+    verdict corrected for the sweep's other exploratory claims (Holm)."""
+
+    def __post_init__(self) -> None:
+        from fixedfirst.evaluation.nll import EVAL_DEPTHS
+
+        s = self.SECTION
+        require(bool(self.text.strip()), f"{s}.text", "must be the claim's sentence")
+        require(self.a != self.b, f"{s}.b", f"a and b both name {self.a!r}; compare two entries")
+        depths = [f"{DEPTH_PREFIX}{d}" for d in EVAL_DEPTHS]
+        require(
+            self.metric == "mean" or self.metric in depths,
+            f"{s}.metric",
+            f'{self.metric!r}: use "mean" (the sweep\'s metric) or "depth:K" with K one of the '
+            f"evaluated depths {', '.join(map(str, EVAL_DEPTHS))}",
+        )
 
     @property
     def depth(self) -> int | None:

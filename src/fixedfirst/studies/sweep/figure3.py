@@ -21,10 +21,10 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, FormatStrFormatter
 
-from fixedfirst.compute.plan import plan_budget
+from fixedfirst.compute.plan import plan_run
 from fixedfirst.errors import UserError
 from fixedfirst.files.writing import save_figure
-from fixedfirst.schedules import Schedule, describe
+from fixedfirst.schedules import describe
 from fixedfirst.train.metrics import read_metrics
 from fixedfirst.train.run_dir import RunDir
 
@@ -77,8 +77,8 @@ def figure3_data(run: str | Path) -> dict[str, Any]:
     evals = read_metrics(run_dir.metrics_path, "eval")
     if len(train) < 2:
         raise UserError(f"{run_dir.path}: fewer than two logged training steps to draw")
-    total_steps = plan_budget(config).total_steps
-    switch_step = Schedule(config.schedule, config.train.seed).switch_step(total_steps)
+    plan = plan_run(config)
+    total_steps, switch_step = plan.total_steps, plan.switch_step
     if config.schedule.auto_switch:  # decided by the run: its `switch` record says where
         decided = read_metrics(run_dir.metrics_path, "switch")
         if not decided:

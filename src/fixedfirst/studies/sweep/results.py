@@ -4,7 +4,7 @@ Every number in a row comes from somewhere a reader can check: tokens and wall-c
 run's `summary.json` (wall-clock counts training steps only, not evaluation or checkpoints);
 modeled FLOPs are the training FLOPs of the depths the run drew under the compute model (the
 quantity compute-matched runs are planned with, and what the wall-clock follows), shown beside the
-FLOP budget of a compute-matched run; modeled savings from `compute.modeled_savings` (the
+FLOP budget of a compute-matched run; modeled savings from `RunPlan.modeled_savings` (the
 schedule's expected FLOPs against uniform 1..16's at the same token budget); NLL from
 the run's saved evaluation JSON (`run_eval`). Savings in wall-clock and the NLL difference are
 relative to the sweep's reference run.
@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from fixedfirst.compute.plan import modeled_savings
+from fixedfirst.compute.plan import plan_run
 from fixedfirst.evaluation.nll import SERVING_RANGE
 from fixedfirst.files.writing import write_text_atomic
 from fixedfirst.schedules import describe
@@ -44,14 +44,19 @@ def result_row(
     evaluation: dict[str, Any],
     flops_of: str | None,
     group: str | None = None,
+    blocks: int | None = None,
+    curve: dict[str, list[float]] | None = None,
 ) -> dict[str, Any]:
     """One run's numbers, before the comparison with the reference. `switch` is where a
     fixed-first run switched (summary.json's); `compute` adds an auto switch's probes to the
-    training FLOPs, what the run cost in all."""
+    training FLOPs, what the run cost in all; `blocks`: the shared held-out rows' blocks, whose
+    mean serving NLLs the row carries for the intervals; `curve`: its logged training loss."""
     config = planned.config
     switch = summary.get("switch")
     probe_flops = (switch or {}).get("probe_flops", 0.0)
-    switch_step = switch["step"] if switch and switch.get("auto") else None
+    plan = plan_run(config, summary["total_steps"])
+    if switch and switch.get("auto") and switch["step"] is not None:
+        plan = plan.decided(switch["step"])
     return {
         "name": planned.name,
         "group": group or planned.name,
@@ -65,7 +70,7 @@ def result_row(
         "modeled_flops": summary["flops"],
         "expected_flops": summary.get("expected_flops"),
         "flop_budget": summary.get("flop_budget"),
-        "modeled_savings": modeled_savings(config, summary["total_steps"], switch_step),
+        "modeled_savings": plan.modeled_savings(),
         "switch": switch,
         "probe_flops": probe_flops,
         "compute": summary["flops"] + probe_flops,
@@ -74,10 +79,44 @@ def result_row(
         "eval_step": evaluation["step"],
         "eval_tokens": evaluation["scored_tokens"],
         "eval_sequences": evaluation.get("sequences"),
-        "eval_sequences_asked": evaluation["batches"] * evaluation["batch_size"],
+        "eval_sequences_asked": evaluation.get("rows")
+        or evaluation["batches"] * evaluation["batch_size"],
         "validation_seed": evaluation.get("validation_seed"),
+        "validation_sha256": evaluation["validation_sha256"],
+        "eval_precision": evaluation.get("precision"),
         "nll_by_depth": evaluation["nll_by_depth"],
         "mean_serving_nll": evaluation["mean_serving_nll"],
+        **({"heldout_blocks": block_means(evaluation, blocks)} if blocks else {}),
+        **({"loss_curve": curve} if curve is not None else {}),
+    }
+
+
+def block_means(evaluation: dict[str, Any], blocks: int) -> dict[str, list[float]]:
+    """Each depth's mean NLL over each of `blocks` equal consecutive blocks of the scored rows,
+    and ("mean") each block's mean over serving depths 1..16 (rows of equal token counts)."""
+    out = {}
+    for depth, rows in evaluation["row_nll"].items():
+        size = len(rows) // blocks
+        if size * blocks != len(rows):
+            raise ValueError(f"{len(rows)} rows do not split into {blocks} equal blocks")
+        out[depth] = [sum(rows[i * size : (i + 1) * size]) / size for i in range(blocks)]
+    if all(str(d) in out for d in SERVING_RANGE):
+        serving = [out[str(d)] for d in SERVING_RANGE]
+        out["mean"] = [sum(column) / len(serving) for column in zip(*serving, strict=True)]
+    return out
+
+
+def loss_curve(metrics: Path) -> dict[str, list[float]]:
+    """A run's logged training steps: step, loss, depth and gradient norm, compact enough to
+    commit for every run of a study, so that spikes and divergence can be seen."""
+    from fixedfirst.train.metrics import read_metrics
+
+    records = read_metrics(metrics, "train")
+    return {
+        "step": [r["step"] for r in records],
+        "loss": [round(r["loss"], 4) for r in records],
+        "depth": [r["depth"] for r in records],
+        "grad_norm": [float(f"{r['grad_norm']:.4g}") for r in records],
     }
 
 

@@ -30,9 +30,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from fixedfirst.compute.plan import plan_budget
+from fixedfirst.compute.plan import plan_run
 from fixedfirst.errors import UserError
-from fixedfirst.evaluation.cached import cached_evaluation
+from fixedfirst.evaluation.cached import HeldOut, cached_evaluation
 from fixedfirst.evaluation.nll import EVAL_DEPTHS
 from fixedfirst.evaluation.task import cached_task_evaluation
 from fixedfirst.files import locks
@@ -44,7 +44,7 @@ from fixedfirst.studies.side_by_side import (
     training_jobs,
 )
 from fixedfirst.studies.sweep.report import write_report
-from fixedfirst.studies.sweep.results import result_row
+from fixedfirst.studies.sweep.results import loss_curve, result_row
 from fixedfirst.studies.sweep.spec import SweepSpec
 from fixedfirst.studies.training import (
     RUNS_DIR,
@@ -93,7 +93,7 @@ def print_plan(spec: SweepSpec, selected: list[PlannedRun], out: Path) -> None:
     print(f"sweep {spec.path}: {len(spec.runs)} runs into {out}")
     print(f"  {'run':<28s} {'steps':>6s} {'tokens':>11s} {'modeled FLOPs':>13s}  status")
     for planned in spec.runs:
-        budget = plan_budget(planned.config)
+        budget = plan_run(planned.config)
         status = _status(planned, out) if planned.name in chosen else "not selected"
         print(
             f"  {planned.name:<28s} {budget.total_steps:>6d} {budget.tokens:>11,} "
@@ -107,7 +107,7 @@ class SweepProgress:
 
     def __init__(self, runs: list[PlannedRun], out: Path, quiet: bool) -> None:
         self.quiet = quiet
-        self.flops = {r.name: plan_budget(r.config).flops for r in runs}
+        self.flops = {r.name: plan_run(r.config).flops for r in runs}
         self.todo = {r.name for r in runs if _status(r, out) != "finished"}
         self.total = sum(self.flops.values())
         self.done = sum(f for n, f in self.flops.items() if n not in self.todo)
@@ -156,8 +156,7 @@ def run_sweep(
 class FinalEvaluation:
     """What a finished run of the sweep is measured on: `final_evaluation`'s arguments."""
 
-    batches: int | None
-    validation_seed: int | None
+    held_out: HeldOut
     task: bool
     device: str
 
@@ -167,9 +166,7 @@ def final_evaluation(
 ) -> tuple[dict[str, Any], bool, dict[str, Any] | None, bool]:
     """A finished run's NLL at every serving depth and (task metric) its task score, each read
     back from its cache beside the run or measured now and cached: (nll, reused, task, reused)."""
-    nll, nll_reused = cached_evaluation(
-        run, EVAL_DEPTHS, plan.batches, plan.device, plan.validation_seed
-    )
+    nll, nll_reused = cached_evaluation(run, EVAL_DEPTHS, plan.held_out, plan.device)
     if not plan.task:
         return nll, nll_reused, None, True
     task, task_reused = cached_task_evaluation(run, EVAL_DEPTHS, None, plan.device)
@@ -177,8 +174,8 @@ def final_evaluation(
 
 
 def _evaluation_plan(spec: SweepSpec, planned: PlannedRun, device: str) -> FinalEvaluation:
-    seed = planned.config.train.seed if spec.seeds is not None else None
-    return FinalEvaluation(spec.eval_batches, seed, spec.metric == "task", device)
+    held_out = spec.settings.held_out(planned.config.train.seed)
+    return FinalEvaluation(held_out, spec.metric == "task", device)
 
 
 def _say_evaluated(
@@ -187,7 +184,7 @@ def _say_evaluated(
     nll, nll_reused, task, task_reused = result
     how = "saved" if nll_reused else f"{nll['scored_tokens']:,} tokens"
     _say(quiet, f"eval {label}: mean NLL 1..16 {nll['mean_serving_nll']:.4f} ({how})")
-    asked = nll["batches"] * nll["batch_size"]
+    asked = nll.get("rows") or nll["batches"] * nll["batch_size"]
     if nll.get("sequences", asked) < asked:
         _say(
             quiet,
@@ -230,7 +227,9 @@ def _sweep(
         _say_evaluated(muted, f"[{i}/{len(finished)}] {planned.name}", result)
         nll, _, task, _ = result
         flops_of, group = spec.flops_of.get(planned.name), spec.groups.get(planned.name)
-        row = result_row(planned, summaries[planned.name], nll, flops_of, group)
+        curve = loss_curve(path / "metrics.jsonl")
+        blocks = spec.settings.blocks
+        row = result_row(planned, summaries[planned.name], nll, flops_of, group, blocks, curve)
         if task is not None:
             row["task_score_name"] = task["score_name"]
             row["task_scores"] = task["scores"]

@@ -4,15 +4,13 @@
     base = "../lm-200m.toml"            # a run config file (relative to this file), or inline
                                         # [base.model], [base.train], ... tables like a run config
 
-    [sweep]
+    [sweep]                             # every key optional (settings.py: SweepSettings)
     reference = "uniform"               # the uniform 1..16 run savings and NLL are compared with
-                                        # (optional)
-    figure3 = "ff-k2-s0.67-uniform"     # the fixed-first run drawn as Figure 3 (optional)
-    eval_batches = 8                    # validation batches of the final evaluation (optional)
-    seeds = [0, 1, 2]                   # every run once per seed, as NAME-seedS (optional)
-    metric = "nll"                      # or "task": the data kind's own metric, e.g. chains
-                                        # accuracy, also measured at every serving depth
-    switch_study = true                 # the auto-switch study's table and figure (optional)
+    figure3 = "ff-k2-s0.67-uniform"     # the fixed-first run drawn as Figure 3
+    seeds = [0, 1, 2]                   # every run once per seed, as NAME-seedS
+    metric = "nll"                      # or "task": the data kind's own metric
+    heldout = "shared"                  # one held-out set for every run (or "per-seed", "first")
+    heldout_rows = 2048
 
     [[runs]]
     name = "uniform"
@@ -41,35 +39,34 @@ the other run's modeled training FLOPs from the compute model, so nobody copies 
 hand and it stays right when the base changes (not an auto-switch run's: what that spends is
 known only once it has switched).
 
-With `seeds`, the final NLL evaluation of run NAME-seedS scores validation rows drawn from the
-whole validation split by S, the same rows for every entry (so differences stay paired), and
-table.md adds a table of each entry over its seeds (seed_table.py). A claim is decided by the
-interval over seeds of its paired quantity (claims.py, claims.md); which side is better is the
-sentence's to say (NLL falls, a task's score rises), so `claim` is never guessed. Everything is
-checked when the file is loaded, before anything trains: a typo found after an hour of training
-costs the hour.
+With `seeds`, the final NLL evaluation of run NAME-seedS scores validation rows drawn either by
+S (`heldout = "per-seed"`, the same rows for every entry of a seed, so differences stay paired) or
+once for all (`shared`), and table.md adds a table of each entry over its seeds (seed_table.py). A
+claim is decided by the interval of its paired quantity over the seeds (and, with shared rows,
+the held-out blocks: claims.py, claims.md); which side is better is the sentence's to say (NLL
+falls, a task's score rises), so `claim` is never guessed. `[sweep]` and `[[claims]]` are
+dataclasses checked by the same schema as a run configuration (settings.py, claims.py). Everything
+is checked when the file is loaded, before anything trains: a typo found after an hour of
+training costs the hour.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fixedfirst.compute.plan import UNIFORM_REFERENCE, plan_budget
-from fixedfirst.config import SECTIONS, RunConfig, read_toml
+from fixedfirst.compute.plan import UNIFORM_REFERENCE, plan_run
+from fixedfirst.config import SECTIONS, RunConfig, build_section, read_toml
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import resolve_data_path
-from fixedfirst.studies.sweep.claims import DEPTH_PREFIX, MEASURES, ClaimSpec
+from fixedfirst.studies.sweep.claims import ClaimSpec
+from fixedfirst.studies.sweep.settings import SweepSettings
 from fixedfirst.studies.training import PlannedRun
 
 TOP_LEVEL_KEYS = ("base", "sweep", "runs", "claims")
-SWEEP_KEYS = ("reference", "figure3", "eval_batches", "seeds", "metric", "switch_study")
 RUN_KEYS = ("name", "flops_of")
-CLAIM_KEYS = ("text", "a", "b", "metric", "measure", "claim", "bound")
-CLAIM_REQUIRED = ("text", "a", "b", "measure", "claim", "bound")
 SECTION_NAMES = tuple(c.SECTION for c in SECTIONS)
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -80,18 +77,29 @@ class SweepSpec:
 
     path: Path
     runs: list[PlannedRun]
+    settings: SweepSettings
     reference: str | None
+    """The reference run (the first seed's run of the reference entry)."""
     figure3: str | None
-    eval_batches: int | None
+    """The Figure 3 run (the first seed's run of its entry)."""
     flops_of: dict[str, str]
     """run name -> the run whose modeled FLOPs it is matched to."""
     groups: dict[str, str]
     """run name -> its [[runs]] entry (the same entry's runs differ only in train.seed)."""
-    metric: str = "nll"
-    """`nll`: mean serving NLL; `task`: the data kind's own metric (DataKind.evaluate)."""
-    switch_study: bool = False
-    seeds: list[int] | None = None
     claims: list[ClaimSpec] = field(default_factory=list)
+
+    @property
+    def seeds(self) -> list[int] | None:
+        return self.settings.seeds
+
+    @property
+    def metric(self) -> str:
+        """`nll`: mean serving NLL; `task`: the data kind's own metric (DataKind.evaluate)."""
+        return self.settings.metric
+
+    @property
+    def switch_study(self) -> bool:
+        return self.settings.switch_study
 
     @property
     def reference_group(self) -> str | None:
@@ -167,7 +175,7 @@ def _with_run_keys(base: dict[str, Any], run: dict[str, Any], where: str) -> dic
 def _build_config(data: dict[str, Any], where: str) -> RunConfig:
     try:
         config = RunConfig.from_dict(data)
-        plan_budget(config)  # a budget below one step is an error now, not after other runs
+        plan_run(config)  # a budget below one step is an error now, not after other runs
     except UserError as e:
         raise UserError(f"{where}: {e}") from None
     return config
@@ -192,13 +200,12 @@ def load_sweep(path: str | Path) -> SweepSpec:
     _unknown(raw, TOP_LEVEL_KEYS, str(path))
     base = _base_dict(raw, path)
     _build_config(base, f"{path}: base")
-    settings = _table(raw.get("sweep", {}), "[sweep]", str(path))
-    _unknown(settings, SWEEP_KEYS, f"{path}: [sweep]")
+    settings = _settings(_table(raw.get("sweep", {}), "[sweep]", str(path)), path)
 
     entries = raw.get("runs")
     if not isinstance(entries, list) or not entries:
         raise UserError(f'{path}: no runs; add [[runs]] tables, each with name = "..."')
-    seeds = _seeds(settings, path)
+    seeds = settings.seeds
     entry_names: list[str] = []
     runs: list[PlannedRun] = []
     groups: dict[str, str] = {}
@@ -228,25 +235,30 @@ def load_sweep(path: str | Path) -> SweepSpec:
                         "cost is known only once it has switched; match a run of fixed schedule"
                     )
                 flops_of[run] = target
-                data.setdefault("train", {})["flops"] = plan_budget(target_config).flops
+                data.setdefault("train", {})["flops"] = plan_run(target_config).flops
             runs.append(PlannedRun(run, _build_config(data, where)))
             groups[run] = name
 
     first = {name: _named(name, None if seeds is None else seeds[0]) for name in entry_names}
-    spec = SweepSpec(
+    _check_metric(settings, runs, path)
+    _check_switch_study(settings, runs, path)
+    return SweepSpec(
         path=path,
         runs=runs,
+        settings=settings,
         reference=_reference(settings, runs, first, path),
         figure3=_figure3(settings, runs, first, path),
-        eval_batches=_eval_batches(settings, path),
         flops_of=flops_of,
         groups=groups,
-        metric=_metric(settings, runs, path),
-        switch_study=_switch_study(settings, runs, path),
-        seeds=seeds,
         claims=_claims(raw.get("claims", []), entry_names, seeds, path),
     )
-    return spec
+
+
+def _settings(raw: dict[str, Any], path: Path) -> SweepSettings:
+    try:
+        return build_section(SweepSettings, raw)
+    except UserError as e:
+        raise UserError(f"{path}: {e}") from None
 
 
 def _named(entry: str, seed: int | None) -> str:
@@ -254,41 +266,21 @@ def _named(entry: str, seed: int | None) -> str:
     return entry if seed is None else f"{entry}-seed{seed}"
 
 
-def _seeds(settings: dict[str, Any], path: Path) -> list[int] | None:
-    seeds = settings.get("seeds")
-    if seeds is None:
-        return None
-    ok = isinstance(seeds, list) and seeds and len(set(map(repr, seeds))) == len(seeds)
-    if not ok or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds):
-        raise UserError(
-            f"{path}: sweep.seeds must be a list of distinct integers >= 0, got {seeds!r}"
-        )
-    return seeds
-
-
-def _metric(settings: dict[str, Any], runs: list[PlannedRun], path: Path) -> str:
+def _check_metric(settings: SweepSettings, runs: list[PlannedRun], path: Path) -> None:
     from fixedfirst.data.registry import data_kind
 
-    metric = settings.get("metric", "nll")
-    if metric not in ("nll", "task"):
-        raise UserError(f"{path}: sweep.metric must be 'nll' or 'task', got {metric!r}")
-    if metric == "task":
+    if settings.metric == "task":
         for planned in runs:
             if data_kind(planned.config.data.kind).evaluate is None:
                 raise UserError(
                     f'{path}: sweep.metric = "task", but run "{planned.name}" trains on '
                     f"data.kind = {planned.config.data.kind!r}, which has no task metric"
                 )
-    return metric
 
 
-def _switch_study(settings: dict[str, Any], runs: list[PlannedRun], path: Path) -> bool:
-    study = settings.get("switch_study", False)
-    if not isinstance(study, bool):
-        raise UserError(f"{path}: sweep.switch_study must be true or false, got {study!r}")
-    if study and not any(r.config.schedule.kind == "fixed-first" for r in runs):
+def _check_switch_study(settings: SweepSettings, runs: list[PlannedRun], path: Path) -> None:
+    if settings.switch_study and not any(r.config.schedule.kind == "fixed-first" for r in runs):
         raise UserError(f"{path}: sweep.switch_study needs fixed-first runs; the sweep has none")
-    return study
 
 
 def _check_flops_of(
@@ -308,9 +300,9 @@ def _check_flops_of(
 
 
 def _reference(
-    settings: dict[str, Any], runs: list[PlannedRun], first: dict[str, str], path: Path
+    settings: SweepSettings, runs: list[PlannedRun], first: dict[str, str], path: Path
 ) -> str | None:
-    name = settings.get("reference")
+    name = settings.reference
     if name is None:
         return None
     matches = [r for r in runs if r.name == first.get(name, name)]
@@ -329,10 +321,10 @@ def _reference(
 
 
 def _figure3(
-    settings: dict[str, Any], runs: list[PlannedRun], first: dict[str, str], path: Path
+    settings: SweepSettings, runs: list[PlannedRun], first: dict[str, str], path: Path
 ) -> str | None:
     """The named Figure 3 run, or by default the first fixed-first run (None if there is none)."""
-    name = settings.get("figure3")
+    name = settings.figure3
     if name is None:
         return next((r.name for r in runs if r.config.schedule.kind == "fixed-first"), None)
     matches = [r for r in runs if r.name == first.get(name, name)]
@@ -343,15 +335,6 @@ def _figure3(
             f"{path}: sweep.figure3 = {name!r} must be a fixed-first run (it has a switch)"
         )
     return matches[0].name
-
-
-def _eval_batches(settings: dict[str, Any], path: Path) -> int | None:
-    value = settings.get("eval_batches")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UserError(f"{path}: sweep.eval_batches must be an integer >= 1, got {value!r}")
-    return value
 
 
 def _claims(entries: Any, names: list[str], seeds: list[int] | None, path: Path) -> list[ClaimSpec]:
@@ -367,44 +350,14 @@ def _claims(entries: Any, names: list[str], seeds: list[int] | None, path: Path)
 
 
 def _claim(entry: dict[str, Any], names: list[str], where: str) -> ClaimSpec:
-    from fixedfirst.evaluation.nll import EVAL_DEPTHS
-
-    _unknown(entry, CLAIM_KEYS, where)
-    missing = [k for k in CLAIM_REQUIRED if k not in entry]
-    if missing:
-        raise UserError(
-            f"{where}: missing {', '.join(missing)}; a claim needs " + ", ".join(CLAIM_REQUIRED)
-        )
-    text = entry["text"]
-    if not isinstance(text, str) or not text.strip():
-        raise UserError(f"{where}: text must be the claim's sentence, got {text!r}")
+    try:
+        claim = build_section(ClaimSpec, entry)
+    except UserError as e:
+        raise UserError(f"{where}: {e}") from None
     for key in ("a", "b"):
-        if entry[key] not in names:
+        if getattr(claim, key) not in names:
             raise UserError(
-                f"{where}: {key} = {entry[key]!r} is not a [[runs]] entry; entries: "
+                f"{where}: {key} = {getattr(claim, key)!r} is not a [[runs]] entry; entries: "
                 + ", ".join(names)
             )
-    if entry["a"] == entry["b"]:
-        raise UserError(f"{where}: a and b both name {entry['a']!r}; compare two entries")
-    metric = entry.get("metric", "mean")
-    if metric != "mean" and metric not in [f"{DEPTH_PREFIX}{d}" for d in EVAL_DEPTHS]:
-        raise UserError(
-            f'{where}: metric = {metric!r}: use "mean" (the sweep\'s metric) or '
-            f'"depth:K" with K one of the evaluated depths {", ".join(map(str, EVAL_DEPTHS))}'
-        )
-    if entry["measure"] not in MEASURES:
-        raise UserError(
-            f'{where}: measure = {entry["measure"]!r}: use "relative" (a/b - 1 per seed) '
-            'or "difference" (a - b per seed)'
-        )
-    if entry["claim"] not in ("above", "below"):
-        raise UserError(
-            f'{where}: claim = {entry["claim"]!r}: use "below" or "above" (the '
-            "side of bound the sentence puts the quantity on)"
-        )
-    bound = entry["bound"]
-    if isinstance(bound, bool) or not isinstance(bound, int | float) or not math.isfinite(bound):
-        raise UserError(f"{where}: bound must be a number, got {bound!r}")
-    return ClaimSpec(
-        text, entry["a"], entry["b"], metric, entry["measure"], entry["claim"], float(bound)
-    )
+    return claim
