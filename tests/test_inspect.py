@@ -15,9 +15,9 @@ import torch.nn.functional as F
 from fixedfirst.cli.main import main
 from fixedfirst.data.tokenizer import ByteTokenizer
 from fixedfirst.inspection import inspect_sequences, page_record, read_page_record
-from fixedfirst.serve.decoding import Adaptive
 from fixedfirst.inspection.sources import text_sequence
 from fixedfirst.model.loss import IGNORE_INDEX
+from fixedfirst.serve.decoding import Adaptive
 
 ABOUT = {"run": "run", "schedule": "fixed-first", "source": "a text", "precision": "fp32"}
 CHAINS_TOML = """
