@@ -1,7 +1,11 @@
 """Benchmark: serving a trained run: plain, depth-speculative and batched decoding, and exit rules.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/serving.py --run RUN [--chains-run RUN2]
-        [--json FILE]
+        [--cache STRATEGY] [--json FILE]
+
+Every decoding below goes through the --cache strategy (full by default; docs/design.md §19).
+Depth-speculative decoding needs one that keeps every iteration up to the serving depth, so under
+another its rows are left out. benchmarks/cache_strategies.py compares the strategies themselves.
 
 1. Decoding speed at serving depths 4 and 16, batch sizes 1 and 8. Eight prompts (validation
    text, 8 to 36 tokens long, so a batch is padded), --new-tokens greedy tokens each. Batch 1
@@ -33,8 +37,16 @@ import torch
 import torch.nn.functional as F
 
 from fixedfirst.compute.flops import flop_model
-from fixedfirst.model.loss import IGNORE_INDEX
-from fixedfirst.serve import exit_rule, left_pad, stream_adaptive, teacher_forced_exit
+from fixedfirst.model import FULL_CACHE, parse_cache_strategy
+from fixedfirst.model.loss import IGNORE_INDEX, next_token_loss
+from fixedfirst.serve import (
+    FixedDepth,
+    exit_rule,
+    left_pad,
+    stream_adaptive,
+    teacher_forced,
+    teacher_forced_exit,
+)
 from fixedfirst.serve.speculative import SpeculationStats, stream_speculative
 from fixedfirst.train.opening import load_run
 
@@ -48,6 +60,10 @@ def validation_batches(loaded, n_batches: int):
     return source.validation_batches(n_batches, loaded.config.train.micro_batch())
 
 
+CACHE = FULL_CACHE
+"""The strategy every decoding goes through (--cache)."""
+
+
 def decode(model, prompts: list[list[int]], batch: int, n: int, depth: int, draft=None, reuse=True):
     """Greedy tokens (len(prompts), n) decoded `batch` prompts at a time; speculation stats."""
     stats = SpeculationStats()
@@ -55,10 +71,19 @@ def decode(model, prompts: list[list[int]], batch: int, n: int, depth: int, draf
     for i in range(0, len(prompts), batch):
         ids, pad = left_pad(prompts[i : i + batch])
         if draft is None:
-            steps = model.stream(ids, n, depth, pad=pad)
+            steps = model.stream(ids, n, depth, pad=pad, cache_strategy=CACHE)
         else:
             steps = stream_speculative(
-                model, ids, n, depth, draft[0], draft[1], pad=pad, reuse=reuse, stats=stats
+                model,
+                ids,
+                n,
+                depth,
+                draft[0],
+                draft[1],
+                pad=pad,
+                reuse=reuse,
+                stats=stats,
+                cache_strategy=CACHE,
             )
         out.append(torch.cat(list(steps), 1))
     return torch.cat(out), stats
@@ -69,7 +94,7 @@ def speed_table(model, prompts, n: int, depths, drafts, repeats: int) -> list[di
     for depth in depths:
         alone, _ = decode(model, prompts, 1, n, depth)
         methods = [("plain", None, True)]
-        for d in drafts:
+        for d in drafts if CACHE.keeps_every_iteration(depth) else ():
             if d[0] < depth:
                 methods += [(f"speculative {d[0]}:{d[1]}", d, True)]
                 methods += [(f"speculative {d[0]}:{d[1]}, no reuse", d, False)]
@@ -109,7 +134,7 @@ def adaptive_decode(model, prompts, batch: int, n: int, rule):
     tokens, depths = [], []
     for i in range(0, len(prompts), batch):
         ids, pad = left_pad(prompts[i : i + batch])
-        steps = list(stream_adaptive(model, ids, n, rule, pad=pad))
+        steps = list(stream_adaptive(model, ids, n, rule, pad=pad, cache_strategy=CACHE))
         tokens.append(torch.cat([t for t, _ in steps], 1))
         depths.append(torch.stack([d for _, d in steps], 1))
     return torch.cat(tokens), torch.cat(depths)
@@ -151,10 +176,14 @@ def exit_table(model, batches, rules, depths: list[int]) -> list[dict]:
     flops = flop_model(model.config, batches[0].inputs.shape[1])
     count = sum(int((b.targets != IGNORE_INDEX).sum()) for b in batches)
     fixed = dict.fromkeys(depths, 0.0)
+    one_pass = [d for d in depths if CACHE.keeps_every_iteration(d)]
     for b in batches:
         n = int((b.targets != IGNORE_INDEX).sum())
-        for depth, nll in model.nll_by_depth(b.inputs, b.targets, depths).items():
+        for depth, nll in model.nll_by_depth(b.inputs, b.targets, one_pass).items():
             fixed[depth] += nll * n
+        for depth in (d for d in depths if d not in one_pass):  # decoded through the cache
+            logits, _ = teacher_forced(model, b.inputs, FixedDepth(depth, cache=CACHE))
+            fixed[depth] += float(next_token_loss(logits, b.targets)) * n
     rows = [
         {
             "serving": f"fixed K={d}",
@@ -167,7 +196,7 @@ def exit_table(model, batches, rules, depths: list[int]) -> list[dict]:
     for rule in rules:
         nll_sum = depth_sum = 0.0
         for b in batches:
-            logits, used = teacher_forced_exit(model, b.inputs, rule)
+            logits, used = teacher_forced_exit(model, b.inputs, rule, cache_strategy=CACHE)
             scored = b.targets != IGNORE_INDEX
             nll = F.cross_entropy(
                 logits.flatten(0, 1).float(), b.targets.flatten(), reduction="none"
@@ -212,7 +241,9 @@ def chains_table(run: str, rules, depths: list[int], sequences: int) -> tuple[li
             }
         )
     for rule in rules:
-        logits, used = teacher_forced_exit(model, evaluation.batch.inputs, rule)
+        logits, used = teacher_forced_exit(
+            model, evaluation.batch.inputs, rule, cache_strategy=CACHE
+        )
         expected = evaluation.batch.targets.gather(1, evaluation.positions)
         right = logits.argmax(-1).gather(1, evaluation.positions) == expected
         used = used.gather(1, evaluation.positions).float()
@@ -308,8 +339,11 @@ def main() -> None:
         help="exit rules of the NLL table, RULE:THRESHOLD",
     )
     parser.add_argument("--chains-sequences", type=int, default=256)
+    parser.add_argument("--cache", default="full", help="the KV cache strategy (default full)")
     parser.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
     args = parser.parse_args()
+    global CACHE
+    CACHE = parse_cache_strategy(args.cache)
 
     loaded = load_run(args.run)
     model = loaded.model

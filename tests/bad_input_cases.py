@@ -885,6 +885,31 @@ COMMAND_CASES: list[Case] = [
         needs=("tokens-run", "data"),
     ),
     Case(
+        "generate-cache-zero-slots",
+        "generate",
+        "`generate --cache bounded:0` (a bounded cache of no slots)",
+        [*GENERATE, "--cache", "bounded:0"],
+        "--cache bounded:0: a bounded cache keeps S >= 1 slots per core layer, got S = 0",
+        needs=("tokens-run", "data"),
+    ),
+    Case(
+        "generate-cache-unknown",
+        "generate",
+        "`generate --cache compress` (a cache strategy that does not exist)",
+        [*GENERATE, "--cache", "compress"],
+        "--cache 'compress': unknown cache strategy; choose one of full, bounded:S, last",
+        needs=("tokens-run", "data"),
+    ),
+    Case(
+        "generate-speculate-bounded-cache",
+        "generate",
+        "`generate --depth 6 --speculate 2 --cache last` (speculation over a shared slot)",
+        [*GENERATE, "--depth", "6", "--speculate", "2", "--cache", "last"],
+        "--speculate 2:4: depth-speculative decoding needs every iteration's cache entry up to "
+        "the serving depth 6, which the last-iteration cache does not keep",
+        needs=("tokens-run", "data"),
+    ),
+    Case(
         "generate-prompt-not-utf8",
         "generate",
         "a prompt with a byte that is not UTF-8 (`--prompt $'caf\\xff'` in bash)",
@@ -924,6 +949,23 @@ COMMAND_CASES: list[Case] = [
         ["export", "run", "--out", "hf-export", "--format", "hf"],
         "--format hf needs a tokenizer, and this run trained on [data] kind = 'synthetic'",
         needs=("run",),
+    ),
+    Case(
+        "export-cache-fixedfirst-format",
+        "export",
+        "`export --cache last` in fixedfirst's format (which serves every strategy)",
+        ["export", "tokens-run", "--out", "exported", "--cache", "last"],
+        "--cache last: an export in fixedfirst's format serves every cache strategy; choose "
+        "one when serving it",
+        needs=("tokens-run", "data"),
+    ),
+    Case(
+        "export-hf-cache-zero-slots",
+        "export",
+        "`export --format hf --cache bounded:0`",
+        ["export", "tokens-run", "--out", "exported", "--format", "hf", "--cache", "bounded:0"],
+        "--cache bounded:0: a bounded cache keeps S >= 1 slots per core layer, got S = 0",
+        needs=("tokens-run", "data"),
     ),
     Case(
         "generate-from-hf-export",

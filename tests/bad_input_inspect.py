@@ -118,4 +118,12 @@ INSPECT_CASES: list[Case] = [
         "--threshold 'latent=0.1': expected RULE=T with RULE one of kl, entropy, state, argmax",
         needs=RUN,
     ),
+    Case(
+        "inspect-cache-zero-slots",
+        "inspect",
+        "`inspect --cache bounded:0`",
+        [*INSPECT, "--prompt", "river", "--cache", "bounded:0"],
+        "--cache bounded:0: a bounded cache keeps S >= 1 slots per core layer, got S = 0",
+        needs=RUN,
+    ),
 ]

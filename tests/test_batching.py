@@ -90,15 +90,16 @@ def test_padded_batch_under_each_exit_rule_equals_each_alone(model, name, thresh
 
 
 def test_generate_batch_matches_single_prompt_generation(text_run):
+    from fixedfirst.serve.decoding import Adaptive, FixedDepth
     from fixedfirst.serve.generation import generate_text
     from fixedfirst.serve.loading import load_served
 
     served = load_served(text_run / "run")
     texts = ["the river", "a", "quartz lamp harbor"]
-    for depth, rule in ((3, None), (None, exit_rule("kl", 1e-2, 5))):
-        batch = generate_batch(served, texts, 20, depth=depth, rule=rule)
+    for mode in (FixedDepth(3), Adaptive(exit_rule("kl", 1e-2, 5))):
+        batch = generate_batch(served, texts, 20, mode)
         for text, done in zip(texts, batch, strict=True):
-            alone = list(generate_text(served, text, 20, depth=depth, rule=rule))
+            alone = list(generate_text(served, text, 20, mode))
             assert done.tokens == [t.token for t in alone]
             assert done.depths == [t.depth for t in alone]
             assert done.text == "".join(t.text for t in alone)

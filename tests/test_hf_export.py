@@ -251,6 +251,79 @@ def test_the_cache_holds_one_entry_per_layer_application(hf_model):
         hf_model(torch.tensor([[ord("x")]]), depth=4, cache=cache)
 
 
+def hf_teacher_forced(hf_model, ids: torch.Tensor, prefill: int, **kwargs) -> torch.Tensor:
+    """Logits of every position of `ids`: the first `prefill` in one call, then one per call."""
+    out = hf_model(ids[:, :prefill], use_cache=True, **kwargs)
+    cache = out.cache if "cache" in out else out.past_key_values
+    logits = [out.logits]
+    for t in range(prefill, ids.shape[1]):
+        logits.append(hf_model(ids[:, t : t + 1], cache=cache, **kwargs).logits)
+    return torch.cat(logits, 1)
+
+
+@pytest.mark.parametrize("slots", [1, 2, 3])
+def test_a_bounded_cache_decodes_as_fixedfirst_does(hf_model, served, slots):
+    """cache_slots = S is fixedfirst's bounded:S (last at 1): the same logits, token by token,
+    as fixedfirst's decoding through that cache, which differ from the full cache's; generate
+    gives fixedfirst's tokens, with min(depth, S) core slots per layer in its cache."""
+    from fixedfirst.model import BoundedCache
+    from fixedfirst.serve.decoding import FixedDepth, teacher_forced
+
+    ids = torch.tensor([[EOD, *b"the river stone lamp"]])
+    mine = hf_teacher_forced(hf_model, ids, 4, depth=5, cache_slots=slots)
+    ours, _ = teacher_forced(served.model, ids, FixedDepth(5, cache=BoundedCache(slots)), 4)
+    torch.testing.assert_close(mine, ours, rtol=0, atol=1e-5)
+    full = hf_teacher_forced(hf_model, ids, 4, depth=5)
+    assert (mine[:, 4:] - full[:, 4:]).abs().amax() > 1e-4  # ten times the tolerance above
+    prompt = torch.tensor([[EOD, *b"the river"]])
+    out = hf_model.generate(prompt, max_new_tokens=12, depth=5, cache_slots=slots)
+    want = served.model.generate(prompt, 12, 5, cache_strategy=BoundedCache(slots))
+    assert new_tokens(out, prompt.shape[1]) == new_tokens(want, prompt.shape[1])
+    step = hf_model(prompt, depth=5, cache_slots=slots, use_cache=True)
+    cache = step.cache if "cache" in step else step.past_key_values
+    config = hf_model.config
+    assert len(cache.layers) == config.n_prelude + config.n_coda + min(5, slots) * config.n_core
+    with pytest.raises(ValueError, match=f"built with cache_slots = {slots}; it cannot be"):
+        hf_model(torch.tensor([[ord("x")]]), depth=5, cache=cache)
+
+
+def test_a_bounded_padded_batch_generates_what_each_prompt_does_alone(hf_model, exported):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(exported, trust_remote_code=True)
+    tokenizer.padding_side = "left"
+    prompts = ["the river", "a", "the cedar stone lamp"]
+    batch = tokenizer(prompts, return_tensors="pt", padding=True)
+    together = hf_model.generate(**batch, max_new_tokens=10, depth=5, cache_slots=2)
+    width = batch.input_ids.shape[1]
+    for row, prompt in enumerate(prompts):
+        alone = tokenizer(prompt, return_tensors="pt")
+        single = hf_model.generate(**alone, max_new_tokens=10, depth=5, cache_slots=2)
+        assert together[row, width:].tolist() == single[0, alone.input_ids.shape[1] :].tolist()
+
+
+def test_the_exported_default_cache_and_bad_slots(text_run, tmp_path, hf_model, capsys):
+    """`export --format hf --cache last` writes cache_slots 1, which generation then uses; an S
+    that is no number of slots is refused by the model, before the first token."""
+    from transformers import AutoModelForCausalLM
+
+    code, out, _ = run_cli(
+        capsys, "export", text_run / "run", "--out", tmp_path / "e", "--format", "hf",
+        "--cache", "last",
+    )  # fmt: skip
+    assert code == 0 and "last-iteration cache" in out
+    config = json.loads((tmp_path / "e" / "config.json").read_text())
+    assert config["cache_slots"] == 1
+    last = AutoModelForCausalLM.from_pretrained(tmp_path / "e", trust_remote_code=True)
+    prompt = torch.tensor([[EOD, *b"the river"]])
+    assert last.generate(prompt, max_new_tokens=8).tolist() == (
+        hf_model.generate(prompt, max_new_tokens=8, cache_slots=1).tolist()
+    )
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="cache_slots must be None .* or an integer >= 1"):
+            hf_model.generate(prompt, max_new_tokens=2, cache_slots=bad)
+
+
 def test_stock_lm_eval_hf_model_equals_the_fixedfirst_model(exported, text_run, monkeypatch):
     """lm-eval's own `hf` model on the offline task, serving depth 3 from model_args, scores every
     choice as our `fixedfirst` lm-eval model does."""

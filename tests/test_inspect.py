@@ -17,6 +17,7 @@ from fixedfirst.data.tokenizer import ByteTokenizer
 from fixedfirst.inspection import inspect_sequences, page_record, read_page_record
 from fixedfirst.inspection.sources import text_sequence
 from fixedfirst.model.loss import IGNORE_INDEX
+from fixedfirst.serve.decoding import Adaptive
 
 ABOUT = {"run": "run", "schedule": "fixed-first", "source": "a text", "precision": "fp32"}
 CHAINS_TOML = """
@@ -155,7 +156,7 @@ def test_exit_rules_stop_where_generation_stops(text_run):
         generated = list(stream_adaptive(served.model, start, 40, rule))
         tokens = [served.tokenizer.start_id, *(int(t[0, 0]) for t, _ in generated)]
         sequence = ScoredSequence(tokens[:-1], tokens[1:], "generated")
-        inspection = inspect_sequences(served.model, [sequence], [1, 3, 6], [rule])
+        inspection = inspect_sequences(served.model, [sequence], [1, 3, 6], [Adaptive(rule)])
         assert inspection.rules[0].depth.tolist() == [int(d[0]) for _, d in generated], name
         assert inspection.rules[0].top.tolist() == tokens[1:], name  # greedy: its own argmax
 
@@ -247,8 +248,8 @@ def test_two_thousand_tokens_make_a_page_under_two_megabytes(text_run):
     words = ["the", "river", "stone", "lamp", "orbit", "cedar", "quartz", "violet", "harbor"]
     text = " ".join(np.random.default_rng(1).choice(words, size=600))[:2000]
     sequence = text_sequence(served.tokenizer, served.run.config, text, "a text")
-    rules = [exit_rule(name, None, 4) for name in EXIT_RULES]
-    inspection = inspect_sequences(served.model, [sequence], EVAL_DEPTHS, rules)
+    modes = [Adaptive(exit_rule(name, None, 4)) for name in EXIT_RULES]
+    inspection = inspect_sequences(served.model, [sequence], EVAL_DEPTHS, modes)
     record = page_record(inspection, served.tokenizer, 257, {**ABOUT, "checkpoint": "run"})
     page = render_page(record).encode()
     assert len(record["inputs"]) == 2000 and len(record["depths"]) == 18

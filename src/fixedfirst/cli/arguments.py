@@ -38,6 +38,17 @@ def add_data_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_cache_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cache",
+        default="full",
+        metavar="STRATEGY",
+        help="which core entries the KV cache keeps per token: full (default: one per "
+        "iteration), bounded:S (S slots per core layer, iteration i in slot i mod S, whatever "
+        "the depth) or last (the last iteration only, bounded:1); docs/guides/serving-cache.md",
+    )
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """The configuration file plus `--set` overrides, with its data kind and the kind's options
     checked (and their defaults filled in) before any command starts work."""

@@ -21,12 +21,27 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="fixedfirst (default): for fixedfirst.load; hf: a transformers model with its "
         "modeling file and tokenizer",
     )
+    parser.add_argument(
+        "--cache",
+        metavar="STRATEGY",
+        help="--format hf: the KV cache the exported model generates with by default: full "
+        "(default), bounded:S or last (its config.json's cache_slots; a call may change it). "
+        "The fixedfirst format takes the strategy when it is served (generate --cache)",
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from fixedfirst.errors import UserError
+
     if args.format == "hf":
         return run_hf(args)
+    if args.cache is not None:
+        raise UserError(
+            f"--cache {args.cache}: an export in fixedfirst's format serves every cache "
+            "strategy; choose one when serving it (fixedfirst generate DIR --cache ...), or "
+            "export with --format hf to set the transformers model's default"
+        )
     from fixedfirst.export.writer import export_run
     from fixedfirst.train.checkpoint import CheckpointManager
     from fixedfirst.train.run_dir import RunDir
@@ -57,13 +72,15 @@ def run(args: argparse.Namespace) -> int:
 
 def run_hf(args: argparse.Namespace) -> int:
     from fixedfirst.export.hf import export_hf
+    from fixedfirst.model import parse_cache_strategy
 
-    config = export_hf(args.run_dir, args.out, args.checkpoint)
+    cache = parse_cache_strategy(args.cache or "full")
+    config = export_hf(args.run_dir, args.out, args.checkpoint, cache)
     source = config["fixedfirst"]
     print(
         f"exported {source['run']} step {source['step']} ({source['schedule']}, "
-        f"{source['tokenizer']} tokenizer, depth {config['depth']}) to {args.out} as a "
-        "transformers model"
+        f"{source['tokenizer']} tokenizer, depth {config['depth']}, {cache.describe()}) to "
+        f"{args.out} as a transformers model"
     )
     print(
         f"load it with: AutoModelForCausalLM.from_pretrained({str(args.out)!r}, "

@@ -1,5 +1,6 @@
 """`fixedfirst generate`: stream text from a run (or an export) at a fixed depth, depth-speculated,
-or under a per-token exit rule; several prompts decode as one padded batch.
+or under a per-token exit rule, through a cache strategy; several prompts decode as one padded
+batch. The flags become one decoding mode (serve/decoding.py) here, and nowhere else.
 
 The text goes to stdout, flushed after every token (with several prompts: each completion after
 a header line once the batch is done); a summary line (tokens, depth or mean depth used,
@@ -13,7 +14,7 @@ import argparse
 import sys
 import time
 
-from fixedfirst.cli.arguments import add_data_argument
+from fixedfirst.cli.arguments import add_cache_argument, add_data_argument
 
 DEFAULT_MAX_NEW_TOKENS = 200
 
@@ -72,20 +73,29 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--temperature", type=float, default=0.0, help="0 (default) is greedy; > 0 samples"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
+    add_cache_argument(parser)
     parser.add_argument("--checkpoint", type=int, metavar="STEP", help="default: the newest")
     add_data_argument(parser)
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.set_defaults(run=run)
 
 
-def check_flags(args: argparse.Namespace):
-    """Refuse contradictory or bad flags in one line before the model is loaded; return the
-    parsed --speculate (or None)."""
+def decoding_mode(args: argparse.Namespace, default_depth: int | None):
+    """The one decoding mode the flags ask for, every flag checked in one line; None while it
+    needs the run's default depth (`default_depth` None: the model is not loaded yet) and the
+    flags do not give it. The mode's constructor refuses what depends on that depth."""
     from fixedfirst.errors import UserError
-    from fixedfirst.model import check_depth
+    from fixedfirst.model import check_depth, parse_cache_strategy
+    from fixedfirst.serve.decoding import (
+        Adaptive,
+        FixedDepth,
+        Sampling,
+        Speculated,
+        parse_speculate,
+    )
     from fixedfirst.serve.exit_rules import EXIT_RULES, exit_rule
-    from fixedfirst.serve.generation import check_sampling, check_utf8
-    from fixedfirst.serve.speculative import Speculation
+    from fixedfirst.serve.generation import check_utf8
+    from fixedfirst.serve.speculative import check_speculation
 
     if args.exit is None and (args.threshold is not None or args.max_depth is not None):
         raise UserError("--threshold and --max-depth go with --exit RULE")
@@ -100,44 +110,44 @@ def check_flags(args: argparse.Namespace):
     for flag, given in (("--depth", args.depth), ("--max-depth", args.max_depth)):
         if given is not None:
             check_depth(given, flag)
-    if args.exit is not None:  # a bad threshold is refused before the model is loaded
-        exit_rule(args.exit, args.threshold, args.max_depth or 1)
-    speculation = None
-    if args.speculate is not None:
-        if args.temperature != 0:
-            raise UserError(
-                f"--speculate decodes greedily; it takes --temperature 0, got {args.temperature}"
-            )
-        speculation = Speculation.parse(args.speculate)
-        if args.depth is not None:  # else against the run's default depth, once loaded
-            speculation.check(args.depth)
+    if args.speculate is not None and args.temperature != 0:
+        raise UserError(
+            f"--speculate decodes greedily; it takes --temperature 0, got {args.temperature}"
+        )
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise UserError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    check_sampling(args.temperature, args.seed)
     for prompt in args.prompt:
         check_utf8(prompt)
-    return speculation
+    cache = parse_cache_strategy(args.cache)
+    sampling = Sampling(args.temperature, args.seed)
+    if args.exit is not None:
+        max_depth = args.max_depth if args.max_depth is not None else default_depth
+        rule = exit_rule(args.exit, args.threshold, max_depth or 1)
+        return None if max_depth is None else Adaptive(rule, sampling, cache)
+    depth = args.depth if args.depth is not None else default_depth
+    if args.speculate is None:
+        return None if depth is None else FixedDepth(depth, sampling, cache)
+    draft_depth, draft_tokens = parse_speculate(args.speculate)
+    try:
+        if depth is None:  # the draft alone, until the serving depth is known
+            check_speculation(draft_depth + 1, draft_depth, draft_tokens)
+            return None
+        return Speculated(depth, draft_depth, draft_tokens, cache)
+    except UserError as e:
+        raise UserError(f"--speculate {draft_depth}:{draft_tokens}: {e}") from None
 
 
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.machine.device import resolve_device
     from fixedfirst.serve.batching import generate_batch
-    from fixedfirst.serve.exit_rules import exit_rule
     from fixedfirst.serve.generation import generate_text, room_after
     from fixedfirst.serve.loading import load_served
     from fixedfirst.serve.speculative import SpeculationStats
 
-    speculation = check_flags(args)
+    mode = decoding_mode(args, None)  # bad flags are refused before the model is loaded
     served = load_served(args.run_dir, args.checkpoint, resolve_device(args.device), data=args.data)
-    depth = rule = None
-    if args.exit is not None:
-        max_depth = served.default_depth if args.max_depth is None else args.max_depth
-        rule = exit_rule(args.exit, args.threshold, max_depth)
-    else:
-        depth = served.default_depth if args.depth is None else args.depth
-    if speculation is not None:
-        assert depth is not None
-        speculation.check(depth)
+    if mode is None:
+        mode = decoding_mode(args, served.default_depth)
     max_new_tokens = args.max_new_tokens
     if max_new_tokens is None:
         room = min(room_after(served, p) for p in args.prompt)
@@ -146,59 +156,42 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     depths: list[int] = []
     if len(args.prompt) == 1:
-        for step in generate_text(
-            served,
-            args.prompt[0],
-            max_new_tokens,
-            depth,
-            rule,
-            args.temperature,
-            args.seed,
-            speculation,
-            stats,
-        ):
+        for step in generate_text(served, args.prompt[0], max_new_tokens, mode, stats):
             depths.append(step.depth)
             sys.stdout.write(step.text)
             sys.stdout.flush()
         sys.stdout.write("\n")
     else:
-        completions = generate_batch(
-            served,
-            args.prompt,
-            max_new_tokens,
-            depth,
-            rule,
-            args.temperature,
-            args.seed,
-            speculation,
-            stats,
-        )
+        completions = generate_batch(served, args.prompt, max_new_tokens, mode, stats)
         for number, done in enumerate(completions, 1):
             sys.stdout.write(f"--- {number}: {done.prompt!r}\n{done.text}\n")
             depths.extend(done.depths)
     seconds = time.perf_counter() - start
     sys.stdout.flush()
-    line = summary(args, depths, seconds, depth, rule, speculation, stats)
+    line = summary(args, depths, seconds, mode, stats)
     print(f"[{served.description}: {line}]", file=sys.stderr)
     return 0
 
 
-def summary(args, depths: list[int], seconds: float, depth, rule, speculation, stats) -> str:
+def summary(args, depths: list[int], seconds: float, mode, stats) -> str:
     """Tokens, what served them, and how fast: the stderr line after the text."""
+    from fixedfirst.serve.decoding import Adaptive, Speculated
+
     parts = [f"{len(depths)} token{'' if len(depths) == 1 else 's'}"]
     if len(args.prompt) > 1:
         parts[0] += f" from {len(args.prompt)} prompts in one batch"
-    if rule is not None:
+    if isinstance(mode, Adaptive):
         mean = sum(depths) / len(depths) if depths else float("nan")
         spread = f", min {min(depths)}, max {max(depths)}" if depths else ""
-        parts.append(f"{rule.describe()}: mean depth {mean:.2f}{spread}")
+        parts.append(f"{mode.describe()}: mean depth {mean:.2f}{spread}")
     else:
-        parts.append(f"depth {depth}")
-    if speculation is not None and stats.rounds:
-        parts.append(
-            f"{speculation.describe()}: {stats.acceptance_rate:.0%} accepted "
+        parts.append(mode.describe())
+    if isinstance(mode, Speculated) and stats.rounds:
+        parts[-1] += (
+            f": {stats.acceptance_rate:.0%} accepted "
             f"({stats.agreed} of {stats.drafted} in {stats.rounds} rounds)"
         )
+    parts.append(mode.cache.describe())
     if seconds > 0:
         parts.append(f"{len(depths) / seconds:,.1f} tokens/s")
     return ", ".join(parts)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fixedfirst.cli.arguments import format_depths
+from fixedfirst.cli.arguments import add_cache_argument, format_depths
 from fixedfirst.evaluation.nll import EVAL_DEPTHS
 
 DEFAULT_DEPTHS = format_depths(EVAL_DEPTHS)
@@ -50,6 +50,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="the exit rules never iterate more than K times (default: the deepest training "
         "depth, as generate --exit, at most the deepest of --depths)",
     )
+    add_cache_argument(parser)
     parser.add_argument("--checkpoint", type=int, metavar="STEP", help="default: the newest")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument(
@@ -61,9 +62,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
-def exit_rules(thresholds: list[str], max_depth: int) -> list:
-    """Every exit rule, at its default threshold or the one given as RULE=T."""
+def exit_modes(thresholds: list[str], max_depth: int, cache) -> list:
+    """Every exit rule, at its default threshold or the one given as RULE=T, decoding through
+    the `cache` strategy: the page's adaptive modes, built once here."""
     from fixedfirst.errors import UserError
+    from fixedfirst.serve.decoding import Adaptive
     from fixedfirst.serve.exit_rules import EXIT_RULES, exit_rule
 
     given: dict[str, float] = {}
@@ -77,7 +80,9 @@ def exit_rules(thresholds: list[str], max_depth: int) -> list:
             given[name] = float(value)
         except ValueError:
             raise UserError(f"--threshold {item!r}: {value!r} is not a number") from None
-    return [exit_rule(name, given.get(name), max_depth) for name in EXIT_RULES]
+    return [
+        Adaptive(exit_rule(name, given.get(name), max_depth), cache=cache) for name in EXIT_RULES
+    ]
 
 
 def read_text_file(path: Path) -> str:
@@ -117,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     from fixedfirst.errors import UserError
     from fixedfirst.inspection.record import check_depth_count
     from fixedfirst.inspection.sources import parse_indices
-    from fixedfirst.model import check_depth
+    from fixedfirst.model import check_depth, parse_cache_strategy
     from fixedfirst.serve.generation import check_utf8
 
     depths = parse_depths(args.depths)
@@ -127,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
             f"--max-depth {args.max_depth} is beyond the deepest of --depths ({max(depths)}): "
             "the page could not show where a rule stops past it"
         )
-    exit_rules(args.threshold, 1)  # a bad threshold is refused before the model is loaded
+    cache = parse_cache_strategy(args.cache)
+    exit_modes(args.threshold, 1, cache)  # a bad threshold is refused before the model is loaded
     if args.prompt is not None:
         check_utf8(args.prompt)
     text = read_text_file(Path(args.file)) if args.file is not None else args.prompt
@@ -138,10 +144,10 @@ def run(args: argparse.Namespace) -> int:
         if value is not None:
             indices = parse_indices(value, option)
     page, picture = check_outputs(args)
-    return inspect_run(args, depths, text, indices, page, picture)
+    return inspect_run(args, depths, cache, text, indices, page, picture)
 
 
-def inspect_run(args, depths, text, indices, page: Path, picture: Path) -> int:
+def inspect_run(args, depths, cache, text, indices, page: Path, picture: Path) -> int:
     import torch
 
     from fixedfirst.files.writing import save_figure
@@ -155,7 +161,7 @@ def inspect_run(args, depths, text, indices, page: Path, picture: Path) -> int:
     served = load_served(args.run_dir, args.checkpoint, resolve_device(args.device), False)
     config = served.run.config if served.run is not None else None
     max_depth = args.max_depth or min(served.default_depth, max(depths))
-    rules = exit_rules(args.threshold, max_depth)
+    modes = exit_modes(args.threshold, max_depth, cache)
     if text is not None:
         sequences = [text_sequence(served.tokenizer, config, text, text_option(args))]
         source = sequences[0].title
@@ -168,13 +174,14 @@ def inspect_run(args, depths, text, indices, page: Path, picture: Path) -> int:
     check_page_size(sequences)
     device = next(served.model.parameters()).device
     dtype = torch.float32 if config is None else resolve_dtype(config.train.precision, device)
-    inspection = inspect_sequences(served.model, sequences, depths, rules, dtype)
+    inspection = inspect_sequences(served.model, sequences, depths, modes, cache, dtype)
     about = {
         "run": str(args.run_dir),
         "checkpoint": served.description,
         "schedule": "an export" if config is None else describe(config.schedule),
         "source": source,
         "precision": "fp32" if dtype == torch.float32 else "bf16 autocast (the run's precision)",
+        "cache": cache.describe(),
     }
     record = page_record(inspection, served.tokenizer, served.model.config.vocab_size, about)
     write_page(page, record)

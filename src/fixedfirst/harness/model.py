@@ -1,16 +1,18 @@
 """The `fixedfirst` model of lm-evaluation-harness: a run (or an export) at one serving depth.
 
     --model fixedfirst --model_args run=RUN[,depth=K][,checkpoint=STEP][,exit=kl,threshold=T,
-                                    max_depth=K][,seed=S][,max_gen_toks=N]
+                                    max_depth=K][,cache=full|bounded:S|last][,seed=S]
+                                    [,max_gen_toks=N]
 
 `depth` defaults to the deepest the run trained at; `exit=kl` serves with per-token KL exit
-instead. How each kind of harness request is answered is in docs/design.md §18.
+instead, as does a `cache` that does not keep every iteration (docs/design.md §19). How each kind
+of harness request is answered is in docs/design.md §18.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Iterator
 
 import lm_eval.models  # noqa: F401  (the built-in names first: see fixedfirst.harness.register)
 import torch
@@ -21,8 +23,9 @@ from tqdm import tqdm
 
 from fixedfirst.errors import UserError
 from fixedfirst.harness import MODEL_NAME
-from fixedfirst.model import check_depth
-from fixedfirst.serve.adaptive import DEFAULT_THRESHOLD, KLExit, stream_kl_exit
+from fixedfirst.model import parse_cache_strategy
+from fixedfirst.serve.adaptive import DEFAULT_THRESHOLD, KLExit
+from fixedfirst.serve.decoding import Adaptive, FixedDepth, Sampling, decode_steps
 from fixedfirst.serve.loading import load_served
 from fixedfirst.serve.scoring import Pair, rolling_pairs, score_pairs
 
@@ -47,6 +50,7 @@ class FixedFirstLM(LM):
         device: str | None = None,
         seed: int = 1234,
         max_gen_toks: int = DEFAULT_MAX_GEN_TOKS,
+        cache: str = "full",
     ) -> None:
         super().__init__()
         if exit not in (None, "kl"):
@@ -55,17 +59,19 @@ class FixedFirstLM(LM):
             raise UserError("max_depth goes with exit=kl")
         if exit is not None and depth is not None:
             raise UserError("give either depth=K or exit=kl, not both")
+        strategy = parse_cache_strategy(cache, "cache=")
         self.served = load_served(run, checkpoint, _device(device))
         self.model = self.served.model
         tokenizer = self.served.tokenizer
         assert tokenizer is not None
         self.tokenizer = tokenizer
-        self.rule: KLExit | None = None
-        self.depth: int | None = None
+        self.mode: FixedDepth | Adaptive
         if exit == "kl":
-            self.rule = KLExit(threshold, max_depth or self.served.default_depth)
+            rule = KLExit(threshold, max_depth or self.served.default_depth)
+            self.mode = Adaptive(rule, cache=strategy)
         else:
-            self.depth = check_depth(depth if depth is not None else self.served.default_depth)
+            depth = depth if depth is not None else self.served.default_depth
+            self.mode = FixedDepth(depth, cache=strategy)
         self.batch_size = batch_size if isinstance(batch_size, int) else DEFAULT_BATCH_SIZE
         self.max_gen_toks = max_gen_toks
         self.seed = seed
@@ -73,10 +79,10 @@ class FixedFirstLM(LM):
 
     def set_depth(self, depth: int) -> None:
         """Serve at another fixed depth (`fixedfirst downstream` reuses one model for all)."""
-        self.depth, self.rule = check_depth(depth), None
+        self.mode = FixedDepth(depth, cache=self.mode.cache)
 
     def get_model_info(self) -> dict:
-        serving = self.rule.describe() if self.rule else f"depth {self.depth}"
+        serving = self.mode.describe()
         return {"model_source": self.served.description, "serving": serving}
 
     # -- tokenization ------------------------------------------------------------------------
@@ -99,7 +105,7 @@ class FixedFirstLM(LM):
         self, requests: list[Instance], disable_tqdm: bool = False
     ) -> list[tuple[float, bool]]:
         pairs = [self._encode_pair(*request.args) for request in requests]
-        results = score_pairs(self.model, pairs, self.depth, self.rule, self.batch_size)
+        results = score_pairs(self.model, pairs, self.mode, self.batch_size)
         for request, result in zip(requests, results, strict=True):
             self.cache_hook.add_partial("loglikelihood", request.args, result)
         return results
@@ -113,7 +119,7 @@ class FixedFirstLM(LM):
             (text,) = request.args
             ids = [self.tokenizer.start_id, *self.tokenizer.encode(text)]
             pairs = rolling_pairs(ids, window)
-            scores = score_pairs(self.model, pairs, self.depth, self.rule, self.batch_size)
+            scores = score_pairs(self.model, pairs, self.mode, self.batch_size)
             total = sum(logprob for logprob, _ in scores)
             self.cache_hook.add_partial("loglikelihood_rolling", (text,), total)
             results.append(total)
@@ -141,14 +147,8 @@ class FixedFirstLM(LM):
         ids = [self.tokenizer.start_id, *self.tokenizer.encode(context)]
         ids = ids[-(window - max_new) :]  # keep the end of a context too long for the window
         prompt = torch.tensor([ids], device=self._device)
-        generator = torch.Generator(device=self._device).manual_seed(self.seed)
-        tokens: Iterator[torch.Tensor]
-        if self.rule is not None:
-            steps = stream_kl_exit(self.model, prompt, max_new, self.rule, temperature, generator)
-            tokens = (token for token, _ in steps)
-        else:
-            assert self.depth is not None
-            tokens = self.model.stream(prompt, max_new, self.depth, temperature, generator)
+        mode = dataclasses.replace(self.mode, sampling=Sampling(temperature, self.seed))
+        tokens = (token for token, _ in decode_steps(self.model, prompt, max_new, mode))
         generated: list[int] = []
         text = ""
         for token in tokens:

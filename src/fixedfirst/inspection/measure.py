@@ -4,10 +4,13 @@ and where each exit rule stops on it.
 At fixed depths everything comes from ONE pass of the recurrence per window
 (`LoopedTransformer.logits_by_depth`), scored by the one loss (`next_token_loss`, per position),
 so the numbers are those of `fixedfirst eval` on the same tokens: the mean over the scored
-positions equals eval's NLL when the sequences are eval's. Exit rules are the serving ones
-(serve/exit_rules.py), applied by `teacher_forced_exit`: every position decoded under the rule as
-generation would if it had produced these tokens, earlier positions showing later ones their last
-computed iteration (docs/design.md §12).
+positions equals eval's NLL when the sequences are eval's. That pass is what the full cache
+decodes; at a depth where the page's cache strategy keeps fewer entries than iterations, the
+window is instead decoded through that cache one position at a time (`serve.decoding.
+teacher_forced`), as generation would. Exit rules are the serving ones (serve/exit_rules.py),
+applied by `teacher_forced_exit` through the same cache: every position decoded under the rule
+as generation would if it had produced these tokens, earlier positions showing later ones what
+the strategy keeps of their iterations (docs/design.md §12, §19).
 
 A sequence longer than the model's window is scored in consecutive windows of max_seq_len
 positions, each from an empty context, as eval scores its validation windows.
@@ -15,6 +18,7 @@ positions, each from an empty context, as eval scores its validation windows.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,9 +26,9 @@ import torch
 
 from fixedfirst.data.registry import ScoredSequence
 from fixedfirst.evaluation.nll import autocast
-from fixedfirst.model import LoopedTransformer
+from fixedfirst.model import FULL_CACHE, CacheStrategy, LoopedTransformer
 from fixedfirst.model.loss import IGNORE_INDEX, next_token_loss
-from fixedfirst.serve.adaptive import teacher_forced_exit
+from fixedfirst.serve.decoding import Adaptive, FixedDepth, teacher_forced
 from fixedfirst.serve.exit_rules import ExitRule
 
 LOGITS_PER_BATCH = 1 << 24
@@ -139,30 +143,39 @@ def inspect_sequences(
     model: LoopedTransformer,
     sequences: list[ScoredSequence],
     depths: list[int],
-    rules: list[ExitRule],
+    modes: list[Adaptive],
+    cache: CacheStrategy = FULL_CACHE,
     dtype: torch.dtype = torch.float32,
 ) -> Inspection:
-    """Score every position of `sequences` at every one of `depths` (one pass per window) and
-    under every rule (whose max_depth should not pass max(depths), for the page to show it)."""
+    """Score every position of `sequences` at every one of `depths` through the `cache` strategy
+    (one pass per window where it keeps every iteration) and in every adaptive mode (whose
+    max_depth should not pass max(depths), for the page to show it)."""
     depths = sorted(set(depths))
+    one_pass = [d for d in depths if cache.keeps_every_iteration(d)]
     device = next(model.parameters()).device
     windows = windows_of(sequences, model.config.max_seq_len)
     width = max(w.end - w.start for w in windows)
     was_training = model.training
     model.eval()
     per_depth: dict[int, tuple[list, list, list]] = {d: ([], [], []) for d in depths}
-    per_rule: list[tuple[list, list, list]] = [([], [], []) for _ in rules]
+    per_rule: list[tuple[list, list, list]] = [([], [], []) for _ in modes]
     try:
         for group in _batches(windows, width, model.config.vocab_size):
             batch = [windows[i] for i in group]
             inputs, targets = _padded(sequences, batch, device)
             with autocast(device, dtype):
-                for depth, logits in model.logits_by_depth(inputs, depths):
+                through_cache = (
+                    (d, teacher_forced(model, inputs, FixedDepth(d, cache=cache))[0])
+                    for d in depths
+                    if d not in one_pass
+                )
+                in_one_pass = model.logits_by_depth(inputs, one_pass) if one_pass else ()
+                for depth, logits in itertools.chain(in_one_pass, through_cache):
                     scores = _scores(logits, targets)
                     for into, values in zip(per_depth[depth], scores, strict=True):
                         into.extend(_unpad(values, batch))
-                for parts, rule in zip(per_rule, rules, strict=True):
-                    logits, stopped = teacher_forced_exit(model, inputs, rule)
+                for parts, mode in zip(per_rule, modes, strict=True):
+                    logits, stopped = teacher_forced(model, inputs, mode)
                     nll, top, _ = _scores(logits, targets)
                     for part, values in zip(parts, (stopped, nll, top), strict=True):
                         part.extend(_unpad(values, batch))
@@ -180,7 +193,7 @@ def inspect_sequences(
         top=np.stack([stacked(per_depth[d][1]) for d in depths]),
         top_probability=np.stack([stacked(per_depth[d][2]) for d in depths]).astype(np.float64),
         rules=[
-            RuleStops(rule, stacked(d), stacked(n).astype(np.float64), stacked(t))
-            for rule, (d, n, t) in zip(rules, per_rule, strict=True)
+            RuleStops(mode.rule, stacked(d), stacked(n).astype(np.float64), stacked(t))
+            for mode, (d, n, t) in zip(modes, per_rule, strict=True)
         ],
     )

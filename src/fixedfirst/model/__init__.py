@@ -1,6 +1,25 @@
 """The looped transformer and its parts."""
 
-from fixedfirst.model.kv_cache import KVCache
+from fixedfirst.model.kv_cache import (
+    FULL_CACHE,
+    LAST_ITERATION,
+    BoundedCache,
+    CacheStrategy,
+    FullCache,
+    KVCache,
+    parse_cache_strategy,
+)
 from fixedfirst.model.looped import LoopedTransformer, check_depth, sample_next
 
-__all__ = ["KVCache", "LoopedTransformer", "check_depth", "sample_next"]
+__all__ = [
+    "FULL_CACHE",
+    "LAST_ITERATION",
+    "BoundedCache",
+    "CacheStrategy",
+    "FullCache",
+    "KVCache",
+    "LoopedTransformer",
+    "check_depth",
+    "parse_cache_strategy",
+    "sample_next",
+]

@@ -1,7 +1,9 @@
-"""Key/value cache for incremental decoding, one entry per layer *application*.
+"""Key/value cache for incremental decoding, keyed by layer *application*, under a strategy.
 
 Iteration i of a core layer sees another state than iteration j, so entries are keyed by where a
-layer is applied: ("prelude", layer), ("core", iteration, layer), ("coda", layer). The cache
+layer is applied: ("prelude", layer), ("core", iteration, layer), ("coda", layer). A strategy
+decides how many core entries a token keeps: the full cache one per iteration, `bounded:S` S slots
+per core layer (iteration i, 0-based, in slot i mod S), `last` one (docs/design.md §19). The cache
 also carries a padded batch's per-row positions and mask (`Padding`), the columns speculation
 hides, and the rows adaptive exit still iterates (`RowSubset`). `AttentionCache` and
 `LayerCaches` are the two protocols the model asks of a cache (docs/design.md §11, §16).
@@ -9,9 +11,109 @@ hides, and the rows adaptive exit still iterates (`RowSubset`). `AttentionCache`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+
+from fixedfirst.config import ModelConfig
+from fixedfirst.errors import UserError
+
+
+@dataclass(frozen=True)
+class FullCache:
+    """Every core iteration keeps its own entry: the cache grows linearly with depth."""
+
+    def slot(self, index: int) -> int:
+        """Where iteration `index` (0-based) reads and writes its core entries."""
+        return index
+
+    def slots(self, depth: int) -> int:
+        """Core entries per layer that a token decoded at `depth` keeps."""
+        return depth
+
+    def keeps_every_iteration(self, depth: int) -> bool:
+        """Whether every iteration up to `depth` has a slot of its own (what depth-speculative
+        decoding needs, docs/design.md §19)."""
+        return True
+
+    @property
+    def name(self) -> str:
+        """What `--cache` calls it."""
+        return "full"
+
+    def describe(self) -> str:
+        return "full cache"
+
+
+@dataclass(frozen=True)
+class BoundedCache:
+    """At most `size` core entries per layer whatever the depth: iteration i (0-based) reads and
+    writes slot i mod size, so a later token reads, in each slot, the deepest iteration an
+    earlier token wrote there. size = 1 is the last-iteration cache."""
+
+    size: int
+
+    def __post_init__(self) -> None:
+        size = self.size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise UserError(
+                f"a bounded cache keeps S >= 1 slots per core layer, got S = {size!r}; "
+                "give --cache bounded:S with S >= 1 (bounded:1 is --cache last)"
+            )
+
+    def slot(self, index: int) -> int:
+        return index % self.size
+
+    def slots(self, depth: int) -> int:
+        return min(depth, self.size)
+
+    def keeps_every_iteration(self, depth: int) -> bool:
+        return self.size >= depth
+
+    @property
+    def name(self) -> str:
+        return "last" if self.size == 1 else f"bounded:{self.size}"
+
+    def describe(self) -> str:
+        if self.size == 1:
+            return "last-iteration cache"
+        return f"bounded cache ({self.size} slots per core layer)"
+
+
+CacheStrategy = FullCache | BoundedCache
+FULL_CACHE = FullCache()
+LAST_ITERATION = BoundedCache(1)
+CACHE_STRATEGIES = ("full", "bounded:S", "last")
+"""What `--cache` accepts."""
+
+
+def parse_cache_strategy(text: str, flag: str = "--cache") -> CacheStrategy:
+    """'full', 'last' or 'bounded:S' (S >= 1), refused in one line naming `flag`."""
+    if text == "full":
+        return FULL_CACHE
+    if text == "last":
+        return LAST_ITERATION
+    kind, _, size = text.partition(":")
+    if kind == "bounded":
+        try:
+            value = int(size)
+        except ValueError:
+            raise UserError(
+                f"{flag} {text!r}: bounded takes the number of slots, e.g. bounded:4"
+            ) from None
+        try:
+            return BoundedCache(value)
+        except UserError as e:
+            raise UserError(f"{flag} {text}: {e}") from None
+    raise UserError(
+        f"{flag} {text!r}: unknown cache strategy; choose one of {', '.join(CACHE_STRATEGIES)}"
+    )
+
+
+def entries_per_token(config: ModelConfig, depth: int, strategy: CacheStrategy) -> int:
+    """Layer applications whose keys and values a token keeps when decoded at `depth`."""
+    return config.n_prelude + strategy.slots(depth) * config.n_core + config.n_coda
 
 
 class AttentionCache(Protocol):
@@ -120,8 +222,19 @@ class LayerCache:
         return None if self.owner is None else self.owner.padding
 
     @property
-    def length(self) -> int:
+    def columns(self) -> int:
+        """Columns stored (for a slot of a bounded cache, the current call's included)."""
         return 0 if self.keys is None else self.keys.shape[-2]
+
+    @property
+    def length(self) -> int:
+        return self.columns
+
+    @property
+    def nbytes(self) -> int:
+        if self.keys is None or self.values is None:
+            return 0
+        return self.keys.nbytes + self.values.nbytes
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Add (B, H, T, hd) keys/values for the next T positions; return the whole sequence."""
@@ -139,27 +252,64 @@ class LayerCache:
             self.values = self.values[..., :length, :]
 
 
+class SlotCache(LayerCache):
+    """A core layer's slot in a bounded cache, shared by the iterations i with the same i mod S:
+    the first of them in a call appends the call's columns, the later ones overwrite them, so
+    each position keeps its deepest write and the current call's queries see their own
+    iteration's keys."""
+
+    @property
+    def length(self) -> int:
+        assert self.owner is not None
+        return min(self.columns, self.owner.length)
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self.owner is not None
+        start = self.owner.length
+        if self.columns <= start:  # the call's first write (or a chunk after the session's end)
+            return super().append(k, v)
+        assert self.keys is not None and self.values is not None
+        if self.columns != start + k.shape[-2]:
+            raise ValueError(
+                f"slot holds {self.columns} columns, the call writes {start}..{start + k.shape[-2]}"
+            )
+        self.keys[..., start:, :] = k
+        self.values[..., start:, :] = v
+        return self.keys, self.values
+
+
 class KVCache:
-    """All layer caches of one decoding session (`LayerCaches`).
+    """All layer caches of one decoding session (`LayerCaches`), under a cache strategy.
 
     pad: (B,) leading pad columns per row of a left-padded batch, or None; a batch without
     padding takes the unpadded attention paths (an all-zero `pad` is dropped).
+    strategy: which core entries a token keeps (`FullCache`, `BoundedCache`).
     """
 
-    def __init__(self, pad: torch.Tensor | None = None) -> None:
+    def __init__(
+        self, pad: torch.Tensor | None = None, strategy: CacheStrategy = FULL_CACHE
+    ) -> None:
         self._layers: dict[tuple, LayerCache] = {}
         self.length = 0
         """Number of columns (padding included) already processed."""
         self.padding = Padding.left(pad) if pad is not None and bool(pad.any()) else None
+        self.strategy = strategy
+
+    def _stored_key(self, key: tuple) -> tuple:
+        if key and key[0] == "core":
+            return ("core", self.strategy.slot(key[1]), *key[2:])
+        return key
 
     def layer(self, *key: object) -> LayerCache:
-        if key not in self._layers:
-            self._layers[key] = LayerCache(self)
-        return self._layers[key]
+        stored = self._stored_key(key)
+        if stored not in self._layers:
+            shared = stored[0] == "core" and isinstance(self.strategy, BoundedCache)
+            self._layers[stored] = SlotCache(self) if shared else LayerCache(self)
+        return self._layers[stored]
 
     def stored(self, *key: object) -> LayerCache | None:
         """The layer application's cache if anything was stored there, else None."""
-        return self._layers.get(key)
+        return self._layers.get(self._stored_key(key))
 
     def positions(self, length: int) -> torch.Tensor | None:
         """(B, length) own positions of the next `length` columns, None without padding."""
@@ -191,24 +341,36 @@ class KVCache:
 
     @property
     def num_entries(self) -> int:
-        """Layer applications cached so far (n_prelude + depth * n_core + n_coda)."""
+        """Layer applications cached so far (`entries_per_token`)."""
         return len(self._layers)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every key and value held."""
+        return sum(layer.nbytes for layer in self._layers.values())
 
 
 class _LayerRows:
     """One layer application's cache seen by a subset of rows: the new column is written into
-    the full cache at those rows (the other rows' slots are left for the caller to fill), and
-    attention reads those rows' keys and values."""
+    the full cache at those rows (the other rows' entries are left for the caller to fill, or
+    keep an earlier iteration's write to the same slot), and attention reads those rows' keys
+    and values."""
 
     def __init__(
-        self, full: LayerCache, rows: torch.Tensor, padding: Padding | None, batch: int
+        self,
+        full: LayerCache,
+        rows: torch.Tensor,
+        padding: Padding | None,
+        batch: int,
+        start: int,
     ) -> None:
         self.full, self.rows, self.padding, self.batch = full, rows, padding, batch
-        self.length = full.length
+        self.length = start
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         full, rows, batch = self.full, self.rows, self.batch
-        full.append(k.new_empty((batch, *k.shape[1:])), v.new_empty((batch, *v.shape[1:])))
+        if full.columns == self.length:  # the first write of this call: the column appears
+            full.append(k.new_empty((batch, *k.shape[1:])), v.new_empty((batch, *v.shape[1:])))
         assert full.keys is not None and full.values is not None
         full.keys[rows, :, self.length :] = k
         full.values[rows, :, self.length :] = v
@@ -226,7 +388,7 @@ class RowSubset:
         self.length = cache.length
 
     def layer(self, *key: object) -> _LayerRows:
-        return _LayerRows(self.cache.layer(*key), self.rows, self.padding, self.batch)
+        return _LayerRows(self.cache.layer(*key), self.rows, self.padding, self.batch, self.length)
 
     def positions(self, length: int) -> torch.Tensor | None:
         return None if self.padding is None else self.padding.positions(self.length, length)

@@ -21,7 +21,7 @@ from torch.utils.checkpoint import checkpoint as checkpoint_call
 from fixedfirst.config import ModelConfig
 from fixedfirst.config.limits import MAX_DEPTH
 from fixedfirst.errors import UserError
-from fixedfirst.model.kv_cache import KVCache, LayerCaches
+from fixedfirst.model.kv_cache import FULL_CACHE, CacheStrategy, KVCache, LayerCaches
 from fixedfirst.model.layers import Block, RMSNorm, RotaryEmbedding
 from fixedfirst.model.loss import next_token_loss
 from fixedfirst.model.shared_prefix import AtDepth, PrefixRows, SharedPrefix
@@ -348,8 +348,10 @@ class LoopedTransformer(nn.Module):
         temperature: float = 0.0,
         generator: torch.Generator | None = None,
         pad: torch.Tensor | None = None,
+        cache_strategy: CacheStrategy = FULL_CACHE,
     ) -> Iterator[torch.Tensor]:
-        """Yield the next token (B, 1) one at a time, decoding with a per-iteration KV cache.
+        """Yield the next token (B, 1) one at a time, decoding with a KV cache that keeps the
+        core entries `cache_strategy` says (model/kv_cache.py; the prompt in one pass).
 
         pad: (B,) leading pad columns of each row of a left-padded prompt: row b then decodes
         as prompt[b, pad[b]:] would alone (its own positions, padding masked out)."""
@@ -362,7 +364,7 @@ class LoopedTransformer(nn.Module):
                 f"prompt + new tokens = {total} exceeds model.max_seq_len = "
                 f"{self.config.max_seq_len}"
             )
-        cache = KVCache(pad)
+        cache = KVCache(pad, cache_strategy)
         logits = self.decode_step(prompt, depth, cache)
         for n in range(max_new_tokens):
             token = sample_next(logits[:, -1], temperature, generator)
@@ -378,9 +380,12 @@ class LoopedTransformer(nn.Module):
         temperature: float = 0.0,
         generator: torch.Generator | None = None,
         pad: torch.Tensor | None = None,
+        cache_strategy: CacheStrategy = FULL_CACHE,
     ) -> torch.Tensor:
         """prompt (B, T) -> (B, T + max_new_tokens). temperature 0 is greedy (argmax)."""
-        new = list(self.stream(prompt, max_new_tokens, depth, temperature, generator, pad))
+        new = list(
+            self.stream(prompt, max_new_tokens, depth, temperature, generator, pad, cache_strategy)
+        )
         return torch.cat([prompt, *new], dim=1)
 
     def parameter_counts(self) -> dict[str, int]:

@@ -2,10 +2,11 @@
 
 A looped model can spend more iterations on hard tokens and fewer on easy ones (Huginn). After
 each core iteration an exit rule (`exit_rules.py`) decides per row whether the token stops;
-later tokens see a stopped position's last computed iteration at every deeper one (§1). A row
-that stopped costs no further iterations: each runs on the rows still iterating (`RowSubset`),
-and the stopped rows' cache entries are filled in at the end. The prompt but its last token is
-prefilled at max_depth. docs/design.md §11-12 gives the cache rules and the costs.
+later tokens see a stopped position's last computed iteration at every deeper one (§1), and under
+a bounded cache the deepest it wrote in each slot (§19). A row that stopped costs no further
+iterations: each runs on the rows still iterating (`RowSubset`), and the stopped rows' cache
+entries are filled in at the end. The prompt but its last token is prefilled at max_depth.
+docs/design.md §11-12 gives the cache rules and the costs.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from fixedfirst.errors import UserError
-from fixedfirst.model import KVCache, LoopedTransformer, sample_next
+from fixedfirst.model import FULL_CACHE, CacheStrategy, KVCache, LoopedTransformer, sample_next
 from fixedfirst.model.kv_cache import RowSubset
 from fixedfirst.serve.exit_rules import ExitRule, KLExit, kl_divergence
 
@@ -88,8 +89,8 @@ def adaptive_step(
             f"adaptive_step takes one position per row, got shape {tuple(tokens.shape)}"
         )
     B, start = tokens.shape[0], cache.length
-    for j in (0, rule.max_depth - 1):
-        if cache.layer("core", j, 0).length != start:
+    for j in (0, cache.strategy.slots(rule.max_depth) - 1):
+        if cache.layer("core", j, 0).columns != start:
             raise ValueError(
                 f"the cache holds {start} positions but not at every iteration up to max_depth "
                 f"{rule.max_depth}: build it with this rule (or decode_step at max_depth)"
@@ -136,7 +137,7 @@ def adaptive_step(
         else:  # state is an earlier iteration's output here (k > 1), ours to write into
             state[rows] = active
         rows = rows[~stop]
-    _fill_deeper_iterations(model, cache, depths, start, rule.max_depth)
+    _fill_unreached_slots(model, cache, depths, start, rule.max_depth)
     for layer, (keys, values) in zip(coda, kept.coda, strict=True):
         layer.append(keys, values)
     cache.length += 1
@@ -144,22 +145,26 @@ def adaptive_step(
     return AdaptiveStep(kept.logits, depths)
 
 
-def _fill_deeper_iterations(
+def _fill_unreached_slots(
     model: LoopedTransformer, cache: KVCache, depths: torch.Tensor, start: int, max_depth: int
 ) -> None:
-    """Give position `start` an entry at every iteration up to max_depth: a row that stopped at
-    depth d shows its iteration-d keys/values at every deeper iteration j > d."""
+    """Give position `start` an entry in every core slot up to max_depth: a row that stopped at
+    depth d never wrote slot q >= d (the first iteration writing slot q is q + 1, under every
+    strategy), and shows there its iteration-d entry (slot d - 1's)."""
     row_depths = depths.tolist()
     stopped_at = sorted(set(row_depths))
     for layer_index in range(model.config.n_core):
         source = {d: cache.layer("core", d - 1, layer_index) for d in stopped_at}
-        for j in range(stopped_at[0] + 1, max_depth + 1):
-            target = cache.layer("core", j - 1, layer_index)
-            if target.length == start:  # no row computed iteration j: every row copies
+        for q in range(stopped_at[0], cache.strategy.slots(max_depth)):
+            target = cache.layer("core", q, layer_index)
+            if target.columns == start:  # no row wrote slot q: every row copies
                 if len(stopped_at) == 1:
                     entry = source[stopped_at[0]]
                     assert entry.keys is not None and entry.values is not None
-                    target.append(entry.keys[..., start:, :], entry.values[..., start:, :])
+                    # a copy: a slot of a bounded cache is later overwritten in place
+                    target.append(
+                        entry.keys[..., start:, :].clone(), entry.values[..., start:, :].clone()
+                    )
                     continue
                 first = source[stopped_at[0]]
                 assert first.keys is not None and first.values is not None
@@ -169,7 +174,7 @@ def _fill_deeper_iterations(
                 )
             assert target.keys is not None and target.values is not None
             for d in stopped_at:
-                if d >= j:
+                if d > q:
                     break
                 rows = depths == d
                 entry = source[d]
@@ -197,12 +202,14 @@ def stream_adaptive(
     temperature: float = 0.0,
     generator: torch.Generator | None = None,
     pad: torch.Tensor | None = None,
+    cache_strategy: CacheStrategy = FULL_CACHE,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Yield (next token (B, 1), depth used for it (B,)) one at a time, with a KV cache.
+    """Yield (next token (B, 1), depth used for it (B,)) one at a time, with a KV cache that
+    keeps what `cache_strategy` says.
 
     pad: (B,) leading pad columns of each row of a left-padded prompt (serve/batching.py)."""
     check_prompt(model, prompt, max_new_tokens)
-    cache = KVCache(pad)
+    cache = KVCache(pad, cache_strategy)
     if prompt.shape[1] > 1:
         model.decode_step(prompt[:, :-1], rule.max_depth, cache)
     step = adaptive_step(model, prompt[:, -1:], cache, rule)
@@ -215,7 +222,11 @@ def stream_adaptive(
 
 @torch.no_grad()
 def teacher_forced_exit(
-    model: LoopedTransformer, tokens: torch.Tensor, rule: ExitRule, prefill: int = 0
+    model: LoopedTransformer,
+    tokens: torch.Tensor,
+    rule: ExitRule,
+    prefill: int = 0,
+    cache_strategy: CacheStrategy = FULL_CACHE,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Next-token logits (B, T, V) and depths (B, T) when every position of `tokens` (B, T) is
     decoded under the rule, as generation would if it had produced exactly these tokens.
@@ -226,7 +237,7 @@ def teacher_forced_exit(
     B, T = tokens.shape
     if not 0 <= prefill <= T:
         raise ValueError(f"prefill {prefill} outside 0..{T}")
-    cache = KVCache()
+    cache = KVCache(strategy=cache_strategy)
     logits, depths = [], []
     if prefill:
         logits.append(model.decode_step(tokens[:, :prefill], rule.max_depth, cache))

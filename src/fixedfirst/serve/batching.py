@@ -20,15 +20,10 @@ from dataclasses import dataclass, field
 import torch
 
 from fixedfirst.errors import UserError
-from fixedfirst.serve.exit_rules import ExitRule
-from fixedfirst.serve.generation import (
-    IncrementalDecoder,
-    check_sampling,
-    decode_steps,
-    prompt_ids,
-)
+from fixedfirst.serve.decoding import DecodingMode, decode_steps
+from fixedfirst.serve.generation import IncrementalDecoder, prompt_ids
 from fixedfirst.serve.loading import Served
-from fixedfirst.serve.speculative import Speculation, SpeculationStats
+from fixedfirst.serve.speculative import SpeculationStats
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -59,21 +54,15 @@ def generate_batch(
     served: Served,
     prompts: Sequence[str],
     max_new_tokens: int,
-    depth: int | None = None,
-    rule: ExitRule | None = None,
-    temperature: float = 0.0,
-    seed: int = 0,
-    speculation: Speculation | None = None,
+    mode: DecodingMode,
     stats: SpeculationStats | None = None,
 ) -> list[Completion]:
-    """Decode every prompt in one padded batch, at fixed `depth` (depth-speculated with
-    `speculation`) or under `rule` (exactly one of depth and rule); each row stops at its
-    end-of-document token or after max_new_tokens. Greedy rows equal what each prompt generates
-    alone; sampled rows share one random stream, so they differ from single-prompt sampling
-    with the same seed."""
+    """Decode every prompt in one padded batch in `mode` (a speculated one fills `stats`); each
+    row stops at its end-of-document token or after max_new_tokens. Greedy rows equal what each
+    prompt generates alone; sampled rows share one random stream, so they differ from
+    single-prompt sampling with the same seed."""
     if max_new_tokens < 1:
         raise UserError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
-    check_sampling(temperature, seed)
     tokenizer = served.tokenizer
     if tokenizer is None:
         raise UserError("this model has no tokenizer")
@@ -88,18 +77,7 @@ def generate_batch(
     device = next(served.model.parameters()).device
     ids, pad = left_pad(rows)
     ids, pad = ids.to(device), pad.to(device)
-    steps = decode_steps(
-        served.model,
-        ids,
-        max_new_tokens,
-        depth,
-        rule,
-        temperature,
-        seed,
-        speculation,
-        pad,
-        stats,
-    )
+    steps = decode_steps(served.model, ids, max_new_tokens, mode, pad, stats)
     completions = [Completion(p) for p in prompts]
     decoders = [IncrementalDecoder(tokenizer) for _ in prompts]
     ended = [False] * len(prompts)

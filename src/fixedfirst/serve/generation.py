@@ -1,5 +1,5 @@
-"""Text in, text out: generation from a served model at a fixed depth (plain or depth-speculated)
-or under an exit rule.
+"""Text in, text out: generation from a served model in a decoding mode (serve/decoding.py: a
+fixed depth, depth-speculated, or under an exit rule).
 
 Every prompt starts with the tokenizer's start-of-document id (training documents all follow
 one), and generation stops at its end-of-document id, which is not shown. Text is yielded token by
@@ -15,14 +15,11 @@ from dataclasses import dataclass
 
 import torch
 
-from fixedfirst.config.limits import MAX_SEED
 from fixedfirst.data.tokenizer import Tokenizer
 from fixedfirst.errors import UserError
-from fixedfirst.model import LoopedTransformer
-from fixedfirst.serve.adaptive import stream_adaptive
-from fixedfirst.serve.exit_rules import ExitRule
+from fixedfirst.serve.decoding import DecodingMode, decode_steps
 from fixedfirst.serve.loading import Served
-from fixedfirst.serve.speculative import Speculation, SpeculationStats, stream_speculative
+from fixedfirst.serve.speculative import SpeculationStats
 
 
 class IncrementalDecoder:
@@ -69,22 +66,6 @@ def check_utf8(prompt: str) -> None:
         ) from None
 
 
-MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 100.0
-"""Sampling temperatures: below 1e-4 the scaled logits overflow float32 (use 0 for greedy);
-above 100 every token is about equally likely."""
-
-
-def check_sampling(temperature: float, seed: int) -> None:
-    """Refuse a temperature or seed that torch would choke on, before anything is loaded."""
-    if not (temperature == 0 or MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE):
-        raise UserError(
-            f"--temperature must be 0 (greedy) or in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}], "
-            f"got {temperature}"
-        )
-    if not 0 <= seed <= MAX_SEED:
-        raise UserError(f"--seed must be in [0, 2**63 - 1], got {seed}")
-
-
 def prompt_ids(served: Served, prompt: str) -> list[int]:
     """Start-of-document, then the prompt's tokens."""
     if served.tokenizer is None:
@@ -118,68 +99,18 @@ def encode_prompt(served: Served, prompt: str, max_new_tokens: int) -> torch.Ten
     return torch.tensor([ids], device=device)
 
 
-def decode_steps(
-    model: LoopedTransformer,
-    ids: torch.Tensor,
-    max_new_tokens: int,
-    depth: int | None = None,
-    rule: ExitRule | None = None,
-    temperature: float = 0.0,
-    seed: int = 0,
-    speculation: Speculation | None = None,
-    pad: torch.Tensor | None = None,
-    stats: SpeculationStats | None = None,
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """(next tokens (B, 1), depth each was read out at (B,)) one step at a time: at fixed
-    `depth` (speculated when `speculation` is given: the same greedy tokens, faster), or under
-    `rule` (exactly one of depth and rule)."""
-    if (depth is None) == (rule is None):
-        raise ValueError("give exactly one of depth and rule")
-    if speculation is not None and (rule is not None or temperature != 0):
-        raise ValueError("speculation decodes greedily at a fixed depth")
-    generator = torch.Generator(device=ids.device).manual_seed(seed)
-    if rule is not None:
-        yield from stream_adaptive(model, ids, max_new_tokens, rule, temperature, generator, pad)
-        return
-    assert depth is not None
-    used = torch.full((ids.shape[0],), depth)
-    if speculation is not None:
-        tokens = stream_speculative(
-            model,
-            ids,
-            max_new_tokens,
-            depth,
-            speculation.draft_depth,
-            speculation.draft_tokens,
-            pad=pad,
-            stats=stats,
-        )
-    else:
-        tokens = model.stream(ids, max_new_tokens, depth, temperature, generator, pad)
-    for token in tokens:
-        yield token, used
-
-
 def generate_text(
     served: Served,
     prompt: str,
     max_new_tokens: int,
-    depth: int | None = None,
-    rule: ExitRule | None = None,
-    temperature: float = 0.0,
-    seed: int = 0,
-    speculation: Speculation | None = None,
+    mode: DecodingMode,
     stats: SpeculationStats | None = None,
 ) -> Iterator[GeneratedToken]:
-    """Yield each generated token with its text and depth: at fixed `depth` (depth-speculated
-    with `speculation`, filling `stats`), or under `rule` (exactly one of depth and rule).
-    Stops after max_new_tokens or at the end-of-document token."""
-    check_sampling(temperature, seed)
+    """Yield each generated token with its text and depth, decoded in `mode` (a speculated one
+    fills `stats`). Stops after max_new_tokens or at the end-of-document token."""
     ids = encode_prompt(served, prompt, max_new_tokens)
     assert served.tokenizer is not None
-    steps = decode_steps(
-        served.model, ids, max_new_tokens, depth, rule, temperature, seed, speculation, None, stats
-    )
+    steps = decode_steps(served.model, ids, max_new_tokens, mode, None, stats)
     decoder = IncrementalDecoder(served.tokenizer)
     for token, depths in steps:
         token_id, used = int(token[0, 0]), int(depths[0])

@@ -1,4 +1,5 @@
-"""Log-likelihood of continuations given contexts, batched, at one serving depth or with KL exit.
+"""Log-likelihood of continuations given contexts, batched, in a decoding mode: a fixed depth or an
+exit rule, through a cache strategy.
 
 This is what multiple-choice evaluation asks of a language model: for each (context,
 continuation) pair of token ids, log p(continuation | context) and whether greedy decoding would
@@ -8,9 +9,10 @@ batch, longest first so that a batch pads little. A pair longer than the model's
 tokens from the left of its context, the tokens the continuation depends on least; a continuation
 that alone exceeds the window cannot be scored whole and is refused.
 
-With KL exit the positions that predict the continuation are decoded under the rule, one pair at
-a time (`teacher_forced_kl_exit`); the context before its last token is prefilled at max_depth,
-exactly as a prompt is in generation.
+Under an exit rule, or through a cache that does not keep every iteration, the positions that
+predict the continuation are decoded one at a time as generation would decode them, one pair at
+a time (`serve.decoding.teacher_forced`); the context before its last token is prefilled in one
+pass, exactly as a prompt is in generation.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import torch.nn.functional as F
 
 from fixedfirst.errors import UserError
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.serve.adaptive import KLExit, teacher_forced_kl_exit
+from fixedfirst.serve.decoding import Adaptive, FixedDepth, teacher_forced
 
 Pair = tuple[Sequence[int], Sequence[int]]
 """(context ids, continuation ids); the context is not empty."""
@@ -46,29 +48,26 @@ def model_inputs(pair: Pair, window: int) -> tuple[list[int], list[int]]:
 def score_pairs(
     model: LoopedTransformer,
     pairs: Sequence[Pair],
-    depth: int | None = None,
-    rule: KLExit | None = None,
+    mode: FixedDepth | Adaptive,
     batch_size: int = 16,
 ) -> list[tuple[float, bool]]:
-    """(log-likelihood of the continuation, is it the greedy continuation) for every pair, at
-    fixed `depth` or under `rule` (exactly one of the two)."""
-    if (depth is None) == (rule is None):
-        raise ValueError("give exactly one of depth and rule")
+    """(log-likelihood of the continuation, is it the greedy continuation) for every pair,
+    decoded in `mode`."""
     if batch_size < 1:
         raise UserError(f"batch size must be >= 1, got {batch_size}")
     window = model.config.max_seq_len
     device = next(model.parameters()).device
     prepared = [model_inputs(pair, window) for pair in pairs]
     results: list[tuple[float, bool]] = [(0.0, True)] * len(prepared)
-    if rule is not None:
+    if isinstance(mode, Adaptive) or not mode.cache.keeps_every_iteration(mode.depth):
         for i, (inputs, continuation) in enumerate(prepared):
             if continuation:
                 tokens = torch.tensor([inputs], device=device)
                 prefill = len(inputs) - len(continuation)
-                logits, _ = teacher_forced_kl_exit(model, tokens, rule, prefill)
+                logits, _ = teacher_forced(model, tokens, mode, prefill)
                 results[i] = _continuation_score(logits[0, prefill:], continuation)
         return results
-    assert depth is not None
+    depth = mode.depth
     order = sorted(
         (i for i, (_, c) in enumerate(prepared) if c), key=lambda i: -len(prepared[i][0])
     )

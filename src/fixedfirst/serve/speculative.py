@@ -5,8 +5,10 @@ depth K. Each round drafts N tokens at depth D, verifies them in one pass of ite
 (reusing the draft's first D iterations, which are exactly the verifier's), keeps the longest
 agreeing prefix plus depth K's next token, and truncates the cache back to the kept inputs: the
 output is greedy decoding at K, token for token. Rows of a batch advance by their own agreement,
-hiding their rejected columns (`KVCache.hide`). docs/design.md §13 gives the rounds, the reuse
-and the costs.
+hiding their rejected columns (`KVCache.hide`). Both the reuse and the one-pass verification need
+every iteration's entries up to K, so speculation takes the full cache (or bounded with S >= K)
+and refuses the other strategies. docs/design.md §13 gives the rounds, the reuse and the costs,
+§19 the strategies.
 """
 
 from __future__ import annotations
@@ -17,15 +19,19 @@ from dataclasses import dataclass
 import torch
 
 from fixedfirst.errors import UserError
-from fixedfirst.model import KVCache, LoopedTransformer, check_depth
+from fixedfirst.model import FULL_CACHE, CacheStrategy, KVCache, LoopedTransformer, check_depth
 from fixedfirst.serve.adaptive import check_prompt
 
 DEFAULT_DRAFT_TOKENS = 4
 
 
-def check_speculation(depth: int, draft_depth: int, draft_tokens: int) -> None:
+def check_speculation(
+    depth: int, draft_depth: int, draft_tokens: int, cache_strategy: CacheStrategy = FULL_CACHE
+) -> None:
+    """Refuse a draft that is not below the serving depth, a draft of no tokens, and a cache
+    strategy that does not keep every iteration up to the serving depth."""
     check_depth(depth)
-    check_depth(draft_depth)
+    check_depth(draft_depth, "the draft depth")
     if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, int) or draft_tokens < 1:
         raise UserError(f"the number of draft tokens must be an integer >= 1, got {draft_tokens}")
     if draft_depth >= depth:
@@ -33,44 +39,12 @@ def check_speculation(depth: int, draft_depth: int, draft_tokens: int) -> None:
             f"the draft depth must be below the serving depth, got draft depth {draft_depth} "
             f"and serving depth {depth}"
         )
-
-
-@dataclass(frozen=True)
-class Speculation:
-    """Draft `draft_tokens` tokens per round at `draft_depth` (`--speculate D[:N]`)."""
-
-    draft_depth: int
-    draft_tokens: int = DEFAULT_DRAFT_TOKENS
-
-    def __post_init__(self) -> None:
-        check_speculation(self.draft_depth + 1, self.draft_depth, self.draft_tokens)
-
-    @classmethod
-    def parse(cls, text: str) -> Speculation:
-        """'2' or '2:8' (DRAFT_DEPTH[:N_TOKENS]), checked; errors name the flag."""
-        parts = text.split(":")
-        try:
-            if len(parts) > 2:
-                raise ValueError
-            values = [int(p) for p in parts]
-        except ValueError:
-            raise UserError(
-                f"--speculate {text!r}: expected DRAFT_DEPTH[:N_TOKENS], e.g. 2 or 2:8"
-            ) from None
-        try:
-            return cls(*values)
-        except UserError as e:
-            raise UserError(f"--speculate {text}: {e}") from None
-
-    def check(self, depth: int) -> None:
-        """Refuse a draft depth that is not below the serving depth."""
-        try:
-            check_speculation(depth, self.draft_depth, self.draft_tokens)
-        except UserError as e:
-            raise UserError(f"--speculate {self.draft_depth}:{self.draft_tokens}: {e}") from None
-
-    def describe(self) -> str:
-        return f"speculating {self.draft_tokens} tokens at depth {self.draft_depth}"
+    if not cache_strategy.keeps_every_iteration(depth):
+        raise UserError(
+            f"depth-speculative decoding needs every iteration's cache entry up to the serving "
+            f"depth {depth}, which the {cache_strategy.describe()} does not keep (a slot holds "
+            f"an earlier token's deepest write); use --cache full, or bounded:S with S >= {depth}"
+        )
 
 
 @dataclass
@@ -134,15 +108,19 @@ def stream_speculative(
     reuse: bool = True,
     stats: SpeculationStats | None = None,
     cache: KVCache | None = None,
+    cache_strategy: CacheStrategy = FULL_CACHE,
 ) -> Iterator[torch.Tensor]:
     """Yield the next token (B, 1) one at a time: greedy decoding at `depth`, drafted
     `draft_tokens` at a time at `draft_depth` and verified; the tokens equal
-    `model.stream(prompt, max_new_tokens, depth)`'s. pad: as in `model.stream`. stats: filled
-    in as decoding goes. cache: an empty KVCache(pad) to decode into, to inspect afterwards."""
-    check_speculation(depth, draft_depth, draft_tokens)
+    `model.stream(prompt, max_new_tokens, depth, cache_strategy=cache_strategy)`'s. pad: as in
+    `model.stream`. stats: filled in as decoding goes. cache: an empty KVCache(pad,
+    cache_strategy) to decode into, to inspect afterwards."""
+    if cache is not None:
+        cache_strategy = cache.strategy
+    check_speculation(depth, draft_depth, draft_tokens, cache_strategy)
     check_prompt(model, prompt, max_new_tokens)
     stats = stats if stats is not None else SpeculationStats()
-    cache = cache if cache is not None else KVCache(pad)
+    cache = cache if cache is not None else KVCache(pad, cache_strategy)
     batch = prompt.shape[0]
     out = prompt.new_empty((batch, max_new_tokens))  # each row's tokens, as they are decided
     filled = torch.zeros(batch, dtype=torch.long, device=prompt.device)

@@ -17,14 +17,22 @@ from fixedfirst.errors import UserError
 from fixedfirst.export.hf.tokenizer import hf_tokenizer_files
 from fixedfirst.export.reader import is_export
 from fixedfirst.export.writer import check_out_dir, write_directory
+from fixedfirst.model import FULL_CACHE, BoundedCache, CacheStrategy
 from fixedfirst.serve.loading import load_served
 
 MODELING_FILE = "modeling_fixedfirst.py"
 MODEL_TYPE = "fixedfirst"
 
 
-def hf_config(model_config: dict[str, Any], depth: int, tokenizer, provenance: dict) -> dict:
-    """config.json: fixedfirst's [model] keys under transformers' usual names where there is one."""
+def hf_config(
+    model_config: dict[str, Any],
+    depth: int,
+    tokenizer,
+    provenance: dict,
+    cache: CacheStrategy = FULL_CACHE,
+) -> dict:
+    """config.json: fixedfirst's [model] keys under transformers' usual names where there is one;
+    the cache strategy as `cache_slots` (null: the full cache)."""
     from fixedfirst.config import ModelConfig, build_section
 
     shape = build_section(ModelConfig, model_config)
@@ -52,6 +60,7 @@ def hf_config(model_config: dict[str, Any], depth: int, tokenizer, provenance: d
         "rope_base": shape.rope_base,
         "tie_word_embeddings": shape.tie_embeddings,
         "depth": depth,
+        "cache_slots": cache.size if isinstance(cache, BoundedCache) else None,
         "bos_token_id": tokenizer.start_id,
         "eos_token_id": tokenizer.stop_id,
         "pad_token_id": getattr(tokenizer, "pad_id", tokenizer.stop_id),
@@ -89,9 +98,14 @@ Sampling as `fixedfirst generate --seed S --temperature T` does: `torch.manual_s
 """
 
 
-def export_hf(run: str | Path, out: str | Path, step: int | None = None) -> dict[str, Any]:
+def export_hf(
+    run: str | Path,
+    out: str | Path,
+    step: int | None = None,
+    cache: CacheStrategy = FULL_CACHE,
+) -> dict[str, Any]:
     """Write the run's checkpoint at `step` (default: the newest) as a transformers model into
-    `out`; return its config.json."""
+    `out`, generating through the `cache` strategy by default; return its config.json."""
     from fixedfirst import __version__
     from fixedfirst.schedules import describe
     from fixedfirst.train.checkpoint import MODEL_FILE, save_weights, tied_aliases
@@ -119,7 +133,7 @@ def export_hf(run: str | Path, out: str | Path, step: int | None = None) -> dict
         "tokenizer": served.tokenizer.kind,
         "version": __version__,
     }
-    config = hf_config(model_config, served.default_depth, served.tokenizer, provenance)
+    config = hf_config(model_config, served.default_depth, served.tokenizer, provenance, cache)
     model = loaded.model
     aliases = tied_aliases(model)
     weights = {

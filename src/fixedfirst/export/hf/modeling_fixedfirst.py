@@ -4,7 +4,8 @@
 `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)` loads the model with torch
 and transformers (>= 5) alone: the file does not import fixedfirst, and DIR can be published as
 it is. It is written from the math of fixedfirst's docs/design.md §1; §9 there says how it
-serves depths, caches and the initial state.
+serves depths, caches and the initial state, and §19 what `cache_slots` = S (fixedfirst's
+`--cache bounded:S`; config.json or per call) keeps.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class FixedFirstConfig(PretrainedConfig):
         coda_norm=True,
         rope_base=10000.0,
         depth=1,
+        cache_slots=None,
         use_cache=True,
         tie_word_embeddings=False,
         **kwargs,
@@ -75,6 +77,7 @@ class FixedFirstConfig(PretrainedConfig):
         self.coda_norm = coda_norm
         self.rope_base = rope_base
         self.depth = depth
+        self.cache_slots = _check_cache_slots(cache_slots)
         self.use_cache = use_cache
         # transformers 5 types PreTrainedConfig's __init__ by its own fields only; at run time it
         # takes the shared keys (tie_word_embeddings) and passes others through
@@ -95,6 +98,16 @@ def _check_depth(depth):
             f"got {depth}"
         )
     return depth
+
+
+def _check_cache_slots(slots):
+    """None (the full cache) or the number S >= 1 of core slots per layer."""
+    if slots is not None and (isinstance(slots, bool) or not isinstance(slots, int) or slots < 1):
+        raise ValueError(
+            f"cache_slots must be None (the full cache) or an integer >= 1 (S slots per core "
+            f"layer; 1 keeps the last iteration only), got {slots!r}"
+        )
+    return slots
 
 
 class RMSNorm(nn.Module):
@@ -301,10 +314,16 @@ class FixedFirstForCausalLM(FixedFirstPreTrainedModel, GenerationMixin):
 
     # -- the forward pass ----------------------------------------------------------------------
 
-    def _iteration(self, state, e, index, rope, mask, cache):
-        """One application of the core block with input injection."""
+    def _iteration(self, state, e, index, rope, mask, cache, slots):
+        """One application of the core block with input injection; its keys and values go to
+        slot index (full cache) or index mod `slots`, replacing what an earlier iteration of
+        this call wrote there."""
         x = state + e if self.adapter is None else self.adapter(torch.cat([state, e], dim=-1))
-        first = self.config.n_prelude + self.config.n_coda + index * self.config.n_core
+        slot = index if slots is None else index % slots
+        first = self.config.n_prelude + self.config.n_coda + slot * self.config.n_core
+        if cache is not None and slot != index:  # the slot holds this call's columns already
+            for i in range(self.config.n_core):
+                cache.layers[first + i].crop(-x.shape[1])
         for i, block in enumerate(self.core):
             x = block(x, rope, mask, cache, first + i)
         return x
@@ -319,6 +338,7 @@ class FixedFirstForCausalLM(FixedFirstPreTrainedModel, GenerationMixin):
         labels=None,
         use_cache=None,
         depth=None,
+        cache_slots=None,
         return_dict=None,
         past_key_values=None,
         output_attentions=None,
@@ -326,7 +346,8 @@ class FixedFirstForCausalLM(FixedFirstPreTrainedModel, GenerationMixin):
         **kwargs,
     ):
         """Logits after `depth` core iterations (default config.depth), a DynamicCache when
-        use_cache, and the next-token loss when `labels` (shifted inside, -100 not scored; summed
+        use_cache (its core slots bounded by `cache_slots`, default config.cache_slots), and the
+        next-token loss when `labels` (shifted inside, -100 not scored; summed
         and divided by `num_items_in_batch` when the transformers Trainer passes it)."""
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         unknown = sorted(k for k, v in kwargs.items() if k not in _IGNORED and v is not None)
@@ -335,6 +356,7 @@ class FixedFirstForCausalLM(FixedFirstPreTrainedModel, GenerationMixin):
         if output_attentions or output_hidden_states:
             raise ValueError("FixedFirstForCausalLM returns neither attentions nor hidden states")
         depth = _check_depth(self.config.depth if depth is None else depth)
+        slots = _check_cache_slots(self.config.cache_slots if cache_slots is None else cache_slots)
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("give exactly one of input_ids and inputs_embeds")
         cache = cache if cache is not None else past_key_values
@@ -345,7 +367,7 @@ class FixedFirstForCausalLM(FixedFirstPreTrainedModel, GenerationMixin):
             cache = None
         x = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
         T = x.shape[1]
-        past = self._prepare_cache(cache, depth)
+        past = self._prepare_cache(cache, depth, slots)
 
         if position_ids is None:
             if attention_mask is not None and not bool(attention_mask.all()):
@@ -361,7 +383,7 @@ class FixedFirstForCausalLM(FixedFirstPreTrainedModel, GenerationMixin):
         e = x
         state = self._initial_state(e, positions)
         for k in range(depth):
-            state = self._iteration(state, e, k, rope, mask, cache)
+            state = self._iteration(state, e, k, rope, mask, cache, slots)
         x = self.core_norm(state)
         for i, block in enumerate(self.coda):
             x = block(x, rope, mask, cache, self.config.n_prelude + i)
@@ -399,12 +421,15 @@ class FixedFirstForCausalLM(FixedFirstPreTrainedModel, GenerationMixin):
             )
         depth = kwargs.get("depth")
         _check_depth(self.config.depth if depth is None else depth)
+        slots = kwargs.get("cache_slots")
+        _check_cache_slots(self.config.cache_slots if slots is None else slots)
         return super().generate(inputs, generation_config, **kwargs)
 
-    def _prepare_cache(self, cache, depth):
+    def _prepare_cache(self, cache, depth, slots):
         """The number of positions the cache holds; give it an entry for every layer application
-        of this depth. A cache continues only at the depth it was built at: a token's coda
-        entries come from the state at that depth."""
+        of this depth (min(depth, slots) core slots when bounded). A cache continues only at
+        the depth and with the slots it was built with: a token's coda entries come from the
+        state at that depth, and a slot's entries from the iterations that share it."""
         if cache is None:
             return 0
         if not isinstance(cache, DynamicCache):
@@ -419,9 +444,17 @@ class FixedFirstForCausalLM(FixedFirstPreTrainedModel, GenerationMixin):
                 f"this cache was built at depth {built_at}; it cannot be continued at depth "
                 f"{depth} (start a new one)"
             )
+        built_with = getattr(cache, "fixedfirst_slots", slots)
+        if past and built_with != slots:
+            raise ValueError(
+                f"this cache was built with cache_slots = {built_with}; it cannot be continued "
+                f"with cache_slots = {slots} (start a new one)"
+            )
         cache.fixedfirst_depth = depth  # type: ignore[attr-defined]  # our mark on transformers' cache
+        cache.fixedfirst_slots = slots  # type: ignore[attr-defined]
         config = self.config
-        needed = config.n_prelude + config.n_coda + depth * config.n_core
+        kept = depth if slots is None else min(depth, slots)
+        needed = config.n_prelude + config.n_coda + kept * config.n_core
         if getattr(cache, "layer_class_to_replicate", None) is None:
             while len(cache.layers) < needed:
                 cache.layers.append(DynamicLayer())
