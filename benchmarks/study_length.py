@@ -1,7 +1,7 @@
 """Benchmark: one study-length run under two sets of settings, as two processes at the same time.
 
     .venv/bin/python benchmarks/study_length.py --out DIR [--run uniform-seed0]
-        [--sweep configs/sweeps/lm-code-cpu.toml] [--today SRC] [--warm]
+        [--sweep configs/sweeps/lm-code-cpu.toml] [--today SRC] [--warm] [--tokens N]
 
 Each arm is `fixedfirst sweep SWEEP --only RUN --jobs 1` into a directory of its own, started
 at the same moment as the other, with one torch thread (OMP_NUM_THREADS=1), so that on a
@@ -14,9 +14,10 @@ two-core machine each has a core and both see the same background load. The arms
 
 With --warm the `new` arm's study directory gets its compile cache filled first by a two-step
 run of the same model (what the runs after the first of a study find), so its cold start is not
-counted; without it both arms start from whatever caches they have. Reported per arm: the wall
-time from start to exit, the CPU seconds of the process and its children (compile workers
-included), the training wall-clock the run records, and what summary.json says it used.
+counted; without it both arms start from whatever caches they have. --tokens shortens both
+arms alike (train.tokens of the sweep's base; the run must not set its own). Reported per arm:
+the wall time from start to exit, the CPU seconds of the process and its children (compile
+workers included), the training wall-clock the run records, and what summary.json says it used.
 """
 
 from __future__ import annotations
@@ -93,13 +94,15 @@ def main() -> None:
     parser.add_argument("--today", type=Path, default=None)
     parser.add_argument("--warm", action="store_true")
     parser.add_argument("--data", type=Path, default=None, help="the prepared data to train on")
+    parser.add_argument("--tokens", type=int, default=None, help="train.tokens of both arms")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     arms = {"today": args.today or ROOT, "new": ROOT}
     eager = {} if args.today else {"compile": "false"}
+    length = {} if args.tokens is None else {"tokens": str(args.tokens)}
     files = {
-        "today": arm_sweep(arms["today"], args, "today", **eager),
-        "new": arm_sweep(ROOT, args, "new"),
+        "today": arm_sweep(arms["today"], args, "today", **eager, **length),
+        "new": arm_sweep(ROOT, args, "new", **length),
     }
     if args.warm:
         warm_cache(files["new"], args, args.out / "new" / "compile-cache")
@@ -114,9 +117,12 @@ def main() -> None:
             if process.pid == pid:
                 cpu = usage.ru_utime + usage.ru_stime
                 finished[name] = (time.time() - started, cpu, os.waitstatus_to_exitcode(status))
+    tokens = "" if args.tokens is None else f", train.tokens = {args.tokens:,}"
     print(
-        f"{args.run} of {args.sweep}, two processes at once, one thread each "
-        f"({'new arm with a warm compile cache' if args.warm else 'caches as found'})\n"
+        f"{args.run} of {args.sweep}{tokens}, two processes at once, one thread each "
+        f"({'new arm with a warm compile cache' if args.warm else 'caches as found'}); "
+        f"load average at the end (1, 5, 15 min): "
+        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores\n"
     )
     print("| arm | source | wall s | CPU s | training s | steps | compiled | precision | threads |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")

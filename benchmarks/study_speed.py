@@ -1,7 +1,7 @@
 """Benchmark: the training step of every study's model, eager and compiled, on this machine.
 
     .venv/bin/python benchmarks/study_speed.py [--rounds 5] [--shapes lm-table,chains]
-        [--threads 1] > docs/figures/study-speed.txt
+        [--threads 1] [--variants "compiled fp32"] > docs/figures/study-speed.txt
 
 Shapes (SHAPES, one line each) are read from the study's own file, with overrides: the
 language-model table (configs/sweeps/lm-code-cpu.toml), the candidates for the next
@@ -172,6 +172,11 @@ def clocks() -> tuple[float, float]:
     return time.perf_counter(), time.process_time()
 
 
+def load() -> str:
+    """The machine's load average: how many processes wanted a core while this ran."""
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def peak(dtype: torch.dtype) -> tuple[float, float]:
     """(wall, CPU) best FLOP/s of n x n matmuls, n = 512, 1024, 2048, each warmed up."""
     best_wall = best_cpu = 0.0
@@ -253,6 +258,11 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument(
+        "--variants",
+        default=None,
+        help="comma-separated: time only these variants beside the baseline and eager fp32",
+    )
+    parser.add_argument(
         "--compile-shapes",
         default="lm-table,bios-loop,chains",
         help="shapes whose cold and "
@@ -271,6 +281,15 @@ def main() -> None:
     native = speedup >= BF16_FASTER
     found = variants(native)
     baseline = "eager bf16" if native else "eager fp32"
+    if args.variants:
+        asked = set(args.variants.split(","))
+        if asked - set(found):
+            parser.error(
+                f"--variants: no variant {', '.join(sorted(asked - set(found)))} on this "
+                f"machine; choose from {', '.join(found)}"
+            )
+        keep = {baseline, "eager fp32", *asked}
+        found = {name: v for name, v in found.items() if name in keep}
     peaks = {torch.float32: peak(torch.float32)}
     if native:
         peaks[torch.bfloat16] = peak(torch.bfloat16)
@@ -280,6 +299,7 @@ def main() -> None:
         f"precision 'fast' is {'bf16' if native else 'fp32'}"
         f"{'' if native else ', so no bf16 variant is timed'}); baseline: {baseline}"
     )
+    print(f"load average at the start (1, 5, 15 min): {load()} on {os.cpu_count()} cores")
     for dtype, (wall, cpu) in peaks.items():
         print(f"matmul peak {str(dtype)[6:]}: {wall / 1e9:.1f} GFLOP/s wall, {cpu / 1e9:.1f} CPU")
 
@@ -329,6 +349,7 @@ def main() -> None:
             f"| {s.name} | compiled fp32 | {cold[0]:.1f} | {cold[1]:.1f} | {warm[0]:.1f} | "
             f"{warm[1]:.1f} |"
         )
+    print(f"\nload average at the end (1, 5, 15 min): {load()}")
 
 
 if __name__ == "__main__":
