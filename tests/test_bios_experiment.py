@@ -235,6 +235,7 @@ def test_the_loop_preset_runs_end_to_end_shrunk(tmp_path, monkeypatch):
         "data.bios.people=12",
         "model.d_model=32",
         "train.batch_size=8",
+        "train.compile=false",  # runs of a few steps: compiling would not pay
     ]
     with pytest.raises(SystemExit) as e:
         main(

@@ -262,8 +262,9 @@ class TrainConfig:
     on a CPU that multiplies bf16 at least 1.5x as fast as fp32 (AVX512-BF16 or AMX; measured
     when the process starts), fp32 elsewhere; the run's log and summary say which."""
     compile: bool | Literal["auto"] = "auto"
-    """torch.compile each block; the depth loop stays in Python, so a new depth never recompiles.
-    `auto`: compile when the run is long enough for the faster steps to repay the compilation
+    """torch.compile each prelude and coda block and one core iteration; the depth loop stays in
+    Python, so a new depth never recompiles. Studies share one cache of compiled graphs
+    (DIR/compile-cache). `auto`: compile when the run is long enough for the faster steps to repay the compilation
     (estimated from the planned FLOPs; docs/design.md §10) and a compiler is available."""
     checkpoint_activations: bool = False
     """Activation checkpointing per core iteration: keep only each iteration's input state and
