@@ -61,7 +61,7 @@ $(DOCS_STAMP): $(STAMP)
 	touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --clean --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --clean --site-dir site
 
 # Debian's fortune-cookie text (2.5 MB of English) as a byte-level dataset in data/fortunes-byte/.
 fortunes: setup

@@ -31,9 +31,9 @@ import torch
 
 from fixedfirst.errors import UserError
 
-COLD_COMPILE_S = 30.0
-"""Seconds a run spends compiling with a fresh inductor cache, training and evaluation graphs
-(measured: docs/design.md §10), rounded up for a busy machine."""
+COLD_COMPILE_S = 60.0
+"""CPU seconds a run spends compiling with a fresh inductor cache: the training graphs of the
+study shapes took 40-59 (docs/guides/study-speed.md), and evaluation compiles its own."""
 STEP_SAVING = 0.08
 """Fraction of an eager training step that the compiled loop saves (measured on a CPU:
 docs/design.md §10); assumed the same on a GPU, where it is usually larger, so that `auto` errs
