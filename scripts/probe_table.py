@@ -3,12 +3,16 @@
     python scripts/probe_table.py lm DIR/results.json --out docs/probes/lm-depth.md
     python scripts/probe_table.py bios DIR/results.json --ceiling 38.95 \
         --out docs/probes/bios-loop.md
+    python scripts/probe_table.py regime DIR/results.json --out docs/probes/lm-regime.md
 
 `lm`: held-out NLL at serving depths 1, 2, 4, 8, 16, 32, 64 of each uniform-trained run; the
 criterion (depth is used) is NLL at 16 at least 1% below depth 4 and at least 4% below depth 1.
 `bios`: recalled bits per person at the same depths of each fixed K=4 run, from the sweep's task
 metric; the criterion (recall runs through the loop) is recall at depth 4 at least 80% of the
 ceiling and recall at depth 1 at most 50% of that at depth 4.
+`regime`: pairs of runs NAME-uniform and NAME-fixed4 (configs/probes/lm-regime.toml); the regime
+holds when uniform's NLL at 16 is at least 3% below its depth 4 and the fixed K = 4 model served
+at depth 4 is not below uniform at depth 16. A pair whose partner has not finished says so.
 
 The sweep's results.json is copied beside the table (`--out` with .json), so that the table is
 checked against the numbers it was made from (tests/test_probes.py).
@@ -27,6 +31,7 @@ LM_GAIN_OVER_4 = 0.01
 LM_GAIN_OVER_1 = 0.04
 BIOS_CEILING_SHARE = 0.8
 BIOS_SHALLOW_SHARE = 0.5
+REGIME_GAIN_OVER_4 = 0.03
 
 
 def _describe(run: dict[str, Any]) -> str:
@@ -73,6 +78,40 @@ def bios_rows(runs: list[dict[str, Any]], ceiling: float) -> list[str]:
     return lines
 
 
+def regime_rows(runs: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| levers | uniform: training | uniform K=1 | K=4 | K=16 | 16 vs 4 "
+        "| fixed K=4: training | fixed K=4 at 4 | fixed at 4 vs uniform at 16 | regime |",
+        "| --- |" + " --- |" * 9,
+    ]
+    by_name = {run["name"]: run for run in runs}
+    levers = dict.fromkeys(
+        name.rsplit("-", 1)[0] for name in by_name if name.endswith(("-uniform", "-fixed4"))
+    )
+    for lever in levers:
+        uniform, fixed = by_name.get(f"{lever}-uniform"), by_name.get(f"{lever}-fixed4")
+        cells = ["not finished", "", "", "", ""]
+        if uniform is not None:
+            u = {int(d): v for d, v in uniform["nll_by_depth"].items()}
+            over_4 = 1 - u[16] / u[4]
+            cells = [_describe(uniform), f"{u[1]:.4f}", f"{u[4]:.4f}", f"{u[16]:.4f}"]
+            cells.append(f"{100 * over_4:.2f}% below")
+        more = ["not finished", "", ""]
+        if fixed is not None:
+            f4 = fixed["nll_by_depth"]["4"]
+            more = [_describe(fixed), f"{f4:.4f}", ""]
+            if uniform is not None:
+                gap = f4 / u[16] - 1
+                more[2] = f"{100 * abs(gap):.2f}% {'above' if gap >= 0 else 'below'}"
+        if uniform is not None and fixed is not None:
+            holds = over_4 >= REGIME_GAIN_OVER_4 and f4 >= u[16]
+            verdict = "yes" if holds else "no"
+        else:
+            verdict = "cannot tell"
+        lines.append(f"| {lever} | " + " | ".join([*cells, *more, verdict]) + " |")
+    return lines
+
+
 def table(kind: str, results: dict[str, Any], ceiling: float | None = None) -> str:
     runs = results["runs"]
     if kind == "lm":
@@ -92,14 +131,22 @@ def table(kind: str, results: dict[str, Any], ceiling: float | None = None) -> s
             f"{100 * BIOS_CEILING_SHARE:.0f}% of the ceiling ({ceiling:.2f} bits) and K=1 at most "
             f"{100 * BIOS_SHALLOW_SHARE:.0f}% of what K=4 recalls."
         )
+    elif kind == "regime":
+        body = regime_rows(runs)
+        legend = (
+            "NLL: held-out nats per byte at serving depth K (the sweep's final evaluation, "
+            "seed 0). The regime holds when uniform's NLL at K=16 is at least "
+            f"{100 * REGIME_GAIN_OVER_4:.0f}% below its K=4 and fixed K=4 served at 4 is not below "
+            "uniform at 16."
+        )
     else:
-        raise ValueError(f"kind must be 'lm' or 'bios', got {kind!r}")
+        raise ValueError(f"kind must be 'lm', 'bios' or 'regime', got {kind!r}")
     return "\n".join([*body, "", legend]) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=("lm", "bios"))
+    parser.add_argument("kind", choices=("lm", "bios", "regime"))
     parser.add_argument("results", type=Path, help="the probe sweep's results.json")
     parser.add_argument("--out", type=Path, required=True, help="the table (.md)")
     parser.add_argument("--ceiling", type=float, help="bios: the ceiling in bits per person")

@@ -171,7 +171,34 @@ def test_the_language_model_probe_and_its_table(tmp_path, corpus, capsys):  # no
         assert f"| {100 * (1 - nll['16'] / nll['4']):.2f}% below |" in row
 
 
-@pytest.mark.parametrize("kind,name", [("lm", "lm-depth"), ("bios", "bios-loop")])
+def test_the_regime_table_applies_its_bar_by_hand():
+    """Uniform 4% below its depth 4 with fixed K=4 1% above it holds; 1% below fails, as does a
+    fixed model below uniform at 16; a pair without its uniform run cannot tell."""
+
+    def run(name, nll):
+        return {"name": name, "steps": 10, "tokens": 100, "nll_by_depth": nll}
+
+    runs = [
+        run("a-uniform", {"1": 2.0, "4": 1.0, "16": 0.96}),
+        run("a-fixed4", {"1": 3.0, "4": 0.9696, "16": 1.5}),
+        run("b-uniform", {"1": 2.0, "4": 1.0, "16": 0.99}),
+        run("b-fixed4", {"1": 3.0, "4": 0.999, "16": 1.5}),
+        run("c-uniform", {"1": 2.0, "4": 1.0, "16": 0.95}),
+        run("c-fixed4", {"1": 3.0, "4": 0.9405, "16": 1.5}),
+        run("d-fixed4", {"1": 3.0, "4": 0.95, "16": 1.5}),
+    ]
+    rows = probe_table_module().table("regime", {"runs": runs}).splitlines()[2:6]
+    assert rows[0].startswith("| a |") and rows[0].endswith(
+        "| 4.00% below | 10 steps, 100 tokens | 0.9696 | 1.00% above | yes |"
+    )
+    assert rows[1].endswith("| 1.00% below | 10 steps, 100 tokens | 0.9990 | 0.91% above | no |")
+    assert rows[2].endswith("| 5.00% below | 10 steps, 100 tokens | 0.9405 | 1.00% below | no |")
+    assert rows[3].startswith("| d | not finished |") and rows[3].endswith("| cannot tell |")
+
+
+@pytest.mark.parametrize(
+    "kind,name", [("lm", "lm-depth"), ("bios", "bios-loop"), ("regime", "lm-regime")]
+)
 def test_committed_probe_tables_are_made_from_the_results_beside_them(kind, name):
     table = (ROOT / "docs/probes" / f"{name}.md").read_text()
     results = json.loads((ROOT / "docs/probes" / f"{name}.json").read_text())
