@@ -264,8 +264,9 @@ class TrainConfig:
     compile: bool | Literal["auto"] = "auto"
     """torch.compile each prelude and coda block and one core iteration; the depth loop stays in
     Python, so a new depth never recompiles. Studies share one cache of compiled graphs
-    (DIR/compile-cache). `auto`: compile when the run is long enough for the faster steps to repay the compilation
-    (estimated from the planned FLOPs; docs/design.md §10) and a compiler is available."""
+    (DIR/compile-cache). `auto`: compile when the run is long enough for the faster steps to
+    repay the compilation (estimated from the planned FLOPs; docs/design.md §10) and a compiler
+    is available."""
     checkpoint_activations: bool = False
     """Activation checkpointing per core iteration: keep only each iteration's input state and
     recompute the iteration in the backward. Memory then grows with depth by one (batch,
