@@ -66,6 +66,8 @@ GREEDY = Sampling()
 
 @dataclass(frozen=True)
 class FixedDepth:
+    """Every token runs `depth` core iterations."""
+
     depth: int
     sampling: Sampling = GREEDY
     cache: CacheStrategy = FULL_CACHE
@@ -108,6 +110,8 @@ class Speculated:
 
 @dataclass(frozen=True)
 class Adaptive:
+    """Each token stops where its exit rule says, at `rule.max_depth` at the latest."""
+
     rule: ExitRule
     sampling: Sampling = GREEDY
     cache: CacheStrategy = FULL_CACHE
