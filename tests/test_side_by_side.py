@@ -1,19 +1,37 @@
-"""Jobs in worker processes: results by label, jobs that wait for others, errors, and workers."""
+"""The study runner: jobs in worker processes (results by label, jobs that wait for others,
+errors, stops, workers), and `conduct`, the flow every study shares (resume, reuse, a subset
+trained with the rest reported, the directory's lock, a stop that leaves resumable runs)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from fixedfirst.data.registry import KINDS, DataKind, data_kind
 from fixedfirst.errors import UserError
-from fixedfirst.studies.side_by_side import Job, plan_workers, run_jobs, run_progress
+from fixedfirst.files.writing import write_json_atomic
+from fixedfirst.studies.side_by_side import (
+    Experiment,
+    Job,
+    conduct,
+    plan_workers,
+    run_finished,
+    run_jobs,
+    run_progress,
+)
+from fixedfirst.studies.training import PlannedRun, RunOutcome, run_directory
+from fixedfirst.train.run_dir import RunDir
+from fixedfirst.train.trainer import Trainer
+from tests.bad_input_edges import HOLDER
+from tests.trainer_helpers import tiny_config, train_records
 
 
 def write_after(path: str, text: str, needs: str | None = None) -> str:
@@ -187,3 +205,165 @@ def test_run_progress_reads_the_last_metrics_line(tmp_path):
         '{"step": 1, "flops": 1e11}\n{"step": 2, "fl'
     )  # torn line
     assert fraction() is None
+
+
+# The study runner (`conduct`), once for every study: a toy study of tiny runs whose evaluation
+# counts a run's steps, cached beside the run like a study's evaluations.
+
+
+def count_steps(run: Path) -> dict:
+    """The toy study's evaluation (a worker's job): the finished run's steps, cached beside it
+    with the process that counted them."""
+    cache = run / "count.json"
+    if not cache.is_file():
+        steps = json.loads(RunDir(run).summary_path.read_text())["steps"]
+        write_json_atomic(cache, {"steps": steps, "pid": os.getpid()})
+    return json.loads(cache.read_text())
+
+
+def toy_runs(*names: str) -> list[PlannedRun]:
+    return [PlannedRun(name, tiny_config("train.tokens=1280")) for name in names]
+
+
+def toy_study(out: Path, runs: list[PlannedRun], only: set[str] | None = None) -> Experiment:
+    def evaluations(planned: PlannedRun) -> list[Job]:
+        run = run_directory(out, planned.name).path
+        return [Job(f"count {planned.name}", count_steps, (run,), ready=partial(run_finished, run))]
+
+    def collect(outcomes: list[RunOutcome], quiet: bool) -> dict:
+        return {
+            "runs": {
+                o.name: {"reused": o.reused, "steps": o.summary["steps"], **count_steps(o.path)}
+                for o in outcomes
+            }
+        }
+
+    def write(results: dict, out: Path) -> None:
+        (out / "report.md").write_text(", ".join(results["runs"]) + "\n")
+
+    return Experiment(
+        name="toy",
+        runs=runs,
+        evaluations=evaluations,
+        evaluated="step counts",
+        show=lambda job, result, seconds: print(f"  counted {job.label}: {result['steps']}"),
+        collect=collect,
+        collecting="counting",
+        write=write,
+        only=None if only is None else frozenset(only),
+    )
+
+
+def refuse_training(*args, **kwargs):
+    raise AssertionError("this process trained a run")
+
+
+def test_conduct_resumes_an_interrupted_run_then_reuses_every_finished_one(tmp_path, monkeypatch):
+    runs = toy_runs("a", "b")
+    Trainer(runs[1].config, str(tmp_path / "runs" / "b"), quiet=True).train(stop_after=3)
+    results = conduct(toy_study(tmp_path, runs), tmp_path, quiet=True, jobs=1)
+    assert {n: (r["reused"], r["steps"]) for n, r in results["runs"].items()} == {
+        "a": (False, 10),
+        "b": (False, 10),
+    }
+    steps = [r["step"] for r in train_records(tmp_path / "runs" / "b")]
+    assert steps == list(range(1, 11))  # resumed after step 3, not started again
+    assert json.loads((tmp_path / "results.json").read_text())["runs"] == results["runs"]
+    assert results["workers"]["processes"] == 1
+    assert set(results["wall_clock_s"]) == {"training_and_reuse", "counting"}
+    assert (tmp_path / "report.md").read_text() == "a, b\n"
+
+    monkeypatch.setattr("fixedfirst.train.trainer.Trainer.train", refuse_training)
+    again = conduct(toy_study(tmp_path, runs), tmp_path, quiet=True, jobs=2)
+    assert again["workers"]["processes"] == 1  # nothing left to train: no worker processes
+    assert {n: r["reused"] for n, r in again["runs"].items()} == {"a": True, "b": True}
+    assert {n: r["pid"] for n, r in again["runs"].items()} == {
+        n: r["pid"] for n, r in results["runs"].items()
+    }  # the evaluations were read back, not made again
+
+
+def test_side_by_side_the_workers_train_and_evaluate_and_this_process_reads(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setattr("fixedfirst.train.trainer.Trainer.train", refuse_training)  # here only
+    results = conduct(toy_study(tmp_path, toy_runs("a", "b")), tmp_path, quiet=False, jobs=2)
+    said = capsys.readouterr().out
+    assert "2 runs and their step counts side by side in 2 processes of 1 thread(s)" in said
+    assert "counted count a: 10" in said and "counted count b: 10" in said
+    for run in results["runs"].values():
+        assert run["steps"] == 10 and run["pid"] != os.getpid()  # counted in a worker
+        assert run["reused"] is False  # trained in this invocation, by a worker
+    assert results["workers"] == {"processes": 2, "threads_each": 1}
+    assert "side_by_side" in results["wall_clock_s"]
+
+
+def test_only_trains_a_subset_and_reports_the_runs_finished_before(tmp_path, capsys):
+    runs = toy_runs("a", "b", "c")
+    other = tiny_config("train.tokens=1280", "train.lr=1e-3")  # c, as another study trained it
+    Trainer(other, str(tmp_path / "runs" / "c"), quiet=True).train()
+    first = conduct(toy_study(tmp_path, runs, only={"a"}), tmp_path, quiet=False, jobs=1)
+    assert list(first["runs"]) == ["a"]
+    assert not (tmp_path / "runs" / "b").exists()
+    assert "runs/c: trained with other settings (train.lr); left out" in capsys.readouterr().out
+    second = conduct(toy_study(tmp_path, runs, only={"b"}), tmp_path, quiet=True, jobs=1)
+    assert {n: r["reused"] for n, r in second["runs"].items()} == {"a": True, "b": False}
+    assert json.loads((tmp_path / "runs" / "c" / "summary.json").read_text())["steps"] == 10
+    assert not (tmp_path / "runs" / "c" / "count.json").exists()  # left out, not evaluated
+
+
+def test_a_study_directory_another_process_writes_is_refused(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path / ".lock")], stdout=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        with pytest.raises(UserError, match="being written by another fixedfirst process"):
+            conduct(toy_study(tmp_path, toy_runs("a")), tmp_path, quiet=True, jobs=1)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "results.json").exists()
+
+
+STOPPED_STUDY = """
+import sys, time
+from pathlib import Path
+import fixedfirst.train.trainer as trainer
+from fixedfirst.studies.side_by_side import conduct
+from fixedfirst.train.interrupt import TrainingInterrupted
+from tests.test_side_by_side import toy_runs, toy_study
+original = trainer.train_step
+def slow(*args, **kwargs):
+    time.sleep(0.5)
+    return original(*args, **kwargs)
+trainer.train_step = slow
+out = Path(sys.argv[1])
+try:
+    conduct(toy_study(out, toy_runs("a")), out, quiet=True, jobs=1)
+except TrainingInterrupted as stopped:
+    sys.exit(stopped.exit_status)
+"""
+
+
+def test_a_scheduler_stop_leaves_runs_the_next_invocation_resumes(tmp_path):
+    root = Path(__file__).resolve().parent.parent
+    study = subprocess.Popen(
+        [sys.executable, "-c", STOPPED_STUDY, str(tmp_path)], cwd=root, stderr=subprocess.PIPE
+    )
+    metrics = tmp_path / "runs" / "a" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while len(train_records_or_none(metrics)) < 2 and time.monotonic() < deadline:
+        assert study.poll() is None, study.stderr.read().decode()[-2000:]
+        time.sleep(0.05)
+    study.send_signal(signal.SIGTERM)
+    assert study.wait(timeout=120) == 75, study.stderr.read().decode()[-2000:]  # requeue
+    stopped = [r["step"] for r in train_records(metrics.parent)]
+    assert 2 <= len(stopped) < 10 and not (tmp_path / "results.json").exists()
+    results = conduct(toy_study(tmp_path, toy_runs("a")), tmp_path, quiet=True, jobs=1)
+    assert results["runs"]["a"]["steps"] == 10
+    assert [r["step"] for r in train_records(metrics.parent)] == list(range(1, 11))
+
+
+def train_records_or_none(metrics: Path) -> list[dict]:
+    return train_records(metrics.parent) if metrics.is_file() else []

@@ -25,6 +25,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", default="0", help="training seeds, e.g. 0,1 (default 0)")
     parser.add_argument("--out", required=True, metavar="DIR", help="experiment directory")
     add_set_argument(parser)
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes training the runs and scoring them side by side (default: one "
+        "per free core on a CPU, up to the runs left to train; 1 on a GPU)",
+    )
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
     parser.set_defaults(run=run)
 
@@ -35,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     ablation = load_ablation(args.task, args.preset, args.overrides, args.depth, _ints(args.seeds))
     out = Path(args.out)
-    results = run_ablation(ablation, out, quiet=args.quiet)
+    results = run_ablation(ablation, out, quiet=args.quiet, jobs=args.jobs)
     if not args.quiet:
         for sentence in findings(results):
             print(f"- {sentence}")

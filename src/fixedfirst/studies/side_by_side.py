@@ -1,10 +1,14 @@
-"""An experiment's work in several worker processes at once: runs and evaluations side by side.
+"""The one study runner: a study's runs trained, evaluated and reported, in one or more processes.
 
-A small model uses many threads poorly (docs/design.md §10), so workers of one thread each keep
-every core busy, and an evaluation that waits for a checkpoint starts as soon as it is on disk.
-The work is a list of `Job`s (a module-level function, its arguments, an optional readiness
-check); whatever a job writes lands where the single-process path would, so a rerun reuses it.
-Ctrl-C or a failed job asks every worker to stop as a first Ctrl-C does (§10).
+Every study (bios, chains, the ablation, a sweep and the switch studies made of sweeps) is an
+`Experiment` handed to `conduct`: check that every run can start, hold DIR's lock, train the runs
+and their evaluations side by side in worker processes, reuse what they did in this process,
+collect the results, write results.json and the report. A small model uses many threads poorly
+(docs/design.md §10), so workers of one thread each keep every core busy, and an evaluation that
+waits for a checkpoint starts as soon as it is on disk. The work is a list of `Job`s (a
+module-level function, its arguments, an optional readiness check); whatever a job writes lands
+where the single-process path would, so a rerun reuses it. Ctrl-C, a scheduler's SIGTERM or a
+failed job asks every worker to stop as a first Ctrl-C does (§10).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +42,7 @@ from fixedfirst.studies.training import (
 )
 from fixedfirst.train.compilation import STUDY_CACHE, shared_cache
 from fixedfirst.train.interrupt import STOP_SIGNALS, TrainingInterrupted, scheduler_signals
-from fixedfirst.train.run_dir import RunDir
+from fixedfirst.train.run_dir import RunDir, run_defining_differences
 
 STOP_SIGNAL = getattr(signal, "SIGUSR1", signal.SIGINT)
 """The parent's stop request to its workers (POSIX; where there is no SIGUSR1, SIGINT)."""
@@ -225,19 +229,16 @@ def run_progress(run: Path, budget: float) -> Callable[[], float | None]:
     return fraction
 
 
-def training_jobs(runs: list[PlannedRun], root: Path, budget: float | None = None) -> list[Job]:
-    """One job per run: train (or reuse) it into root/runs/NAME (`experiment.run_one`), its
-    progress read from its metrics file as a fraction of `budget` FLOPs (None: the run's own
-    planned FLOPs)."""
+def training_jobs(runs: list[PlannedRun], root: Path) -> list[Job]:
+    """One job per run: train (or reuse) it into root/runs/NAME (`training.run_one`), its
+    progress read from its metrics file as a fraction of the run's planned FLOPs."""
     from fixedfirst.compute.plan import plan_run
 
     jobs = []
     for planned in runs:
         path = run_directory(root, planned.name).path
-        flops = budget if budget is not None else plan_run(planned.config).flops
-        jobs.append(
-            Job(planned.name, run_one, (planned, root, True), progress=run_progress(path, flops))
-        )
+        progress = run_progress(path, plan_run(planned.config).flops)
+        jobs.append(Job(planned.name, run_one, (planned, root, True), progress=progress))
     return jobs
 
 
@@ -248,83 +249,154 @@ def run_finished(run: Path) -> bool:
 
 @dataclass
 class Experiment:
-    """What an experiment (bios, chains) brings to the flow every experiment shares (`conduct`)."""
+    """What a study (bios, chains, the ablation, a sweep) brings to the flow they all share
+    (`conduct`)."""
 
     name: str
-    """Its command: one experiment at a time writes DIR (a lock of this name)."""
+    """Its command: one study at a time writes DIR (a lock of this name)."""
     runs: list[PlannedRun]
-    flops: float
-    """Every run's FLOP budget (a training job's progress)."""
-    evaluations: list[Job]
-    """The evaluations of the runs' checkpoints, each ready as soon as its checkpoint is."""
+    """Every run the study reports, in its order."""
+    evaluations: Callable[[PlannedRun], list[Job]]
+    """A run's evaluation jobs, each ready as soon as the checkpoint it reads is on disk."""
     evaluated: str
     """What the evaluations are, as the side-by-side line names them ("recall")."""
     show: Callable[[Job, Any, float], None]
     """Prints an evaluation's result (job, result, seconds)."""
     collect: Callable[[list[RunOutcome], bool], dict[str, Any]]
-    """The results from the runs' outcomes (quiet or not), the evaluations read back from their
-    caches."""
-    collecting: str
-    """The name of `collect`'s part of the wall-clock in the results."""
+    """The results from the reported runs' outcomes (quiet or not), the evaluations read back
+    from their caches."""
+    collecting: str | None
+    """The name of `collect`'s part of the wall-clock the results record with the processes
+    used; None: the results record neither (a sweep's results.json is the same document
+    whatever --jobs, each row with its run's own wall-clock)."""
     write: Callable[[dict[str, Any], Path], None]
     """Writes the figures and the report from the results into DIR."""
+    only: frozenset[str] | None = None
+    """The runs to train now (None: all). Of the others, each one finished in DIR with the
+    settings asked for is reported too, so a study can be trained in pieces (`sweep --only`)."""
+    announce: Callable[[], None] | None = None
+    """Prints the plan once DIR is held, unless quiet (a sweep's table of runs)."""
+    on_start: Callable[[int, PlannedRun], None] | None = None
+    """Called before each run this process trains, while it speaks (a sweep's progress line)."""
 
 
 def conduct(experiment: Experiment, out: Path, quiet: bool, jobs: int | None) -> dict[str, Any]:
-    """Run an experiment into `out` and return its results (also in DIR/results.json).
+    """Run a study into `out` and return its results (also in DIR/results.json).
 
-    First everything that could stop it part-way, before DIR is written: every run can start
-    (`check_runs_startable`) and the worker processes for the runs left to train fit
-    (`plan_workers`; `jobs`: --jobs). Then, holding DIR's lock, with several workers the runs and
-    their evaluations go side by side; then every run is trained or reused in this process
-    (`run_all`, which reuses what the workers did) and collected. The results record the
-    wall-clock of each part and the processes used."""
+    First everything that could stop it part-way, before DIR is written: every run to train can
+    start (`check_runs_startable`) and the worker processes for the runs left to train fit
+    (`plan_workers`; `jobs`: --jobs). Then, holding DIR's lock, with several workers the runs
+    and their evaluations go side by side; then every run to train is trained or reused in this
+    process (`run_all`, which reuses what the workers did), the runs finished in earlier
+    invocations join them (`only`), and all are collected."""
     e = experiment
-    check_runs_startable(e.runs, out)
-    to_train = [r for r in e.runs if finished_summary(run_directory(out, r.name)) is None]
-    workers, threads = plan_workers(jobs, len(to_train), e.runs[0].config.train.device)
+    selected = [r for r in e.runs if e.only is None or r.name in e.only]
+    if not selected:
+        raise ValueError(f"{e.name}: no run to train among {[r.name for r in e.runs]}")
+    check_runs_startable(selected, out)
+    to_train = [r for r in selected if finished_summary(run_directory(out, r.name)) is None]
+    workers, threads = plan_workers(jobs, len(to_train), selected[0].config.train.device)
     prepare_out_dir(out)
-    # One experiment at a time writes DIR; its runs share one cache of compiled graphs.
+    # One study at a time writes DIR; its runs share one cache of compiled graphs.
     with locks.holding(out, e.name), shared_cache(out / STUDY_CACHE):
+        if e.announce is not None and not quiet:
+            e.announce()
+        chosen = {r.name for r in selected}
+        earlier = finished_before([r for r in e.runs if r.name not in chosen], out, quiet)
+        reported = [r for r in e.runs if r.name in chosen or r.name in earlier]
         wall_clock: dict[str, float] = {}
+        trained: set[str] = set()
         if workers > 1:
             started = time.perf_counter()
-            _side_by_side(e, out, workers, threads, quiet)
+            trained = _side_by_side(e, out, to_train, reported, (workers, threads), quiet)
             wall_clock["side_by_side"] = time.perf_counter() - started
+        muted = quiet or workers > 1  # side by side, the workers have said what they did
         started = time.perf_counter()
-        outcomes = run_all(e.runs, out, quiet or workers > 1)
-        trained = time.perf_counter()
-        results = e.collect(outcomes, quiet or workers > 1)
-        wall_clock["training_and_reuse"] = trained - started
-        wall_clock[e.collecting] = time.perf_counter() - trained
-        results["wall_clock_s"] = wall_clock
-        # What each process used: the planned share side by side, the trainer's own choice alone.
-        alone = max(o.summary.get("threads", 0) for o in outcomes) or None
-        each = threads if workers > 1 else alone
-        results["workers"] = {"processes": workers, "threads_each": each}
+        now = run_all(selected, out, muted, on_start=None if muted else e.on_start)
+        outcomes = _in_order(e.runs, now, earlier, trained)
+        collected = time.perf_counter()
+        results = e.collect(outcomes, muted)
+        if e.collecting is not None:
+            wall_clock["training_and_reuse"] = collected - started
+            wall_clock[e.collecting] = time.perf_counter() - collected
+            results["wall_clock_s"] = wall_clock
+            # What each process used: the planned share side by side, the trainer's own choice
+            # alone.
+            alone = max(o.summary.get("threads", 0) for o in outcomes) or None
+            each = threads if workers > 1 else alone
+            results["workers"] = {"processes": workers, "threads_each": each}
         write_json_atomic(out / "results.json", results)
         e.write(results, out)
         return results
 
 
-def _side_by_side(e: Experiment, out: Path, workers: int, threads: int, quiet: bool) -> None:
-    """Train the runs and run their evaluations in `workers` processes: trainings first, since a
-    free worker should take the longest work before any evaluation."""
-    jobs = [*training_jobs(e.runs, out, e.flops), *e.evaluations]
+def finished_before(runs: list[PlannedRun], out: Path, quiet: bool) -> dict[str, RunOutcome]:
+    """Of `runs` (not trained now), those finished in DIR with the settings asked for, each as
+    a reused outcome; one trained with other settings is left out, and said so."""
+    found = {}
+    for planned in runs:
+        run = run_directory(out, planned.name)
+        if not run.config_path.is_file():
+            continue
+        summary = finished_summary(run)
+        if summary is None:
+            continue
+        diff = run_defining_differences(run.saved_config(), planned.config)
+        if diff:
+            if not quiet:
+                shown = ", ".join(diff)
+                print(f"{run.path}: trained with other settings ({shown}); left out", flush=True)
+            continue
+        found[planned.name] = RunOutcome(planned.name, run.path, summary, reused=True)
+    return found
+
+
+def _in_order(
+    runs: list[PlannedRun],
+    now: list[RunOutcome],
+    earlier: dict[str, RunOutcome],
+    trained: set[str],
+) -> list[RunOutcome]:
+    """The outcomes of the runs reported, in the study's order; a run the workers trained in
+    this invocation is not `reused`, though this process found it finished."""
+    by_name = {**earlier, **{o.name: o for o in now}}
+    return [
+        replace(by_name[r.name], reused=False) if r.name in trained else by_name[r.name]
+        for r in runs
+        if r.name in by_name
+    ]
+
+
+def _side_by_side(
+    e: Experiment,
+    out: Path,
+    to_train: list[PlannedRun],
+    reported: list[PlannedRun],
+    processes: tuple[int, int],
+    quiet: bool,
+) -> set[str]:
+    """Train `to_train` and run the evaluations of the runs `reported` in `workers` processes
+    of `threads` threads: trainings first, since a free worker should take the longest work
+    before any evaluation. Returns the runs trained here."""
+    workers, threads = processes
+    jobs = [*training_jobs(to_train, out), *(j for r in reported for j in e.evaluations(r))]
+    trained: set[str] = set()
 
     def on_done(job: Job, result: Any, seconds: float) -> None:
-        if quiet:
-            return
         if isinstance(result, RunOutcome):
-            how = "reused" if result.reused else f"trained in {seconds:.0f} s"
-            print(f"  {job.label}: {result.summary['steps']} steps, {how}", flush=True)
-        else:
+            if not result.reused:
+                trained.add(result.name)
+            if not quiet:
+                how = "reused" if result.reused else f"trained in {seconds:.0f} s"
+                print(f"  {job.label}: {result.summary['steps']} steps, {how}", flush=True)
+        elif not quiet:
             e.show(job, result, seconds)
 
     if not quiet:
         print(
-            f"{len(e.runs)} runs and their {e.evaluated} side by side in {workers} processes of "
-            f"{threads} thread(s) (--jobs)",
+            f"{len(to_train)} runs and their {e.evaluated} side by side in {workers} processes "
+            f"of {threads} thread(s) (--jobs)",
             flush=True,
         )
     run_jobs(jobs, workers, threads, on_done, quiet)
+    return trained

@@ -90,6 +90,8 @@ def check_runs_startable(runs: list[PlannedRun], root: Path) -> None:
 
 def prepare_out_dir(out: Path) -> None:
     """Make the experiment directory, or say in one line why it cannot be written."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} exists and is not a directory")
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".write-test"

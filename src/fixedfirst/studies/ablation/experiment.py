@@ -11,30 +11,23 @@ the harder half of the training range for chains) at depth 1, K, 2K, 4K and 16K:
     norm         pre <-> sandwich     Huginn's norm after each residual sum, or none
     coda_norm    true <-> false       the norm between the recurrence and the coda
 
-Runs live in DIR/runs/VARIANT-seedN/, scores beside them, so a second invocation reuses them.
+Runs live in DIR/runs/VARIANT-seedN/, scores beside them, so a second invocation reuses them;
+with --jobs the runs train side by side, each scored as soon as it has finished.
 """
 
 from __future__ import annotations
 
 import importlib
-import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from fixedfirst.config import RunConfig, apply_overrides
 from fixedfirst.errors import UserError
 from fixedfirst.evaluation.task import cached_task_evaluation
-from fixedfirst.files import locks
-from fixedfirst.files.writing import write_json_atomic
-from fixedfirst.studies.training import (
-    PlannedRun,
-    RunOutcome,
-    check_runs_startable,
-    prepare_out_dir,
-    run_all,
-)
-from fixedfirst.train.compilation import STUDY_CACHE, shared_cache
+from fixedfirst.studies.side_by_side import Experiment, Job, conduct, run_finished
+from fixedfirst.studies.training import PlannedRun, RunOutcome, run_directory
 
 TASKS = {
     "bios": "fixedfirst.studies.bios.experiment",
@@ -109,51 +102,83 @@ def load_ablation(
     return ablation
 
 
-def score(outcome: RunOutcome, depths: list[int]) -> tuple[str, dict[str, float]]:
+def task_scores(run: Path, depths: list[int]) -> tuple[str, dict[str, float]]:
     """(what is scored, the task metric of the run's final checkpoint at each depth): the
-    library's task evaluation, cached beside the run like any other."""
-    result, _ = cached_task_evaluation(outcome.path, depths)
+    library's task evaluation, cached beside the run like any other; a worker's job."""
+    result, _ = cached_task_evaluation(run, depths)
     return result["score_name"], result["scores"]
 
 
-def run_ablation(ablation: Ablation, out: Path, quiet: bool = False) -> dict[str, Any]:
-    """Train (or reuse) every variant, score it, write results.json and report.md."""
+def print_scores(name: str, scores: dict[str, float]) -> None:
+    shown = ", ".join(f"K={d} {v:.3g}" for d, v in scores.items())
+    print(f"  scored {name}: {shown}", flush=True)
+
+
+def collect_results(
+    ablation: Ablation, outcomes: list[RunOutcome], quiet: bool = False
+) -> dict[str, Any]:
+    """Every variant's task score at each depth (read back from its cache, or measured now)."""
+    scored, names = {}, set()
+    for outcome in outcomes:
+        name, scores = task_scores(outcome.path, ablation.depths)
+        names.add(name)
+        variant, seed = outcome.name.rsplit("-seed", 1)
+        scored[outcome.name] = {
+            "variant": variant,
+            "seed": int(seed),
+            "steps": outcome.summary["steps"],
+            "flops": outcome.summary["flops"],
+            "scores": scores,
+        }
+        if not quiet:
+            print_scores(outcome.name, scores)
+    return {
+        "format": "fixedfirst-ablation-results",
+        "task": ablation.task,
+        "preset": ablation.preset_name,
+        "training_depth": ablation.depth,
+        "depths": ablation.depths,
+        "flop_budget": ablation.flops,
+        "seeds": ablation.seeds,
+        "variants": ablation.variants(),
+        "score_name": " / ".join(sorted(names)),
+        "runs": scored,
+    }
+
+
+def run_ablation(
+    ablation: Ablation, out: Path, quiet: bool = False, jobs: int | None = None
+) -> dict[str, Any]:
+    """Train (or reuse) every variant, score it, write results.json and report.md.
+
+    jobs: worker processes (None: one per free core on a CPU, up to the runs left to train;
+    see `fixedfirst.studies.side_by_side`). With more than one, each run is scored as soon as it
+    has finished."""
+    experiment = Experiment(
+        name="ablation",
+        runs=ablation.planned_runs(),
+        evaluations=partial(_scoring_jobs, ablation.depths, out),
+        evaluated="task scores",
+        show=_show_scores,
+        collect=partial(collect_results, ablation),
+        collecting="scoring",
+        write=_write_report,
+    )
+    return conduct(experiment, out, quiet, jobs)
+
+
+def _scoring_jobs(depths: list[int], out: Path, planned: PlannedRun) -> list[Job]:
+    """A run's task scores, ready once the run has finished."""
+    path = run_directory(out, planned.name).path
+    ready = partial(run_finished, path)
+    return [Job(f"score {planned.name}", task_scores, (path, depths), ready=ready)]
+
+
+def _show_scores(job: Job, result: tuple[str, dict[str, float]], seconds: float) -> None:
+    print_scores(job.args[0].name, result[1])
+
+
+def _write_report(results: dict[str, Any], out: Path) -> None:
     from fixedfirst.studies.ablation.report import write_report
 
-    runs = ablation.planned_runs()
-    check_runs_startable(runs, out)
-    prepare_out_dir(out)
-    with locks.holding(out, "ablation"), shared_cache(out / STUDY_CACHE):
-        started = time.perf_counter()
-        outcomes = run_all(runs, out, quiet)
-        scored, names = {}, set()
-        for outcome in outcomes:
-            name, scores = score(outcome, ablation.depths)
-            names.add(name)
-            variant, seed = outcome.name.rsplit("-seed", 1)
-            scored[outcome.name] = {
-                "variant": variant,
-                "seed": int(seed),
-                "steps": outcome.summary["steps"],
-                "flops": outcome.summary["flops"],
-                "scores": scores,
-            }
-            if not quiet:
-                shown = ", ".join(f"K={d} {v:.3g}" for d, v in scores.items())
-                print(f"  scored {outcome.name}: {shown}", flush=True)
-        results = {
-            "format": "fixedfirst-ablation-results",
-            "task": ablation.task,
-            "preset": ablation.preset_name,
-            "training_depth": ablation.depth,
-            "depths": ablation.depths,
-            "flop_budget": ablation.flops,
-            "seeds": ablation.seeds,
-            "variants": ablation.variants(),
-            "score_name": " / ".join(sorted(names)),
-            "runs": scored,
-            "wall_clock_s": time.perf_counter() - started,
-        }
-        write_json_atomic(out / "results.json", results)
-        write_report(results, out / "report.md")
-    return results
+    write_report(results, out / "report.md")

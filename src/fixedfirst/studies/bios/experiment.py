@@ -275,19 +275,10 @@ def run_experiment(
     jobs: worker processes (None: one per free core on a CPU, up to the runs left to train;
     see `fixedfirst.studies.side_by_side`). With more than one, those runs train side by side and
     each checkpoint's recall starts as soon as the checkpoint exists."""
-    runs = preset.planned_runs()
-    recalls = []
-    for planned in runs:
-        path = run_directory(out, planned.name).path
-        for fraction in preset.experiment.fractions:
-            args = (path, planned.config, fraction, preset.experiment)
-            ready = partial(_checkpoint_ready, path, fraction)
-            recalls.append(Job(f"{planned.name} {fraction:g}", recall_job, args, ready=ready))
     experiment = Experiment(
         name="bios",
-        runs=runs,
-        flops=preset.experiment.flops,
-        evaluations=recalls,
+        runs=preset.planned_runs(),
+        evaluations=partial(_recall_jobs, preset.experiment, out),
         evaluated="recall",
         show=_show_recall,
         collect=partial(collect_results, preset),
@@ -295,6 +286,20 @@ def run_experiment(
         write=_write_figure_and_report,
     )
     return conduct(experiment, out, quiet, jobs)
+
+
+def _recall_jobs(experiment: ExperimentConfig, out: Path, planned: PlannedRun) -> list[Job]:
+    """The recall of each of a run's checkpoints, each ready once the checkpoint is on disk."""
+    path = run_directory(out, planned.name).path
+    return [
+        Job(
+            f"{planned.name} {fraction:g}",
+            recall_job,
+            (path, planned.config, fraction, experiment),
+            ready=partial(_checkpoint_ready, path, fraction),
+        )
+        for fraction in experiment.fractions
+    ]
 
 
 def _show_recall(job: Job, result: tuple[int, dict[str, Any]], seconds: float) -> None:

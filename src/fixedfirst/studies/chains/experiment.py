@@ -199,19 +199,10 @@ def run_experiment(
     jobs: worker processes (None: one per free core on a CPU, up to the runs left to train;
     see `fixedfirst.studies.side_by_side`). With more than one, each run is scored as soon as it
     has finished."""
-    runs = preset.planned_runs()
-    scorings = []
-    for planned in runs:
-        path = run_directory(out, planned.name).path
-        ready = partial(run_finished, path)
-        scorings.append(
-            Job(f"score {planned.name}", score_job, (path, preset.experiment), ready=ready)
-        )
     experiment = Experiment(
         name="chains",
-        runs=runs,
-        flops=preset.experiment.flops,
-        evaluations=scorings,
+        runs=preset.planned_runs(),
+        evaluations=partial(_scoring_jobs, preset.experiment, out),
         evaluated="scoring",
         show=_show_scores,
         collect=partial(collect_results, preset),
@@ -219,6 +210,13 @@ def run_experiment(
         write=_write_figures_and_report,
     )
     return conduct(experiment, out, quiet, jobs)
+
+
+def _scoring_jobs(experiment: ExperimentConfig, out: Path, planned: PlannedRun) -> list[Job]:
+    """A run's scoring, ready once the run has finished."""
+    path = run_directory(out, planned.name).path
+    ready = partial(run_finished, path)
+    return [Job(f"score {planned.name}", score_job, (path, experiment), ready=ready)]
 
 
 def _show_scores(job: Job, result: dict[str, Any], seconds: float) -> None:

@@ -1,4 +1,4 @@
-"""A sweep's report from its rows: results.json, table.md, claims.md, the figures and, for a
+"""A sweep's results from its rows, and its report: table.md, claims.md, the figures and, for a
 switch study, its table, numbers and figure.
 
 Everything here reads numbers already measured (the rows, from each run's summary and cached
@@ -22,7 +22,6 @@ from fixedfirst.studies.sweep.results import (
     compare_to_reference,
     results_document,
     table_markdown,
-    write_results,
     write_text,
 )
 from fixedfirst.studies.sweep.seed_table import seed_groups, seed_table_markdown
@@ -33,33 +32,50 @@ from fixedfirst.studies.sweep.switch_study import arms_of, study_markdown, verdi
 from fixedfirst.studies.training import run_directory
 
 
-def write_report(
-    spec: SweepSpec, out: Path, rows: list[dict[str, Any]], missing: list[str]
-) -> list[Path]:
-    """results.json, table.md, (with claims) claims.md, nll_by_depth.png, (when its run
-    finished) figure3.png and, for a switch study, switch_study.md/.json/.png (`write_study`)."""
+def sweep_results(spec: SweepSpec, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """results.json from the rows: each run compared with the reference, and with [sweep] seeds,
+    claims or gaps, the groups over seeds, the claims' verdicts, the factor table."""
     same_seed = spec.seeds is not None
     compare_to_reference(rows, spec.reference, same_seed)
-    score_name = rows[0].get("task_score_name") if spec.metric == "task" else None
     document = results_document(rows, spec.reference, spec.path, sorted(spec.settings.eval_depths))
+    if spec.seeds is not None:
+        document["groups"] = seed_groups(rows, spec.reference_group, spec.metric)
+    if spec.claims:
+        score_name = _score_name(spec, rows)
+        document["claims"] = evaluate_claims(spec.claims, rows, spec.metric, score_name)
+    if spec.gaps:
+        document["factors"] = factor_table(rows, spec.gaps, spec.factors)
+    document["heldout"] = heldout_record(spec.settings, rows)
+    return document
+
+
+def _score_name(spec: SweepSpec, rows: list[dict[str, Any]]) -> str | None:
+    return rows[0].get("task_score_name") if spec.metric == "task" else None
+
+
+def write_report(
+    spec: SweepSpec, out: Path, results: dict[str, Any], missing: list[str]
+) -> list[Path]:
+    """From results.json's document (`sweep_results`, written beside): table.md, (with claims)
+    claims.md, (with gaps) factors.md, nll_by_depth.png, (when its run finished) figure3.png
+    and, for a switch study, switch_study.md/.json/.png (`write_study`); the files, results.json
+    first."""
+    rows = results["runs"]
+    same_seed = spec.seeds is not None
+    score_name = _score_name(spec, rows)
     table = table_markdown(rows, spec.reference, missing, same_seed)
     if spec.seeds is not None:
-        groups = seed_groups(rows, spec.reference_group, spec.metric)
-        document["groups"] = groups
         table += "\n## Over seeds\n\n" + seed_table_markdown(
-            groups, spec.reference_group, spec.metric, score_name
+            results["groups"], spec.reference_group, spec.metric, score_name
         )
     files = [out / "results.json", out / "table.md"]
     if spec.claims:
-        document["claims"] = evaluate_claims(spec.claims, rows, spec.metric, score_name)
-        write_text(out / "claims.md", claims_markdown(document["claims"], spec.metric))
+        write_text(out / "claims.md", claims_markdown(results["claims"], spec.metric))
         files.append(out / "claims.md")
     if spec.gaps:
-        document["factors"] = factor_table(rows, spec.gaps, spec.factors)
-        write_text(out / "factors.md", factors_markdown(document["factors"]))
+        write_text(out / "factors.md", factors_markdown(results["factors"]))
         files.append(out / "factors.md")
-    document["heldout"] = heldout_record(spec.settings, rows)
-    write_results(out, document, table)
+    write_text(out / "table.md", table)
     if same_seed:
         figure = plot_nll_by_depth(rows, spec.reference_group, out / "nll_by_depth.png", True)
     else:

@@ -12,7 +12,6 @@ relative to the sweep's reference run.
 
 from __future__ import annotations
 
-import json
 import platform
 from pathlib import Path
 from typing import Any
@@ -278,8 +277,3 @@ def _scored_fewer(row: dict[str, Any]) -> bool:
 def write_text(path: Path, text: str) -> None:
     """Write through a temporary file so a reader never sees half a table."""
     write_text_atomic(path, text)
-
-
-def write_results(out: Path, document: dict[str, Any], table: str) -> None:
-    write_text(out / "results.json", json.dumps(document, indent=2) + "\n")
-    write_text(out / "table.md", table)

@@ -1,10 +1,9 @@
 """Run a sweep: train its runs, evaluate them at every serving depth, write the table and figures.
 
-Training goes through `training.run_all` and evaluations are cached per run, so running a sweep
-again reuses finished runs and resumes interrupted ones; with `only` a sweep can be trained in
-pieces and reported once at the end. Side by side (`jobs`), workers train runs and measure
-finished ones as soon as they finish, and the single-process code then reuses what they left.
-The output directory is described in docs/design.md §17.
+A sweep is an `Experiment` of the study runner (`studies.side_by_side.conduct`): running it again
+reuses finished runs and resumes interrupted ones; with `only` it is trained in pieces and
+reports every finished run of DIR; side by side (`jobs`), workers train runs and measure each
+finished one as soon as it finishes. The output directory is described in docs/design.md §17.
 """
 
 from __future__ import annotations
@@ -16,31 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from fixedfirst.compute.plan import plan_run
-from fixedfirst.errors import UserError
 from fixedfirst.evaluation.cached import HeldOut, cached_evaluation
 from fixedfirst.evaluation.task import cached_task_evaluation
-from fixedfirst.files import locks
-from fixedfirst.studies.side_by_side import (
-    Job,
-    plan_workers,
-    run_finished,
-    run_jobs,
-    training_jobs,
-)
-from fixedfirst.studies.sweep.report import write_report
+from fixedfirst.studies.side_by_side import Experiment, Job, conduct, run_finished
+from fixedfirst.studies.sweep.report import sweep_results, write_report
 from fixedfirst.studies.sweep.results import loss_curve, result_row
 from fixedfirst.studies.sweep.spec import SweepSpec
-from fixedfirst.studies.training import (
-    RUNS_DIR,
-    PlannedRun,
-    RunOutcome,
-    check_runs_startable,
-    finished_summary,
-    run_all,
-    run_directory,
-)
-from fixedfirst.train.compilation import STUDY_CACHE, shared_cache
-from fixedfirst.train.run_dir import run_defining_differences
+from fixedfirst.studies.training import PlannedRun, RunOutcome, finished_summary, run_directory
 
 
 @dataclass
@@ -50,20 +31,6 @@ class SweepOutcome:
     reused: list[str]
     missing: list[str]
     files: list[Path] = field(default_factory=list)
-
-
-def _say(quiet: bool, line: str) -> None:
-    if not quiet:
-        print(line, flush=True)
-
-
-def check_out_dir(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} exists and is not a directory")
-    try:
-        (out / RUNS_DIR).mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"cannot write to {out}: {e.strerror or e}") from None
 
 
 def _status(planned: PlannedRun, out: Path) -> str:
@@ -90,8 +57,7 @@ class SweepProgress:
     """Before each run: how much of the sweep's modeled FLOPs is done and, from the rate of
     the runs trained so far in this invocation, roughly how long the rest takes."""
 
-    def __init__(self, runs: list[PlannedRun], out: Path, quiet: bool) -> None:
-        self.quiet = quiet
+    def __init__(self, runs: list[PlannedRun], out: Path) -> None:
         self.flops = {r.name: plan_run(r.config).flops for r in runs}
         self.todo = {r.name for r in runs if _status(r, out) != "finished"}
         self.total = sum(self.flops.values())
@@ -105,7 +71,7 @@ class SweepProgress:
             self.done += self.flops[self.previous]
             self.trained_flops += self.flops[self.previous]
         self.previous = planned.name
-        if self.quiet or not self.todo:
+        if not self.todo:
             return
         line = f"  sweep: {100 * self.done / self.total:.0f}% of modeled FLOPs done"
         if self.trained_flops > 0:
@@ -113,29 +79,6 @@ class SweepProgress:
             left = (self.total - self.done) / rate
             line += f", about {left / 60:.0f} min left at {rate / 1e9:.1f} GFLOP/s"
         print(line, flush=True)
-
-
-def run_sweep(
-    spec: SweepSpec,
-    out: str | Path,
-    only: list[str] | None = None,
-    quiet: bool = False,
-    device: str = "auto",
-    jobs: int | None = None,
-) -> SweepOutcome:
-    """Train the selected runs, then evaluate and report every finished run of the sweep.
-
-    jobs: worker processes (None: one per free core on a CPU up to the runs left to train, one
-    on a GPU; see `fixedfirst.studies.side_by_side`)."""
-    out = Path(out)
-    selected = spec.select(only)
-    check_runs_startable(selected, out)
-    to_train = [p for p in selected if _status(p, out) != "finished"]
-    workers, threads = plan_workers(jobs, len(to_train), selected[0].config.train.device)
-    check_out_dir(out)
-    # One sweep at a time writes DIR; its runs share one cache of compiled graphs.
-    with locks.holding(out, "sweep"), shared_cache(out / STUDY_CACHE):
-        return _sweep(spec, out, selected, quiet, device, workers, threads)
 
 
 @dataclass(frozen=True)
@@ -160,133 +103,116 @@ def final_evaluation(
     return nll, nll_reused, task, task_reused
 
 
-def _evaluation_plan(spec: SweepSpec, planned: PlannedRun, device: str) -> FinalEvaluation:
-    held_out = spec.settings.held_out(planned.config.train.seed)
-    depths = sorted(spec.settings.eval_depths)
-    return FinalEvaluation(held_out, depths, spec.metric == "task", device)
-
-
-def _say_evaluated(
-    quiet: bool, label: str, result: tuple[dict[str, Any], bool, dict[str, Any] | None, bool]
+def say_evaluated(
+    label: str, result: tuple[dict[str, Any], bool, dict[str, Any] | None, bool]
 ) -> None:
     nll, nll_reused, task, task_reused = result
     how = "saved" if nll_reused else f"{nll['scored_tokens']:,} tokens"
-    _say(quiet, f"eval {label}: mean NLL 1..16 {nll['mean_serving_nll']:.4f} ({how})")
+    print(f"eval {label}: mean NLL 1..16 {nll['mean_serving_nll']:.4f} ({how})", flush=True)
     asked = nll.get("rows") or nll["batches"] * nll["batch_size"]
     if nll.get("sequences", asked) < asked:
-        _say(
-            quiet,
+        print(
             f"  the validation split holds {nll['sequences']} sequences, fewer than the "
             f"{asked} asked for: all of them were scored",
+            flush=True,
         )
     if task is not None:
         shown = ", ".join(f"K={d} {task['scores'][str(d)]:.3f}" for d in (1, 4, 16))
-        _say(quiet, f"  task: {shown} ({'saved' if task_reused else 'scored'})")
+        print(f"  task: {shown} ({'saved' if task_reused else 'scored'})", flush=True)
 
 
-def _sweep(
+def run_sweep(
     spec: SweepSpec,
-    out: Path,
-    selected: list[PlannedRun],
-    quiet: bool,
-    device: str,
-    workers: int,
-    threads: int,
+    out: str | Path,
+    only: list[str] | None = None,
+    quiet: bool = False,
+    device: str = "auto",
+    jobs: int | None = None,
 ) -> SweepOutcome:
-    if not quiet:
-        print_plan(spec, selected, out)
-    trained_side_by_side: list[str] = []
-    if workers > 1:
-        trained_side_by_side = _side_by_side(spec, out, selected, quiet, device, workers, threads)
-    muted = quiet or workers > 1  # side by side, the workers have said what they did
-    outcomes = run_all(selected, out, muted, on_start=SweepProgress(selected, out, muted))
-    summaries = {o.name: o.summary for o in outcomes}
-    for planned in spec.runs:  # finished runs from earlier invocations (e.g. with --only)
-        if planned.name not in summaries:
-            summary = _finished_elsewhere(planned, out, quiet)
-            if summary is not None:
-                summaries[planned.name] = summary
+    """Train the selected runs, then evaluate and report every finished run of the sweep.
 
-    rows = []
-    finished = [p for p in spec.runs if p.name in summaries]
-    for i, planned in enumerate(finished, 1):
-        path = run_directory(out, planned.name).path
-        result = final_evaluation(path, _evaluation_plan(spec, planned, device))
-        _say_evaluated(muted, f"[{i}/{len(finished)}] {planned.name}", result)
-        nll, _, task, _ = result
-        flops_of, group = spec.flops_of.get(planned.name), spec.groups.get(planned.name)
-        curve = loss_curve(path / "metrics.jsonl")
-        blocks = spec.settings.blocks
-        row = result_row(planned, summaries[planned.name], nll, flops_of, group, blocks, curve)
-        if task is not None:
-            row["task_score_name"] = task["score_name"]
-            row["task_scores"] = task["scores"]
-        rows.append(row)
-    missing = [p.name for p in spec.runs if p.name not in summaries]
-    trained = [o.name for o in outcomes if not o.reused] + trained_side_by_side
+    jobs: worker processes (None: one per free core on a CPU up to the runs left to train, one
+    on a GPU; see `fixedfirst.studies.side_by_side`)."""
+    out = Path(out)
+    selected = spec.select(only)
+    study = SweepStudy(spec, out, device)
+    experiment = Experiment(
+        name="sweep",
+        runs=list(spec.runs),
+        evaluations=study.evaluations,
+        evaluated="final evaluations",
+        show=study.show,
+        collect=study.collect,
+        collecting=None,
+        write=study.write,
+        only=frozenset(p.name for p in selected),
+        announce=partial(print_plan, spec, selected, out),
+        on_start=SweepProgress(selected, out),
+    )
+    conduct(experiment, out, quiet, jobs)
+    chosen = {p.name for p in selected}
+    trained = {o.name for o in study.outcomes if o.name in chosen and not o.reused}
     return SweepOutcome(
-        rows=rows,
+        rows=study.rows,
         trained=[p.name for p in selected if p.name in trained],
         reused=[p.name for p in selected if p.name not in trained],
-        missing=missing,
-        files=write_report(spec, out, rows, missing) if rows else [],
+        missing=study.missing,
+        files=study.files,
     )
 
 
-def _side_by_side(
-    spec: SweepSpec,
-    out: Path,
-    selected: list[PlannedRun],
-    quiet: bool,
-    device: str,
-    workers: int,
-    threads: int,
-) -> list[str]:
-    """Train the selected runs in `workers` processes and measure each finished run's final
-    evaluations as soon as it has finished; returns the runs trained here. Everything lands
-    where the single-process path reads it."""
-    chosen = {p.name for p in selected}
-    # Trainings first: a free worker takes the longest work before any evaluation.
-    jobs = training_jobs([p for p in selected if _status(p, out) != "finished"], out)
-    for planned in spec.runs:
-        if planned.name not in chosen and _finished_elsewhere(planned, out, True) is None:
-            continue  # neither trained now nor finished before: nothing to evaluate
-        run = run_directory(out, planned.name)
-        jobs.append(
-            Job(
-                f"{planned.name} eval",
-                final_evaluation,
-                (run.path, _evaluation_plan(spec, planned, device)),
-                ready=partial(run_finished, run.path),
+@dataclass
+class SweepStudy:
+    """A sweep's part of the study runner: its final evaluations, rows and report; what it
+    found is kept for `run_sweep`'s outcome."""
+
+    spec: SweepSpec
+    out: Path
+    device: str
+    """Of the final evaluations."""
+    outcomes: list[RunOutcome] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+
+    def plan(self, planned: PlannedRun) -> FinalEvaluation:
+        held_out = self.spec.settings.held_out(planned.config.train.seed)
+        depths = sorted(self.spec.settings.eval_depths)
+        return FinalEvaluation(held_out, depths, self.spec.metric == "task", self.device)
+
+    def evaluations(self, planned: PlannedRun) -> list[Job]:
+        """A run's final evaluations, ready once it has finished."""
+        run = run_directory(self.out, planned.name).path
+        ready = partial(run_finished, run)
+        return [Job(f"{planned.name} eval", final_evaluation, (run, self.plan(planned)), ready)]
+
+    def show(self, job: Job, result: Any, seconds: float) -> None:
+        say_evaluated(job.label.removesuffix(" eval"), result)
+
+    def collect(self, outcomes: list[RunOutcome], quiet: bool) -> dict[str, Any]:
+        """results.json's document: one row per finished run, its evaluations read back from
+        their caches (or measured now)."""
+        self.outcomes = outcomes
+        for i, outcome in enumerate(outcomes, 1):
+            planned = self.spec.run(outcome.name)
+            result = final_evaluation(outcome.path, self.plan(planned))
+            if not quiet:
+                say_evaluated(f"[{i}/{len(outcomes)}] {planned.name}", result)
+            nll, _, task, _ = result
+            flops_of, group = (
+                self.spec.flops_of.get(planned.name),
+                self.spec.groups.get(planned.name),
             )
-        )
-    trained: list[str] = []
+            curve = loss_curve(outcome.path / "metrics.jsonl")
+            blocks = self.spec.settings.blocks
+            row = result_row(planned, outcome.summary, nll, flops_of, group, blocks, curve)
+            if task is not None:
+                row["task_score_name"] = task["score_name"]
+                row["task_scores"] = task["scores"]
+            self.rows.append(row)
+        finished = {o.name for o in outcomes}
+        self.missing = [p.name for p in self.spec.runs if p.name not in finished]
+        return sweep_results(self.spec, self.rows)
 
-    def on_done(job: Job, result: Any, seconds: float) -> None:
-        if isinstance(result, RunOutcome):
-            trained.append(result.name)
-            _say(quiet, f"  {job.label}: {result.summary['steps']} steps in {seconds:.0f} s")
-        else:
-            _say_evaluated(quiet, job.label.removesuffix(" eval"), result)
-
-    _say(
-        quiet,
-        f"{len(jobs)} jobs (trainings and final evaluations) side by side in {workers} "
-        f"processes of {threads} thread(s) (--jobs)",
-    )
-    run_jobs(jobs, workers, threads, on_done, quiet)
-    return trained
-
-
-def _finished_elsewhere(planned: PlannedRun, out: Path, quiet: bool) -> dict[str, Any] | None:
-    run = run_directory(out, planned.name)
-    if not run.config_path.is_file():
-        return None
-    summary = finished_summary(run)
-    if summary is None:
-        return None
-    diff = run_defining_differences(run.saved_config(), planned.config)
-    if diff:
-        _say(quiet, f"{run.path}: trained with other settings ({', '.join(diff)}); left out")
-        return None
-    return summary
+    def write(self, results: dict[str, Any], out: Path) -> None:
+        self.files = write_report(self.spec, out, results, self.missing)
