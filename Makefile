@@ -33,7 +33,7 @@ demo: setup
 TEST_WORKERS ?= 2
 test: setup
 	$(PY) -m compileall -q src tests
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
 
 test-all: setup
 	$(PY) -m pytest -q
