@@ -198,6 +198,18 @@ def test_a_per_sequence_file_results_json_does_not_name_is_refused(
     assert not (out / "figure4.png").exists()
 
 
+@pytest.mark.parametrize("name", ["results.json", "report.json", "report.md"])
+def test_an_out_holding_someone_elses_file_is_refused(fixed_first_run, tmp_path, capsys, name):
+    """A report.md counts as ours only beside a report.json of ours; nothing is overwritten."""
+    out = tmp_path / "diag"
+    out.mkdir()
+    (out / name).write_text("mine\n")
+    code, _, err = run_cli(capsys, fixed_first_run, "--updates", "0", *SMALL, "--out", out)
+    assert code == 2 and err.count("\n") == 1
+    assert f"holds a {name} that fixedfirst did not write" in err
+    assert [p.name for p in out.iterdir()] == [name] and (out / name).read_text() == "mine\n"
+
+
 def test_equal_depths_give_zero_benefit_end_to_end(fixed_first_run):
     options = DiagnoseOptions(
         updates=[0, 3], batches=2, depths=(3, 3), serving_depths=[1, 3, 5], heldout=4
