@@ -174,3 +174,32 @@ def test_the_studies_awaiting_a_rerun_are_those_without_committed_results():
         "AWAITING_RERUN must name exactly the studies whose results are not in docs/figures/: "
         f"take {sorted(AWAITING_RERUN - missing)} off it, add {sorted(missing - AWAITING_RERUN)}"
     )
+
+
+def test_numbers_json_reads_back_as_written_with_plain_containers_on_one_line():
+    value = {
+        "runs": {"a": {"scores": {"1": 0.1, "16": 1 / 3}, "tags": []}, "b": {}},
+        "recall": [{"depth": 1, "bits": 2.5e-17, "seed": None, "ok": True}],
+        "depths": [1, 2, 64],
+        "label": "x \u00b1 y",
+    }
+    text = numbers_json(value)
+    assert json.loads(text) == value and json.loads(text)["runs"]["a"]["scores"]["16"] == 1 / 3
+    assert text.splitlines() == [
+        "{",
+        '  "runs": {',
+        '    "a": {',
+        '      "scores": {"1": 0.1, "16": 0.3333333333333333},',
+        '      "tags": []',
+        "    },",
+        '    "b": {}',
+        "  },",
+        '  "recall": [',
+        '    {"depth": 1, "bits": 2.5e-17, "seed": null, "ok": true}',
+        "  ],",
+        '  "depths": [1, 2, 64],',
+        '  "label": "x \\u00b1 y"',
+        "}",
+    ]
+    with pytest.raises(TypeError, match="keys must be strings"):
+        numbers_json({"by_depth": {4: 1.0}})

@@ -33,22 +33,20 @@ def write_numbers_and_report(
 
 
 def numbers_json(value: Any, depth: int = 0) -> str:
-    """`value` as JSON, objects and arrays that hold others indented one per line, those that
-    hold only numbers, strings, booleans or nulls on one line (a committed file that a diff can
-    read, at about a third of `indent=2`'s size). Keys must be strings; floats keep every digit."""
-    nested = isinstance(value, dict | list) and any(
-        isinstance(v, dict | list) for v in (value.values() if isinstance(value, dict) else value)
-    )
-    if not nested:
-        if isinstance(value, dict) and any(not isinstance(k, str) for k in value):
-            raise TypeError(f"numbers_json: keys must be strings, got {list(value)}")
-        return json.dumps(value)
-    pad, inner = "  " * depth, "  " * (depth + 1)
+    """`value` as JSON: objects and arrays that hold others indented, one entry per line; those
+    holding only numbers, strings, booleans or nulls on one line (a committed file a diff can
+    read, smaller than `indent=2` makes it). Keys must be strings; floats keep every digit."""
     if isinstance(value, dict):
-        for key in value:
-            if not isinstance(key, str):
-                raise TypeError(f"numbers_json: keys must be strings, got {key!r}")
-        items = [f"{inner}{json.dumps(k)}: {numbers_json(v, depth + 1)}" for k, v in value.items()]
-        return "{\n" + ",\n".join(items) + f"\n{pad}}}"
-    items = [f"{inner}{numbers_json(v, depth + 1)}" for v in value]
-    return "[\n" + ",\n".join(items) + f"\n{pad}]"
+        if any(not isinstance(key, str) for key in value):
+            raise TypeError(f"numbers_json: keys must be strings, got {list(value)}")
+        entries = [f"{json.dumps(k)}: {numbers_json(v, depth + 1)}" for k, v in value.items()]
+        children, brackets = list(value.values()), "{}"
+    elif isinstance(value, list):
+        entries = [numbers_json(v, depth + 1) for v in value]
+        children, brackets = value, "[]"
+    else:
+        return json.dumps(value)
+    if not any(isinstance(child, dict | list) for child in children):
+        return json.dumps(value)
+    inner = "\n" + "  " * (depth + 1)
+    return brackets[0] + inner + ("," + inner).join(entries) + "\n" + "  " * depth + brackets[1]

@@ -212,8 +212,13 @@ def study_document(arms: list[Arm], metric: str, metric_name: str) -> dict[str, 
         "metric_name": metric_name,
         "lower_is_better": metric == "nll",
         "arms": [
-            {**asdict(a), "by_depth": {str(d): v for d, v in a.by_depth.items()}}
-            | {"mean": a.mean, "spread": a.spread, "compute": a.compute}
+            {
+                **asdict(a),
+                "by_depth": {str(d): v for d, v in a.by_depth.items()},
+                "mean": a.mean,
+                "spread": a.spread,
+                "compute": a.compute,
+            }
             for a in arms
         ],
         "verdicts": [
