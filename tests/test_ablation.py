@@ -10,6 +10,8 @@ import pytest
 from fixedfirst.cli.main import main
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.studies.ablation.experiment import SWITCHES, load_ablation
+from fixedfirst.studies.ablation.report import report_markdown
+from tests.report_checks import assert_report_remade
 
 
 def test_variants_flip_one_switch_each_from_the_preset():
@@ -48,6 +50,11 @@ def test_ablation_end_to_end_on_the_chains_smoke_preset(tmp_path, capsys):
         cells = " | ".join(f"{run['scores'][d]:.3g}" for d in ("1", "2", "4", "8", "32"))
         assert f"| {run['variant']} |" in report and cells in report
     assert "coda_norm=false" in capsys.readouterr().out
+    assert json.loads((out / "report.json").read_text())["runs"] == {
+        name: {"variant": run["variant"], "scores": run["scores"]}
+        for name, run in results["runs"].items()
+    }  # results.json without the steps and FLOPs, which the report does not read
+    assert_report_remade(out, report_markdown, report_markdown(results), tmp_path)
 
 
 @pytest.mark.parametrize(

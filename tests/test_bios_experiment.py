@@ -14,7 +14,9 @@ from fixedfirst.compute.flops import flop_model
 from fixedfirst.config import load_config
 from fixedfirst.schedules import Schedule
 from fixedfirst.studies.bios.experiment import load_preset, recall_job, snapshot_checkpoint
+from fixedfirst.studies.bios.report import report_markdown
 from fixedfirst.tasks.bios.recall import RecallReport
+from tests.report_checks import assert_report_remade
 
 PRINTED: dict[str, str] = {}
 """What the smoke experiment printed, for the test of its side-by-side lines."""
@@ -161,6 +163,15 @@ def test_figure_and_report_are_written_from_the_numbers(smoke_dir):
         share = f"{100 * run['flops'] / results['flop_budget']:.2f}%"
         assert f"| {name} | {run['description']} | {run['steps']} |" in report
         assert share in report
+
+
+def test_report_is_remade_from_report_json_alone(smoke_dir, tmp_path):
+    """report.json holds the recall and the runs' costs, not the analysis: report.md is
+    analysed and written again from it, and from results.json, to the byte."""
+    results = json.loads((smoke_dir / "results.json").read_text())
+    numbers = json.loads((smoke_dir / "report.json").read_text())
+    assert "analysis" not in numbers and len(numbers["recall"]) == len(results["recall"])
+    assert_report_remade(smoke_dir, report_markdown, report_markdown(results), tmp_path)
 
 
 def test_second_invocation_reuses_everything(smoke_dir, capsys):

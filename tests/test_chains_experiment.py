@@ -13,7 +13,9 @@ from fixedfirst.compute.flops import flop_model
 from fixedfirst.schedules import Schedule
 from fixedfirst.studies.chains.experiment import load_preset
 from fixedfirst.studies.chains.figure import FIGURES
+from fixedfirst.studies.chains.report import report_markdown
 from fixedfirst.studies.presets import PAPER_SCHEDULES
+from tests.report_checks import assert_report_remade
 
 SMOKE_SETTINGS = ["experiment.flops=6e9"]
 """The smoke preset at half its FLOP budget: training was most of the experiment's time."""
@@ -119,6 +121,18 @@ def test_report_and_figures_come_from_the_numbers(smoke_dir):
         f"{100 * gain['mean']:+.1f} [{100 * gain['low']:+.1f}, {100 * gain['high']:+.1f}]" in report
     )
     assert f"(bar 40 points: {gain['verdict']})" in report
+
+
+def test_report_is_remade_from_report_json_alone(smoke_dir, tmp_path):
+    """report.json holds the runs' costs and the scores the analysis reads (not the analysis,
+    nor the other sets' accuracy by difficulty): report.md is analysed and written again from
+    it, and from results.json, to the byte."""
+    results = json.loads((smoke_dir / "results.json").read_text())
+    numbers = json.loads((smoke_dir / "report.json").read_text())
+    assert "analysis" not in numbers and numbers["runs"].keys() == results["runs"].keys()
+    for run in numbers["runs"].values():
+        assert [n for n, s in run["scores"]["sets"].items() if "accuracy" in s] == ["standard"]
+    assert_report_remade(smoke_dir, report_markdown, report_markdown(results), tmp_path)
 
 
 def test_second_invocation_reuses_everything(smoke_dir, capsys):

@@ -14,10 +14,12 @@ from fixedfirst.cli.main import main
 from fixedfirst.stats.intervals import two_way_bootstrap
 from fixedfirst.studies.diagnose.figure import figure4
 from fixedfirst.studies.diagnose.finishing import FinishingChain, open_run_state
+from fixedfirst.studies.diagnose.report import report_markdown
 from fixedfirst.studies.diagnose.runner import DiagnoseOptions, run_diagnostic
 from fixedfirst.studies.diagnose.summary import contained_from, first_u_containing_zero
 from fixedfirst.train.checkpoint import META_FILE, TRAINER_FILE, CheckpointManager, sha256
 from fixedfirst.train.trainer import Trainer
+from tests.report_checks import assert_report_remade
 from tests.trainer_helpers import tiny_config
 
 SWITCH = 24  # the tiny config: 48 steps, switch 0.5
@@ -136,6 +138,12 @@ def test_diagnose_end_to_end(fixed_first_run, tmp_path, capsys):
     assert "depth-averaged benefit" in stdout and "contains 0" in stdout
     assert "| 4 |" in stdout  # the per-depth table
     assert "held-out sequences only" in stdout and "3 training batches x 4 held-out" in stdout
+    # What it printed is report.md, made from report.json alone: the intervals, no per-sequence
+    # benefit.
+    assert stdout.startswith((out / "report.md").read_text())
+    numbers = json.loads((out / "report.json").read_text())
+    assert "per_sequence" not in numbers and "per_batch_benefit" not in numbers["results"][0]
+    assert_report_remade(out, report_markdown, report_markdown(results), tmp_path)
 
 
 def test_figure_draws_the_bootstrap_intervals(fixed_first_run, tmp_path, capsys):
@@ -188,6 +196,18 @@ def test_a_per_sequence_file_results_json_does_not_name_is_refused(
     assert "benefit_per_sequence.npy that its results.json does not name" in err
     assert stale.read_bytes() == before
     assert not (out / "figure4.png").exists()
+
+
+@pytest.mark.parametrize("name", ["results.json", "report.json", "report.md"])
+def test_an_out_holding_someone_elses_file_is_refused(fixed_first_run, tmp_path, capsys, name):
+    """A report.md counts as ours only beside a report.json of ours; nothing is overwritten."""
+    out = tmp_path / "diag"
+    out.mkdir()
+    (out / name).write_text("mine\n")
+    code, _, err = run_cli(capsys, fixed_first_run, "--updates", "0", *SMALL, "--out", out)
+    assert code == 2 and err.count("\n") == 1
+    assert f"holds a {name} that fixedfirst did not write" in err
+    assert [p.name for p in out.iterdir()] == [name] and (out / name).read_text() == "mine\n"
 
 
 def test_equal_depths_give_zero_benefit_end_to_end(fixed_first_run):

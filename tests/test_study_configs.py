@@ -206,31 +206,6 @@ def test_committed_probe_tables_are_made_from_the_results_beside_them(kind, name
     assert made in table, f"docs/probes/{name}.md differs from what probe_table.py makes"
 
 
-def test_committed_language_model_tables_are_made_from_the_results_beside_them():
-    """docs/figures/lm-code-{table,claims,gap-by-length*}.md, which the language-model study
-    quotes, are what the sweep's report and scripts/gap_by_length.py make of
-    docs/figures/lm-code-results.json (the sweep's results.json, committed)."""
-    from fixedfirst.studies.sweep.claims import claims_markdown, evaluate_claims
-    from fixedfirst.studies.sweep.seed_table import seed_groups, seed_table_markdown
-    from fixedfirst.studies.sweep.spec import load_sweep
-
-    figures = ROOT / "docs/figures"
-    results = json.loads((figures / "lm-code-results.json").read_text())
-    spec = load_sweep(ROOT / "configs/sweeps/lm-code-cpu.toml")
-    groups = seed_groups(results["runs"], spec.reference_group, spec.metric)
-    over_seeds = seed_table_markdown(groups, spec.reference_group, spec.metric, None)
-    assert over_seeds in (figures / "lm-code-table.md").read_text()
-    claims = evaluate_claims(spec.claims, results["runs"], spec.metric, None)
-    assert claims_markdown(claims, spec.metric) == (figures / "lm-code-claims.md").read_text()
-
-    lengths = script("gap_by_length")
-    params = 312_064  # d = 128, one core layer, 257 bytes (docs/studies/language-model.md)
-    for pair, name in (("ff-k2-s0.67-uniform", ""), ("ff-k4-s0.67-uniform", "-k4")):
-        rows, missing = lengths.gap_rows(results, pair, "uniform", [1, 0.25, 0.0625])
-        made = lengths.markdown(rows, pair, "uniform", params, missing)
-        assert made == (figures / f"lm-code-gap-by-length{name}.md").read_text()
-
-
 def test_only_takes_an_entry_for_all_its_seeds():
     from fixedfirst.studies.sweep.spec import load_sweep
 

@@ -8,7 +8,14 @@ import json
 import pytest
 
 from fixedfirst.studies.sweep import load_sweep
-from fixedfirst.studies.sweep.switch_study import arms_of, study_markdown, verdicts
+from fixedfirst.studies.sweep.switch_study import (
+    arms_of,
+    document_markdown,
+    study_document,
+    study_markdown,
+    verdicts,
+)
+from tests.report_checks import assert_report_remade
 from tests.test_sweep import BASE, PNG_MAGIC, corpus, run_cli  # noqa: F401 (a fixture)
 
 STUDY = """
@@ -58,6 +65,11 @@ def test_seeded_study_sweep_end_to_end(tmp_path, capsys, corpus):  # noqa: F811
     assert "K0 = 2, plateau: 0.0000 better" in text and "**meets the target**" in text
     assert (out / "switch_study.png").read_bytes()[:8] == PNG_MAGIC
     assert "| **" not in (out / "table.md").read_text()  # no reference run is named
+    # switch_study.md is made from switch_study.json alone, which holds the arms as measured.
+    arms = arms_of(rows, "nll")
+    assert study_document(arms, "nll", "mean serving NLL") == study
+    from_rows = study_markdown(arms, "nll", "mean serving NLL")
+    assert_report_remade(out, document_markdown, from_rows, tmp_path, stem="switch_study")
 
 
 def row(group, k0, switch, seed, nll, compute, fraction, rule=None, probes=0.0):

@@ -47,5 +47,5 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         for sentence in findings(results):
             print(f"- {sentence}")
-        print(f"wrote {out / 'results.json'}, {out / 'report.md'}")
+        print(f"wrote {out / 'results.json'}, {out / 'report.json'}, {out / 'report.md'}")
     return 0

@@ -39,5 +39,6 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         for sentence in findings(results):
             print(f"- {sentence}")
-        print(f"wrote {out / 'results.json'}, {out / 'figure1.png'}, {out / 'report.md'}")
+        names = ("results.json", "figure1.png", "report.json", "report.md")
+        print("wrote " + ", ".join(str(out / n) for n in names))
     return 0

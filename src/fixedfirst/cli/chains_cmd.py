@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         for sentence in findings(results):
             print(f"- {sentence}")
-        names = ("results.json", *FIGURES, "report.md")
+        names = ("results.json", *FIGURES, "report.json", "report.md")
         print("wrote " + ", ".join(str(out / n) for n in names))
     if old is not None:
         comparison = compare(old, results)

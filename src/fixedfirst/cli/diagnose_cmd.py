@@ -60,7 +60,12 @@ def check_out_dir(out: Path) -> None:
         raise UserError(f"cannot create --out {out}: {existing} is not writable")
     from fixedfirst.files.writing import is_our_figure, is_our_json
 
-    for name, ours in (("results.json", is_our_json), ("figure4.png", is_our_figure)):
+    for name, ours in (
+        ("results.json", is_our_json),
+        ("figure4.png", is_our_figure),
+        ("report.json", is_our_json),
+        ("report.md", lambda path: is_our_json(path.with_suffix(".json"))),
+    ):
         if (out / name).exists() and not ours(out / name):
             raise UserError(
                 f"--out {out} holds a {name} that fixedfirst did not write; nothing was "
@@ -173,8 +178,9 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.studies.diagnose.figure import plot_figure4
-    from fixedfirst.studies.diagnose.report import format_tables
+    from fixedfirst.studies.diagnose.report import report_markdown, report_numbers
     from fixedfirst.studies.diagnose.runner import DiagnoseOptions, run_diagnostic
+    from fixedfirst.studies.report_files import write_numbers_and_report
 
     if not Path(args.run_dir).is_dir():
         raise UserError(f"run directory {args.run_dir} does not exist")
@@ -206,9 +212,9 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"cannot create --out {out}: {e.strerror or e}") from None
         results = write_diagnosis(diagnosis, out)
         plot_figure4(results, out / "figure4.png")
-    print(format_tables(results))
-    print(
-        f"\nwrote {out / 'results.json'}, {out / PER_SEQUENCE_FILE} and {out / 'figure4.png'} "
-        f"({results['timing']['total_s']:.0f} s)"
-    )
+        report = write_numbers_and_report(out, report_numbers(results), report_markdown)
+    print(report, end="")
+    names = ("results.json", PER_SEQUENCE_FILE, "figure4.png", "report.json", "report.md")
+    seconds = results["timing"]["total_s"]
+    print("\nwrote " + ", ".join(str(out / name) for name in names) + f" ({seconds:.0f} s)")
     return 0

@@ -16,6 +16,8 @@ writes:
   DIR/claims.md          each [[claims]] sentence, its paired interval over seeds and verdict
   DIR/nll_by_depth.png   NLL against serving depth, one line per run
   DIR/figure3.png        training loss around the switch of the sweep's Figure 3 run
+  DIR/switch_study.json  with [sweep] switch_study: each arm's per-seed values, the verdicts
+  DIR/switch_study.md    the study's table and verdicts, made from switch_study.json alone
 
 Invoking it again with the same DIR reuses finished runs and saved evaluations and resumes
 interrupted runs (Ctrl-C saves a checkpoint first). See configs/sweeps/lm-cpu.toml for the file

@@ -181,4 +181,4 @@ def _show_scores(job: Job, result: tuple[str, dict[str, float]], seconds: float)
 def _write_report(results: dict[str, Any], out: Path) -> None:
     from fixedfirst.studies.ablation.report import write_report
 
-    write_report(results, out / "report.md")
+    write_report(results, out)

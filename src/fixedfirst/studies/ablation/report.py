@@ -1,5 +1,7 @@
 """report.md of the architecture ablation: the task metric at the training depth and at 2x, 4x
-and 16x it, per variant, and sentences computed from that table."""
+and 16x it, per variant, and sentences computed from that table; made from report.json alone
+(`report_numbers`: results.json without what the report does not read, each run's steps and
+FLOPs)."""
 
 from __future__ import annotations
 
@@ -8,8 +10,19 @@ from typing import Any
 
 import numpy as np
 
-from fixedfirst.files.writing import write_text_atomic
+from fixedfirst.studies.report_files import write_numbers_and_report
 
+NUMBERS_FORMAT = "fixedfirst-ablation-report"
+SETUP_FIELDS = (
+    "task",
+    "preset",
+    "training_depth",
+    "depths",
+    "flop_budget",
+    "seeds",
+    "variants",
+    "score_name",
+)
 COLLAPSE = 0.5
 """A variant collapses at a depth where it keeps less than this share of its training-depth
 score (the bios report's rule)."""
@@ -55,7 +68,26 @@ def findings(results: dict[str, Any]) -> list[str]:
     return out
 
 
-def write_report(results: dict[str, Any], path: Path) -> None:
+def report_numbers(results: dict[str, Any]) -> dict[str, Any]:
+    """What report.md is computed from, from results.json: the setup and every run's scores."""
+    return {
+        "format": NUMBERS_FORMAT,
+        "version": 1,
+        **{key: results[key] for key in SETUP_FIELDS},
+        "runs": {
+            name: {"variant": r["variant"], "scores": r["scores"]}
+            for name, r in results["runs"].items()
+        },
+    }
+
+
+def write_report(results: dict[str, Any], out: Path) -> None:
+    """OUT/report.json (`report_numbers`) and OUT/report.md made from it."""
+    write_numbers_and_report(out, report_numbers(results), report_markdown)
+
+
+def report_markdown(results: dict[str, Any]) -> str:
+    """report.md from report.json's numbers (or results.json, which holds them all)."""
     rows = table(results)
     depths = results["depths"]
     header = "| variant | model overrides | " + " | ".join(f"K={d}" for d in depths) + " |"
@@ -81,4 +113,4 @@ def write_report(results: dict[str, Any], path: Path) -> None:
         cells = " | ".join(_cell(rows[variant][d]) for d in depths)
         lines.append(f"| {variant} | {', '.join(overrides) or '(the preset)'} | {cells} |")
     lines.append("")
-    write_text_atomic(path, "\n".join(lines))
+    return "\n".join(lines)

@@ -313,7 +313,7 @@ def _write_figure_and_report(results: dict[str, Any], out: Path) -> None:
     from fixedfirst.studies.bios.report import write_report
 
     plot_figure1(results, out / "figure1.png")
-    write_report(results, out / "report.md")
+    write_report(results, out)
 
 
 def _checkpoint_ready(run: Path, fraction: float) -> bool:

@@ -1,9 +1,10 @@
 """report.md for Figure 1: sentences computed from the seeds' recall, then the tables behind them.
 
-Every sentence is produced from results.json (`analysis.py`): comparisons as same-seed differences
-with their 95% intervals over seeds and the word those allow (higher, lower, cannot tell), the
-regime and collapse questions answered per seed. Nothing is canned, so a run that disagrees with
-the paper says so.
+Every sentence is produced from the recall of every run (`analysis.py`): comparisons as same-seed
+differences with their 95% intervals over seeds and the word those allow (higher, lower, cannot
+tell), the regime and collapse questions answered per seed. Nothing is canned, so a run that
+disagrees with the paper says so. report.md is made from report.json alone (`report_numbers`:
+the recall and each run's cost, no analysis; `report_markdown` analyses them again).
 """
 
 from __future__ import annotations
@@ -11,9 +12,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fixedfirst.files.writing import write_text_atomic
-from fixedfirst.studies.bios.analysis import COLLAPSE, NOTHING
+from fixedfirst.studies.bios.analysis import COLLAPSE, NOTHING, analyse
 from fixedfirst.studies.bios.figure import label
+from fixedfirst.studies.report_files import write_numbers_and_report
+
+NUMBERS_FORMAT = "fixedfirst-bios-report"
+RUN_FIELDS = ("schedule", "description", "steps", "tokens", "flops", "wall_s")
+RECALL_FIELDS = ("schedule", "seed", "budget_fraction", "depth", "bits_per_person")
+SETUP_FIELDS = (
+    "preset",
+    "flop_budget",
+    "ceiling_bits",
+    "people",
+    "recall_people",
+    "depths",
+    "budget_fractions",
+)
 
 SIGN_WORDS = {"positive": "higher", "negative": "lower", "cannot tell": "cannot tell"}
 
@@ -152,7 +166,34 @@ def findings(results: dict[str, Any]) -> list[str]:
     return out
 
 
-def write_report(results: dict[str, Any], path: Path) -> None:
+def report_numbers(results: dict[str, Any]) -> dict[str, Any]:
+    """What report.md is computed from, from results.json: the setup, every run's cost (and the
+    learning rate at a switch), every (run, budget fraction, serving depth)'s recall."""
+    runs = {}
+    for name, r in results["runs"].items():
+        run = {key: r[key] for key in RUN_FIELDS}
+        switch = r.get("switch") or {}
+        if "lr" in switch:
+            run["lr_schedule"] = r["lr_schedule"]
+            run["switch"] = {key: switch[key] for key in ("lr", "mean_finish_lr", "peak_lr")}
+        runs[name] = run
+    return {
+        "format": NUMBERS_FORMAT,
+        "version": 1,
+        **{key: results[key] for key in SETUP_FIELDS},
+        "runs": runs,
+        "recall": [{key: r[key] for key in RECALL_FIELDS} for r in results["recall"]],
+    }
+
+
+def write_report(results: dict[str, Any], out: Path) -> None:
+    """OUT/report.json (`report_numbers`) and OUT/report.md made from it."""
+    write_numbers_and_report(out, report_numbers(results), report_markdown)
+
+
+def report_markdown(numbers: dict[str, Any]) -> str:
+    """report.md from report.json's numbers (or results.json, which holds them all)."""
+    results = {**numbers, "analysis": analyse(numbers)}
     a = results["analysis"]
     depths = results["depths"]
     budget = results["flop_budget"]
@@ -197,4 +238,4 @@ def write_report(results: dict[str, Any], path: Path) -> None:
             f"{r['flops']:.4e} | {100 * r['flops'] / budget:.2f}% | {r['wall_s']:.0f} |"
         )
     lines.append("")
-    write_text_atomic(path, "\n".join(lines))
+    return "\n".join(lines)

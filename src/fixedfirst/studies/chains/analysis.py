@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from fixedfirst.stats.evidence import over_seeds, paired, sign, verdict
+from fixedfirst.tasks.chains.sets import STANDARD
 
 SOLVED = 0.9
 """Accuracy at which a difficulty counts as solved."""
@@ -65,6 +66,33 @@ def chosen_depth(run: dict[str, Any], depths: list[int]) -> int:
 
 def in_range_accuracy(run: dict[str, Any], depth: int, max_ops: int) -> float:
     return float(np.mean(run["scores"]["sets"]["standard"]["accuracy"][str(depth)][: max_ops + 1]))
+
+
+def analysed_scores(scores: dict[str, Any]) -> dict[str, Any]:
+    """The part of a run's scores (`scoring.py`) that `analyse` reads: every set's bands, the
+    standard set's accuracy per difficulty, the selection set's `near` band, the KL exit rule's
+    accuracy and depth per difficulty."""
+    sets = {}
+    for name, scored in scores["sets"].items():
+        sets[name] = {"eval_ops": scored["eval_ops"], "bands": scored["bands"]}
+        if name == STANDARD:
+            sets[name]["accuracy"] = scored["accuracy"]
+    selection = scores["selection"]["bands"]
+    near = band_roles(selection)["near"]
+    exits = scores["kl_exit"]
+    return {
+        "sets": sets,
+        "selection": {
+            "bands": {
+                label: {"in_range": band["in_range"]}
+                | ({"by_depth": band["by_depth"]} if label == near else {})
+                for label, band in selection.items()
+            }
+        },
+        "kl_exit": {
+            key: exits[key] for key in ("threshold", "max_depth", "accuracy", "mean_depth")
+        },
+    }
 
 
 def _interval(
@@ -157,14 +185,13 @@ def analyse(runs: dict[str, dict[str, Any]], depths: list[int], max_ops: int) ->
         out["solved"][s] = _solved(seeds[s], depths, deepest)
         out["collapse"][s] = _collapse(seeds[s], depths, max_ops)
         out["accuracy_by_difficulty"][s] = {
-            name: {
+            STANDARD: {
                 str(d): np.mean(
-                    [r["scores"]["sets"][name]["accuracy"][str(d)] for r in seeds[s].values()],
+                    [r["scores"]["sets"][STANDARD]["accuracy"][str(d)] for r in seeds[s].values()],
                     axis=0,
                 ).tolist()
                 for d in depths
             }
-            for name in set_names
         }
         out["kl_exit"][s] = _kl_exit(seeds[s], first["sets"]["standard"]["bands"])
     out["extrapolates_best"] = _best(out, values, deepest)

@@ -228,4 +228,4 @@ def _write_figures_and_report(results: dict[str, Any], out: Path) -> None:
     from fixedfirst.studies.chains.report import write_report
 
     plot_figures(results, out)
-    write_report(results, out / "report.md")
+    write_report(results, out)

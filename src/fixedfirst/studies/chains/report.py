@@ -1,9 +1,10 @@
 """report.md of the chains experiment: findings computed from the numbers, then the tables.
 
-Every sentence is produced from results.json (`analysis.py`): each claim's quantity as a mean over
-seeds with its 95% interval over seeds, and the word the interval allows (higher, lower, or
+Every sentence is produced from the runs' scores (`analysis.py`): each claim's quantity as a mean
+over seeds with its 95% interval over seeds, and the word the interval allows (higher, lower, or
 cannot tell). Nothing is canned, so a run that disagrees with the paper, or with an earlier run,
-says so.
+says so. report.md is made from report.json alone (`report_numbers`: the scores the analysis
+reads and each run's cost; `report_markdown` analyses them again).
 """
 
 from __future__ import annotations
@@ -11,8 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fixedfirst.files.writing import write_text_atomic
+from fixedfirst.studies.chains.analysis import analyse, analysed_scores
+from fixedfirst.studies.report_files import write_numbers_and_report
 from fixedfirst.tasks.chains.sets import STANDARD
+
+NUMBERS_FORMAT = "fixedfirst-chains-report"
+RUN_FIELDS = ("schedule", "label", "description", "seed", "steps", "tokens", "flops", "wall_s")
 
 TABLE_DEPTHS = (1, 2, 4, 8, 16, 32, 64)
 SIGN_WORDS = {"positive": "higher", "negative": "lower", "cannot tell": "cannot tell"}
@@ -235,8 +240,38 @@ def _runs_table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def write_report(results: dict[str, Any], path: Path) -> None:
+def report_numbers(results: dict[str, Any]) -> dict[str, Any]:
+    """What report.md is computed from, from results.json: the task and evaluation sizes, every
+    run's cost and the part of its scores the analysis reads (`analysed_scores`)."""
     task, e = results["task"], results["experiment"]
+    return {
+        "format": NUMBERS_FORMAT,
+        "version": 1,
+        "preset": results["preset"],
+        "flop_budget": results["flop_budget"],
+        "chance": results["chance"],
+        "task": {key: task[key] for key in ("statements", "values", "max_ops", "eval_ops")},
+        "experiment": {key: e[key] for key in ("depths", "sequences", "set_sequences")},
+        "runs": {
+            name: {
+                **{key: r[key] for key in RUN_FIELDS},
+                "scores": analysed_scores(r["scores"]),
+            }
+            for name, r in results["runs"].items()
+        },
+    }
+
+
+def write_report(results: dict[str, Any], out: Path) -> None:
+    """OUT/report.json (`report_numbers`) and OUT/report.md made from it."""
+    write_numbers_and_report(out, report_numbers(results), report_markdown)
+
+
+def report_markdown(numbers: dict[str, Any]) -> str:
+    """report.md from report.json's numbers (or results.json, which holds them all)."""
+    task, e = numbers["task"], numbers["experiment"]
+    analysis = analyse(numbers["runs"], e["depths"], task["max_ops"])
+    results = {**numbers, "analysis": analysis}
     a = results["analysis"]
     n = len(a["seeds"])
     intervals = sum(
@@ -289,4 +324,4 @@ def write_report(results: dict[str, Any], path: Path) -> None:
         *_runs_table(results),
         "",
     ]
-    write_text_atomic(path, "\n".join(lines))
+    return "\n".join(lines)

@@ -1,8 +1,55 @@
-"""The diagnostic's printed tables: depth-averaged benefit per u, then benefit per serving depth."""
+"""The diagnostic's report (printed, and written as report.md): depth-averaged benefit per u,
+then per band and per serving depth; made from report.json alone (`report_numbers`: the
+intervals the tables show, without the per-sequence benefits they were drawn from)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+NUMBERS_FORMAT = "fixedfirst-diagnose-report"
+SETUP_FIELDS = (
+    "run",
+    "schedule",
+    "depths",
+    "serving_depths",
+    "batches",
+    "rms_reference",
+    "interval",
+    "contains_zero_from_u",
+)
+MEAN_AND_BOUNDS = ("mean", "low", "high")
+AVERAGE_FIELDS = (*MEAN_AND_BOUNDS, "contains_zero", "se", "se_batches_only", "se_heldout_only")
+
+
+def report_numbers(results: dict[str, Any]) -> dict[str, Any]:
+    """What the report is computed from, from results.json: the setup, and per u its step,
+    learning rate and the intervals of the depth average, the bands and every serving depth."""
+
+    def bounds(interval: dict[str, Any]) -> dict[str, Any]:
+        return {key: interval[key] for key in MEAN_AND_BOUNDS}
+
+    numbers: dict[str, Any] = {
+        "format": NUMBERS_FORMAT,
+        "version": 1,
+        **{key: results[key] for key in SETUP_FIELDS},
+        "checkpoint": {key: results["checkpoint"][key] for key in ("step", "tags")},
+        "heldout": {"sequences": results["heldout"]["sequences"]},
+    }
+    if results.get("bands"):
+        numbers["bands"] = list(results["bands"])  # the names: the tables read no more
+        numbers["contains_zero_from_u_by_band"] = results["contains_zero_from_u_by_band"]
+    numbers["results"] = [
+        {
+            "u": row["u"],
+            "step": row["step"],
+            "lr": row["lr"],
+            "depth_average": {key: row["depth_average"][key] for key in AVERAGE_FIELDS},
+            "bands": {name: bounds(band) for name, band in row["bands"].items()},
+            "benefit": {k: bounds(interval) for k, interval in row["benefit"].items()},
+        }
+        for row in results["results"]
+    ]
+    return numbers
 
 
 def _signed(x: float) -> str:
@@ -41,6 +88,11 @@ def headline(results: dict[str, Any]) -> list[str]:
     for name, u in results.get("contains_zero_from_u_by_band", {}).items():
         lines.append(f"serving depths {name}: " + verdict(u, last["bands"][name]))
     return lines
+
+
+def report_markdown(numbers: dict[str, Any]) -> str:
+    """report.md (what the command prints) from report.json's numbers, or results.json's."""
+    return format_tables(numbers) + "\n"
 
 
 def format_tables(results: dict[str, Any]) -> str:

@@ -8,12 +8,10 @@ seconds.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from fixedfirst.files.writing import write_text_atomic
+from fixedfirst.studies.report_files import write_numbers_and_report
 from fixedfirst.studies.sweep.claims import claims_markdown, evaluate_claims
 from fixedfirst.studies.sweep.depth_figure import plot_nll_by_depth
 from fixedfirst.studies.sweep.factors import factor_table, factors_markdown
@@ -28,7 +26,7 @@ from fixedfirst.studies.sweep.seed_table import seed_groups, seed_table_markdown
 from fixedfirst.studies.sweep.settings import SweepSettings
 from fixedfirst.studies.sweep.spec import SweepSpec
 from fixedfirst.studies.sweep.switch_figure import plot_switch_study
-from fixedfirst.studies.sweep.switch_study import arms_of, study_markdown, verdicts
+from fixedfirst.studies.sweep.switch_study import arms_of, document_markdown, study_document
 from fixedfirst.studies.training import run_directory
 
 
@@ -53,29 +51,36 @@ def _score_name(spec: SweepSpec, rows: list[dict[str, Any]]) -> str | None:
     return rows[0].get("task_score_name") if spec.metric == "task" else None
 
 
+def report_texts(spec: SweepSpec, results: dict[str, Any], missing: list[str]) -> dict[str, str]:
+    """From results.json's document (`sweep_results`) and the sweep file alone: table.md and,
+    with claims, claims.md, with gaps, factors.md, by file name."""
+    rows = results["runs"]
+    table = table_markdown(rows, spec.reference, missing, spec.seeds is not None)
+    if spec.seeds is not None:
+        table += "\n## Over seeds\n\n" + seed_table_markdown(
+            results["groups"], spec.reference_group, spec.metric, _score_name(spec, rows)
+        )
+    texts = {"table.md": table}
+    if spec.claims:
+        texts["claims.md"] = claims_markdown(results["claims"], spec.metric)
+    if spec.gaps:
+        texts["factors.md"] = factors_markdown(results["factors"])
+    return texts
+
+
 def write_report(
     spec: SweepSpec, out: Path, results: dict[str, Any], missing: list[str]
 ) -> list[Path]:
-    """From results.json's document (`sweep_results`, written beside): table.md, (with claims)
-    claims.md, (with gaps) factors.md, nll_by_depth.png, (when its run finished) figure3.png
-    and, for a switch study, switch_study.md/.json/.png (`write_study`); the files, results.json
-    first."""
+    """From results.json's document (`sweep_results`, written beside): the `report_texts`,
+    nll_by_depth.png, (when its run finished) figure3.png and, for a switch study,
+    switch_study.json/.md/.png (`write_study`); the files, results.json first."""
     rows = results["runs"]
     same_seed = spec.seeds is not None
     score_name = _score_name(spec, rows)
-    table = table_markdown(rows, spec.reference, missing, same_seed)
-    if spec.seeds is not None:
-        table += "\n## Over seeds\n\n" + seed_table_markdown(
-            results["groups"], spec.reference_group, spec.metric, score_name
-        )
-    files = [out / "results.json", out / "table.md"]
-    if spec.claims:
-        write_text(out / "claims.md", claims_markdown(results["claims"], spec.metric))
-        files.append(out / "claims.md")
-    if spec.gaps:
-        write_text(out / "factors.md", factors_markdown(results["factors"]))
-        files.append(out / "factors.md")
-    write_text(out / "table.md", table)
+    files = [out / "results.json"]
+    for name, text in report_texts(spec, results, missing).items():
+        write_text(out / name, text)
+        files.append(out / name)
     if same_seed:
         figure = plot_nll_by_depth(rows, spec.reference_group, out / "nll_by_depth.png", True)
     else:
@@ -106,23 +111,11 @@ def heldout_record(settings: SweepSettings, rows: list[dict[str, Any]]) -> dict[
 
 
 def write_study(rows: list[dict[str, Any]], metric: str, metric_name: str, out: Path) -> list[Path]:
-    """switch_study.md, switch_study.json and switch_study.png in `out`."""
+    """switch_study.json, switch_study.md made from it, and switch_study.png in `out`."""
     arms = arms_of(rows, metric)
     if not arms:
         return []
-    document = {
-        "metric": metric,
-        "metric_name": metric_name,
-        "lower_is_better": metric == "nll",
-        "arms": [
-            {**asdict(a), "mean": a.mean, "spread": a.spread, "compute": a.compute} for a in arms
-        ],
-        "verdicts": [
-            {**asdict(v), "quality_miss": v.quality_miss, "compute_miss": v.compute_miss}
-            for v in verdicts(arms, metric == "nll")
-        ],
-    }
-    write_text_atomic(out / "switch_study.json", json.dumps(document, indent=2) + "\n")
-    write_text_atomic(out / "switch_study.md", study_markdown(arms, metric, metric_name))
+    document = study_document(arms, metric, metric_name)
+    write_numbers_and_report(out, document, document_markdown, stem="switch_study")
     figure = plot_switch_study(arms, metric, metric_name, out / "switch_study.png")
     return [out / "switch_study.md", out / "switch_study.json", figure]

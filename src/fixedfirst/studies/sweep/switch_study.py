@@ -11,11 +11,14 @@ The study's target, per K0 and rule: the auto arm's mean lies within the seed-to
 (max - min over seeds) of the best fixed fraction's mean, or beyond it on the better side, at no
 more compute than that fraction. Where it does not, the verdict says by how much it misses:
 quality beyond the spread, and compute above the best fixed fraction's.
+
+switch_study.md is made from switch_study.json alone (`study_document`: every arm's per-seed
+values, and the verdicts; `document_markdown` reads the arms back and decides again).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from fixedfirst.studies.sweep.results import by_depth, headline
@@ -197,3 +200,45 @@ def study_markdown(arms: list[Arm], metric: str, metric_name: str) -> str:
             misses.append(f"{100 * v.compute_miss:.1f}% more compute")
         lines.append(f"- {what}misses by {' and '.join(misses)}.")
     return "\n".join(lines) + "\n"
+
+
+def study_document(arms: list[Arm], metric: str, metric_name: str) -> dict[str, Any]:
+    """switch_study.json: every arm as measured (with its mean, spread and compute) and the
+    verdicts."""
+    return {
+        "format": "fixedfirst-switch-study",
+        "version": 1,
+        "metric": metric,
+        "metric_name": metric_name,
+        "lower_is_better": metric == "nll",
+        "arms": [
+            {
+                **asdict(a),
+                "by_depth": {str(d): v for d, v in a.by_depth.items()},
+                "mean": a.mean,
+                "spread": a.spread,
+                "compute": a.compute,
+            }
+            for a in arms
+        ],
+        "verdicts": [
+            {**asdict(v), "quality_miss": v.quality_miss, "compute_miss": v.compute_miss}
+            for v in verdicts(arms, metric == "nll")
+        ],
+    }
+
+
+def arms_of_document(document: dict[str, Any]) -> list[Arm]:
+    """The arms of a switch_study.json, as `arms_of` made them from the rows."""
+    names = [f.name for f in fields(Arm)]
+    arms = []
+    for entry in document["arms"]:
+        arm = Arm(**{name: entry[name] for name in names})
+        arm.by_depth = {int(d): v for d, v in entry["by_depth"].items()}
+        arms.append(arm)
+    return arms
+
+
+def document_markdown(document: dict[str, Any]) -> str:
+    """switch_study.md from switch_study.json alone."""
+    return study_markdown(arms_of_document(document), document["metric"], document["metric_name"])

@@ -1,0 +1,205 @@
+"""Every committed study report is what the study's own code makes of the results committed beside
+it, to the byte.
+
+COMMITTED names each study the docs quote: the file under docs/figures/ its report is made from
+(what the study's command wrote as DIR/report.json, DIR/switch_study.json or, for the
+language-model sweep, DIR/results.json) and the committed reports made from it. A study whose
+results are not committed yet (they come with its rerun: docs/development/reports.md) is named in
+AWAITING_RERUN; a test holds that list to what is on disk, so committing a study's results
+without taking it off the list fails, and so does deleting them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fixedfirst.studies.ablation import report as ablation_report
+from fixedfirst.studies.bios import report as bios_report
+from fixedfirst.studies.chains import report as chains_report
+from fixedfirst.studies.diagnose import report as diagnose_report
+from fixedfirst.studies.report_files import numbers_json
+from fixedfirst.studies.sweep.claims import evaluate_claims
+from fixedfirst.studies.sweep.report import report_texts
+from fixedfirst.studies.sweep.seed_table import seed_groups
+from fixedfirst.studies.sweep.spec import load_sweep
+from fixedfirst.studies.sweep.switch_study import (
+    arms_of_document,
+    document_markdown,
+    study_document,
+)
+from tests.test_study_configs import script
+
+ROOT = Path(__file__).resolve().parent.parent
+FIGURES = ROOT / "docs/figures"
+Remake = Callable[[dict[str, Any]], tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class Committed:
+    study: str
+    results: str
+    """The file under docs/figures/ the reports are made from."""
+    reports: tuple[str, ...]
+    """The committed reports under docs/figures/, in the order `remake` returns them."""
+    remake: Remake
+
+
+def language_model(results: dict[str, Any]) -> tuple[str, ...]:
+    """table.md and claims.md as the sweep writes them, the seeds' groups and the claims'
+    verdicts computed again from the runs' rows; then scripts/gap_by_length.py's tables."""
+    spec = load_sweep(ROOT / "configs/sweeps/lm-code-cpu.toml")
+    rows = results["runs"]
+    again = {
+        **results,
+        "groups": seed_groups(rows, spec.reference_group, spec.metric),
+        "claims": evaluate_claims(spec.claims, rows, spec.metric, None),
+    }
+    texts = report_texts(spec, again, [])
+    lengths = script("gap_by_length")
+    params = 312_064  # d = 128, one core layer, 257 bytes (docs/studies/language-model.md)
+    gaps = []
+    for pair in ("ff-k2-s0.67-uniform", "ff-k4-s0.67-uniform"):
+        gap_rows, missing = lengths.gap_rows(results, pair, "uniform", [1, 0.25, 0.0625])
+        gaps.append(lengths.markdown(gap_rows, pair, "uniform", params, missing))
+    return (texts["table.md"], texts["claims.md"], *gaps)
+
+
+def report(render: Callable[[dict[str, Any]], str]) -> Remake:
+    return lambda numbers: (render(numbers),)
+
+
+def switch_study(document: dict[str, Any]) -> tuple[str, ...]:
+    """switch_study.md from the arms, and switch_study.json itself: its means, spreads and
+    verdicts are what the arms' per-seed values give."""
+    arms = arms_of_document(document)
+    again = study_document(arms, document["metric"], document["metric_name"])
+    return document_markdown(document), numbers_json(again) + "\n"
+
+
+COMMITTED = (
+    Committed(
+        "language model",
+        "lm-code-results.json",
+        (
+            "lm-code-table.md",
+            "lm-code-claims.md",
+            "lm-code-gap-by-length.md",
+            "lm-code-gap-by-length-k4.md",
+        ),
+        language_model,
+    ),
+    Committed(
+        "bios demo", "bios-report.json", ("bios-report.md",), report(bios_report.report_markdown)
+    ),
+    Committed(
+        "bios loop",
+        "bios-loop-report.json",
+        ("bios-loop-report.md",),
+        report(bios_report.report_markdown),
+    ),
+    Committed(
+        "chains", "chains-report.json", ("chains-report.md",), report(chains_report.report_markdown)
+    ),
+    Committed(
+        "figure 4",
+        "figure4-report.json",
+        ("figure4-report.md",),
+        report(diagnose_report.report_markdown),
+    ),
+    Committed(
+        "auto-switch, fortunes",
+        "auto-switch-fortunes.json",
+        ("auto-switch-fortunes.md", "auto-switch-fortunes.json"),
+        switch_study,
+    ),
+    Committed(
+        "auto-switch, chains",
+        "auto-switch-chains.json",
+        ("auto-switch-chains.md", "auto-switch-chains.json"),
+        switch_study,
+    ),
+    Committed(
+        "ablation, chains",
+        "ablation-chains-report.json",
+        ("ablation-chains-report.md",),
+        report(ablation_report.report_markdown),
+    ),
+    Committed(
+        "ablation, bios",
+        "ablation-bios-report.json",
+        ("ablation-bios-report.md",),
+        report(ablation_report.report_markdown),
+    ),
+)
+
+AWAITING_RERUN = {
+    "bios demo",
+    "bios loop",
+    "chains",
+    "figure 4",
+    "auto-switch, fortunes",
+    "auto-switch, chains",
+    "ablation, chains",
+    "ablation, bios",
+}
+"""Studies whose reports were committed before their results were: each leaves this list in the
+commit that adds its results (and the report made with them)."""
+
+
+@pytest.mark.parametrize("committed", COMMITTED, ids=lambda c: c.study)
+def test_committed_reports_are_remade_from_the_results_beside_them(committed):
+    if committed.study in AWAITING_RERUN:
+        pytest.skip(
+            f"{committed.study}: docs/figures/{committed.results} is not committed yet; it "
+            "comes with the study's rerun (docs/development/reports.md)"
+        )
+    results = json.loads((FIGURES / committed.results).read_text())
+    remade = committed.remake(results)
+    assert len(remade) == len(committed.reports)
+    for name, text in zip(committed.reports, remade, strict=True):
+        assert text == (FIGURES / name).read_text(), (
+            f"docs/figures/{name} is not what the code makes of docs/figures/{committed.results}"
+        )
+
+
+def test_the_studies_awaiting_a_rerun_are_those_without_committed_results():
+    missing = {c.study for c in COMMITTED if not (FIGURES / c.results).exists()}
+    assert missing == AWAITING_RERUN, (
+        "AWAITING_RERUN must name exactly the studies whose results are not in docs/figures/: "
+        f"take {sorted(AWAITING_RERUN - missing)} off it, add {sorted(missing - AWAITING_RERUN)}"
+    )
+
+
+def test_numbers_json_reads_back_as_written_with_plain_containers_on_one_line():
+    value = {
+        "runs": {"a": {"scores": {"1": 0.1, "16": 1 / 3}, "tags": []}, "b": {}},
+        "recall": [{"depth": 1, "bits": 2.5e-17, "seed": None, "ok": True}],
+        "depths": [1, 2, 64],
+        "label": "x \u00b1 y",
+    }
+    text = numbers_json(value)
+    assert json.loads(text) == value and json.loads(text)["runs"]["a"]["scores"]["16"] == 1 / 3
+    assert text.splitlines() == [
+        "{",
+        '  "runs": {',
+        '    "a": {',
+        '      "scores": {"1": 0.1, "16": 0.3333333333333333},',
+        '      "tags": []',
+        "    },",
+        '    "b": {}',
+        "  },",
+        '  "recall": [',
+        '    {"depth": 1, "bits": 2.5e-17, "seed": null, "ok": true}',
+        "  ],",
+        '  "depths": [1, 2, 64],',
+        '  "label": "x \\u00b1 y"',
+        "}",
+    ]
+    with pytest.raises(TypeError, match="keys must be strings"):
+        numbers_json({"by_depth": {4: 1.0}})
