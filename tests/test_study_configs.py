@@ -196,8 +196,27 @@ def test_the_regime_table_applies_its_bar_by_hand():
     assert rows[3].startswith("| d | not finished |") and rows[3].endswith("| cannot tell |")
 
 
+def test_the_health_table_reads_marks_spikes_and_clipping_from_the_loss_curve():
+    """A loss falling by 1/40 a step with one point raised 50% over the median of the 20 steps
+    before it, and a gradient norm over the clip on every fourth step, worked out by hand."""
+    steps = list(range(1, 41))
+    loss = [3 - s / 40 for s in steps]
+    loss[29] = 1.5 * (3 - 19.5 / 40)  # step 30: 50% over the median of steps 10..29
+    curve = {"step": steps, "loss": loss, "depth": [1] * 40, "grad_norm": [2.0, 0.5, 0.5, 0.5] * 10}
+    nll = {str(d): 1.0 + d / 100 for d in range(1, 17)}
+    run = {"name": "r", "steps": 40, "tokens": 400, "nll_by_depth": nll, "mean_serving_nll": 1.085}
+    row = probe_table_module().table("health", {"runs": [{**run, "loss_curve": curve}]})
+    cells = [c.strip() for c in row.splitlines()[2].split("|")[1:-1]]
+    assert cells[2:7] == ["1.0100", "1.0400", "1.0800", "1.1600", "1.0850"]
+    # 25%: the median of steps 7..10; 50%: of steps 17..20; 100%: of 37..40 (30 is outside).
+    marks = [float(c) for c in cells[7:10]]
+    assert marks == pytest.approx([3 - 8.5 / 40, 3 - 18.5 / 40, 3 - 38.5 / 40], abs=6e-4)
+    assert cells[10:] == ["+50% at step 30", "25%"]
+
+
 @pytest.mark.parametrize(
-    "kind,name", [("lm", "lm-depth"), ("bios", "bios-loop"), ("regime", "lm-regime")]
+    "kind,name",
+    [("lm", "lm-depth"), ("bios", "bios-loop"), ("regime", "lm-regime")],
 )
 def test_committed_probe_tables_are_made_from_the_results_beside_them(kind, name):
     table = (ROOT / "docs/probes" / f"{name}.md").read_text()
