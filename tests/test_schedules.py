@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 
 from fixedfirst.config import ScheduleConfig
-from fixedfirst.schedules import PoissonLogNormal, Schedule, Uniform, _clipped_pmf, fraction_step
+from fixedfirst.schedules import (
+    PoissonLogNormal,
+    Schedule,
+    Uniform,
+    _clipped_pmf,
+    fraction_step,
+    poisson_lognormal,
+)
 
 ALL = [
     ScheduleConfig(kind="fixed", depth=3),
@@ -103,6 +110,29 @@ def test_progressive_ramps_to_its_mean():
     stages = schedule.stages(total)
     assert stages[0].start == 0 and stages[-1].end == total
     assert all(a.end == b.start for a, b in itertools.pairwise(stages))
+
+
+@pytest.mark.parametrize(
+    ("mean", "warmup", "ramp", "total"),
+    [(8.0, 0.5, "sqrt", 1000), (8.5, 0.25, "linear", 12_345), (3.3, 1.0, "sqrt", 7),
+     (15.5, 0.05, "linear", 40), (2.0, 1 / 3, "sqrt", 1), (12.0, 0.77, "linear", 2_001)],
+)  # fmt: skip
+def test_progressive_stages_are_the_runs_of_equal_means_step_by_step(mean, warmup, ramp, total):
+    """The stages (found by bisection) against every step's mean grouped in order."""
+    config = ScheduleConfig(kind="progressive", mean=mean, warmup=warmup, ramp=ramp)
+    schedule = Schedule(config)
+    runs: list[list] = []  # [start, end, mean]
+    for step in range(total):
+        m = schedule.progressive_mean(step, total)
+        if runs and runs[-1][2] == m:
+            runs[-1][1] = step + 1
+        else:
+            runs.append([step, step + 1, m])
+    stages = schedule.stages(total)
+    assert [(s.start, s.end) for s in stages] == [(a, b) for a, b, _ in runs]
+    for stage, (_, _, m) in zip(stages, runs, strict=True):
+        assert stage.dist == poisson_lognormal(m, config.sigma, config.k_max)
+        assert stage.phase == ("full" if m == mean else "ramp")
 
 
 @pytest.mark.parametrize("config", ALL, ids=lambda c: c.kind)

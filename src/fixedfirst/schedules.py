@@ -73,14 +73,24 @@ class Uniform(DepthDistribution):
         return f"K~U{{{self.k_min}..{self.k_max}}}"
 
 
+@lru_cache(maxsize=1)
+def _quadrature() -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Hermite nodes and normalised probabilists' weights, computed once (an eigenproblem
+    of _QUADRATURE_NODES rows, which solving one rate would otherwise repeat some fifty times)."""
+    z, w = np.polynomial.hermite_e.hermegauss(_QUADRATURE_NODES)
+    w = w / w.sum()
+    z.setflags(write=False)
+    w.setflags(write=False)
+    return z, w
+
+
 def _clipped_pmf(rate: float, sigma: float, k_max: int) -> dict[int, float]:
     """P(K = k) for K = min(1 + Poisson(R), k_max), R ~ LogNormal(ln rate - sigma^2/2, sigma).
 
     P(1 + Poisson(R) = k) = E_Z[Poisson(k - 1; exp(mu + sigma Z))], Z ~ N(0, 1), by Gauss-Hermite
     quadrature (probabilists' weights, normalised); the tail above k_max goes to k_max.
     """
-    z, w = np.polynomial.hermite_e.hermegauss(_QUADRATURE_NODES)
-    w = w / w.sum()
+    z, w = _quadrature()
     mu = math.log(rate) - sigma**2 / 2
     rates = np.exp(mu + sigma * z)
     out: dict[int, float] = {}
@@ -268,17 +278,24 @@ class Schedule:
         return min(c.mean_depth, max(1, math.ceil(c.mean_depth * f)))
 
     def _progressive_stages(self, total_steps: int) -> list[Stage]:
+        """One stage per run of steps with the same mean. The mean never falls as the steps go
+        on, so each run's end is found by bisection: a few dozen means for a plan of a million
+        steps (planning costs the schedule at MAX_STEPS), instead of one per step."""
         c = self.config
         stages: list[Stage] = []
         start = 0
-        current = self.progressive_mean(0, total_steps)
-        for step in range(1, total_steps + 1):
-            mean = self.progressive_mean(step, total_steps) if step < total_steps else None
-            if mean != current:
-                phase = "full" if current == c.mean_depth else "ramp"
-                dist = poisson_lognormal(current, c.sigma, c.k_max)
-                stages.append(Stage(start, step, dist, phase))
-                start, current = step, mean  # type: ignore[assignment]  # None only at the end
+        while start < total_steps:
+            current = self.progressive_mean(start, total_steps)
+            same, other = start, total_steps  # mean(same) == current; other: past it, or the end
+            while other - same > 1:
+                mid = (same + other) // 2
+                if self.progressive_mean(mid, total_steps) == current:
+                    same = mid
+                else:
+                    other = mid
+            phase = "full" if current == c.mean_depth else "ramp"
+            stages.append(Stage(start, other, poisson_lognormal(current, c.sigma, c.k_max), phase))
+            start = other
         return stages
 
     def stage_at(self, step: int, total_steps: int) -> Stage:
