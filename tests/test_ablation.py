@@ -39,7 +39,7 @@ def test_ablation_end_to_end_on_the_chains_smoke_preset(tmp_path, capsys):
     out = tmp_path / "ablation"
     args = ["ablation", "--task", "chains", "--preset", "smoke", "--depth", "2", "--out", str(out)]
     with pytest.raises(SystemExit) as e:  # side by side: the runs and their scores in workers
-        main([*args, "--set", "experiment.flops=4e9", "--jobs", "2"])
+        main([*args, "--set", "experiment.flops=1e9", "--jobs", "2"])
     assert e.value.code == 0
     results = json.loads((out / "results.json").read_text())
     assert len(results["runs"]) == 5 and results["depths"] == [1, 2, 4, 8, 32]

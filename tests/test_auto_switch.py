@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -42,25 +43,47 @@ def switch_records(run: Path) -> list[dict]:
     return [r for r in read_metrics(run / "metrics.jsonl") if r["kind"].startswith("switch")]
 
 
+@dataclass(frozen=True)
+class AutoRun:
+    path: Path
+    summary: dict
+
+
+def train_auto(directory: Path, rule: str) -> AutoRun:
+    summary = Trainer(tiny_config(*AUTO, *RULES[rule]), directory, quiet=True).train()
+    return AutoRun(directory, summary)
+
+
+@pytest.fixture(scope="module")
+def depth_gap_run(tmp_path_factory) -> AutoRun:
+    """The depth-gap run trained once, uninterrupted: the reference of the resume and kill
+    tests below. Read-only."""
+    return train_auto(tmp_path_factory.mktemp("auto") / "depth-gap", "depth-gap")
+
+
 @pytest.mark.parametrize("rule", RULES)
-def test_an_auto_run_is_the_fixed_run_at_the_step_it_chose(tmp_path, rule):
-    config = tiny_config(*AUTO, *RULES[rule])
-    summary = Trainer(config, tmp_path / "auto", quiet=True).train()
+def test_an_auto_run_is_the_fixed_run_at_the_step_it_chose(tmp_path, rule, request):
+    auto = (
+        request.getfixturevalue("depth_gap_run")
+        if rule == "depth-gap"
+        else train_auto(tmp_path / "auto", rule)
+    )
+    summary = auto.summary
     switch = summary["switch"]
     total = summary["total_steps"]
     assert switch["auto"] and switch["rule"] == rule and switch["reason"] == "rule"
     assert switch["floor_step"] <= switch["step"] < switch["ceiling_step"]
     step = switch["step"]
     # Recorded: one `switch` line, the tagged checkpoint, the phases.
-    decided = [r for r in switch_records(tmp_path / "auto") if r["kind"] == "switch"]
+    decided = [r for r in switch_records(auto.path) if r["kind"] == "switch"]
     assert [(r["step"], r["reason"], r["rule"]) for r in decided] == [(step, "rule", rule)]
-    ckpt = CheckpointManager(tmp_path / "auto" / "checkpoints").with_tag("switch")
+    ckpt = CheckpointManager(auto.path / "checkpoints").with_tag("switch")
     assert ckpt.step == step and f"auto-{rule}" in ckpt.tags
     assert ckpt.meta["auto_switch"]["policy"]["decision"]["step"] == step
     assert summary["phases"]["fixed"]["steps"] == step
     assert f"auto switch ({rule}) at step {step} (" in format_summary(summary)
     if rule == "depth-gap":
-        probes = [r for r in switch_records(tmp_path / "auto") if r["kind"] == "switch_probe"]
+        probes = [r for r in switch_records(auto.path) if r["kind"] == "switch_probe"]
         assert probes and all(r["step"] <= step for r in probes)
         assert switch["probe_flops"] == pytest.approx(probes[-1]["probe_flops"])
         assert switch["probe_flops"] > 0
@@ -68,22 +91,18 @@ def test_an_auto_run_is_the_fixed_run_at_the_step_it_chose(tmp_path, rule):
     # deciding (and probing) changes nothing but where the schedule switches.
     fixed = tiny_config(*AUTO[1:], f"schedule.switch={step / total!r}")
     Trainer(fixed, tmp_path / "fixed", quiet=True).train()
-    assert comparable(train_records(tmp_path / "auto")) == comparable(
-        train_records(tmp_path / "fixed")
-    )
-    a, b = final_weights(tmp_path / "auto"), final_weights(tmp_path / "fixed")
+    assert comparable(train_records(auto.path)) == comparable(train_records(tmp_path / "fixed"))
+    a, b = final_weights(auto.path), final_weights(tmp_path / "fixed")
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_resume_between_checks_switches_at_the_same_step(tmp_path):
+def test_resume_between_checks_switches_at_the_same_step(tmp_path, depth_gap_run):
     config = tiny_config(*AUTO, *RULES["depth-gap"])
-    Trainer(config, tmp_path / "straight", quiet=True).train()
     Trainer(config, tmp_path / "paused", quiet=True).train(stop_after=51)  # after the floor
     Trainer(config, tmp_path / "paused", resume=True, quiet=True).train()
-    assert switch_records(tmp_path / "paused") == switch_records(tmp_path / "straight")
-    assert comparable(train_records(tmp_path / "paused")) == comparable(
-        train_records(tmp_path / "straight")
-    )
+    straight = depth_gap_run.path
+    assert switch_records(tmp_path / "paused") == switch_records(straight)
+    assert comparable(train_records(tmp_path / "paused")) == comparable(train_records(straight))
 
 
 # Runs the CLI with every training step slowed down, so that a kill lands mid-run.
@@ -100,13 +119,12 @@ main(sys.argv[1:])
 """
 
 
-def test_kill_9_and_resume_switch_at_the_same_step(tmp_path):
+def test_kill_9_and_resume_switch_at_the_same_step(tmp_path, depth_gap_run):
     """Killed after a checkpoint between the floor and the switch: the resumed run continues
     from the checkpointed losses and switches where the uninterrupted one did."""
     overrides = [*AUTO, *RULES["depth-gap"]]
-    config = tiny_config(*overrides)
-    step = Trainer(config, tmp_path / "reference", quiet=True).train()["switch"]["step"]
-    assert step > 36, "the kill must land before the switch"
+    reference = depth_gap_run.path
+    assert depth_gap_run.summary["switch"]["step"] > 36, "the kill must land before the switch"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + str(ROOT)}
     run = tmp_path / "killed"
     args = ["train", str(write_tiny_config(tmp_path)), "--out", str(run), "--quiet"]
@@ -121,8 +139,8 @@ def test_kill_9_and_resume_switch_at_the_same_step(tmp_path):
     assert not (run / "summary.json").exists()
     assert not [r for r in switch_records(run) if r["kind"] == "switch"]  # killed before it
     resume_here(run)
-    assert switch_records(run) == switch_records(tmp_path / "reference")
-    a, b = final_weights(run), final_weights(tmp_path / "reference")
+    assert switch_records(run) == switch_records(reference)
+    a, b = final_weights(run), final_weights(reference)
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 

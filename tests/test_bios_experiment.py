@@ -247,6 +247,9 @@ def test_the_loop_preset_runs_end_to_end_shrunk(tmp_path, monkeypatch):
         "model.d_model=32",
         "train.batch_size=8",
         "train.compile=false",  # runs of a few steps: compiling would not pay
+        # The preset's "fast" times bf16 against fp32 matmuls first, 10 s of CPU here that picks
+        # fp32 (tests/test_precision_fast.py holds that choice).
+        "train.precision=fp32",
     ]
     with pytest.raises(SystemExit) as e:
         main(

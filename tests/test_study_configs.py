@@ -99,12 +99,32 @@ def test_the_language_model_table_runs_end_to_end(tmp_path, corpus, capsys):  # 
         assert row["seeds"] == 2 and row["gap"].mean == pytest.approx(sum(ratios) / 2, rel=1e-12)
 
 
+POOLS = ("first_names", "middle_names", "last_names", "cities", "universities", "majors")
+POOLS += ("employers",)
+
+
+def with_small_pools(text: str) -> str:
+    """The bios sweep with pools of 16 words (the smoke preset's) wherever it leaves a pool at
+    its default: 2,500 words are otherwise built for every run and every recall, and read out
+    over 2,767 tokens at each serving depth. A run's `data.bios.*` keys replace the base's
+    `[base.data.bios]` table, so its pools are set beside them."""
+    base, *runs = text.split("\n[[runs]]\n")
+    pools = [f"{pool} = 16" for pool in POOLS]
+    base = base.replace("[base.data.bios]\n", "[base.data.bios]\n" + "\n".join(pools) + "\n")
+    for i, run in enumerate(runs):
+        if "data.bios." in run:
+            unset = [p for p in pools if f"data.bios.{p.split()[0]} " not in run]
+            runs[i] = run.rstrip("\n") + "\n" + "\n".join(f"data.bios.{p}" for p in unset) + "\n"
+    return "\n[[runs]]\n".join([base, *runs])
+
+
 def test_the_bios_probe_and_its_table(tmp_path, capsys):
     sweep = tmp_path / "bios-loop.toml"
     text = shrunk(
         ROOT / "configs/probes/bios-loop.toml",
         3200,  # 400 steps of 64 biographies -> 2 steps of 4
         {
+            "vocab_size": "vocab_size = 244",  # the vocabulary of 16-word pools, below
             "d_model": "d_model = 16",
             "batch_size": "batch_size = 4",
             "people": "people = 12",
@@ -114,9 +134,10 @@ def test_the_bios_probe_and_its_table(tmp_path, capsys):
     )
     # every run's own people count too (1000, 300): recall is scored over all of them
     text, runs_with_people = re.subn(
-        r"(?m)^data\.bios\.people = \d+", "data.bios.people = 20", text
+        r"(?m)^data\.bios\.people = \d+", "data.bios.people = 12", text
     )
     assert runs_with_people > 0, "bios-loop.toml lost its per-run people counts"
+    text = with_small_pools(text)
     sweep.write_text(text)
     code, _, err = run_cli(capsys, "sweep", sweep, "--out", tmp_path / "out", "--jobs", 1)
     assert code == 0, err
