@@ -216,7 +216,13 @@ def test_the_health_table_reads_marks_spikes_and_clipping_from_the_loss_curve():
 
 @pytest.mark.parametrize(
     "kind,name",
-    [("lm", "lm-depth"), ("bios", "bios-loop"), ("regime", "lm-regime"), ("health", "lm-health")],
+    [
+        ("lm", "lm-depth"),
+        ("bios", "bios-loop"),
+        ("regime", "lm-regime"),
+        ("health", "lm-health"),
+        ("health", "lm-progressive-seeds"),
+    ],
 )
 def test_committed_probe_tables_are_made_from_the_results_beside_them(kind, name):
     table = (ROOT / "docs/probes" / f"{name}.md").read_text()
