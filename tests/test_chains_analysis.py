@@ -293,3 +293,21 @@ def test_the_default_preset_names_the_three_primary_comparisons_of_the_page():
         ("5..8", "fixed-first-2-0.67", 1, "uniform-1-16", 1, None),
         ("9..16", "fixed-first-4-0.8", 64, "uniform-1-16", 64, None),
     ]
+
+
+def test_a_difference_computed_both_ways_round_counts_once():
+    """With uniform ahead on near at K=64 it is the best schedule, and its difference to fixed
+    K=4 there is versus_reference's near@64 the other way round: one test, once in the family
+    (8, as in split_seeds), rejected or not with it, each keeping its own sign."""
+    runs = split_seeds()
+    for seed in range(5):
+        bands = runs[f"fixed-4-seed{seed}"]["scores"]["sets"]["standard"]["bands"]
+        bands["5..8"]["by_depth"]["64"] -= 0.4  # 0.2 below uniform in every seed
+    a = analyse(runs, DEPTHS, MAX_OPS, PRIMARY)
+    best = a["extrapolates_best"]
+    assert best["schedule"] == "uniform-1-16" and best["holds"]
+    assert a["exploratory"]["size"] == 8
+    versus = a["versus_reference"]["fixed-4"]["standard"]["near@64"]
+    against = best["against"]["fixed-4"]
+    assert (versus["holm"], against["holm"]) == ("negative", "positive")
+    assert versus["p"] == against["p"]
