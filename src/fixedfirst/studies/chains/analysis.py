@@ -4,9 +4,10 @@ The unit is the seed: a score is a 95% t-interval over seeds of a seed's accurac
 the same-seed difference with its interval, "cannot tell" when it contains zero. The rules
 (bands, depth decides the answer, extrapolation, matched FLOPs, extrapolates best, solved up to
 d, collapse, the KL exit rule) are docs/design.md §5, "chains: the rules"; their bars are the
-constants below. The preset's primary comparisons (`PrimaryComparison`) are each decided by
-their own interval; every other same-seed difference computed here is exploratory, its verdict
-corrected over all of them by Holm's method (`studies/comparisons.py`).
+constants below, but for the 40 points of depth deciding the answer, which is the default
+preset's first primary comparison. The preset's primary comparisons (`PrimaryComparison`) are
+each decided by their own interval; every other same-seed difference computed here is
+exploratory, its verdict corrected over all of them by Holm's method (`studies/comparisons.py`).
 """
 
 from __future__ import annotations
