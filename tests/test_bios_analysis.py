@@ -4,19 +4,21 @@ the least recall over deep serving depths, and the report's sentences from them.
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 
 import pytest
 
-from fixedfirst.studies.bios.analysis import analyse
-from fixedfirst.studies.bios.report import findings
+from fixedfirst.studies.bios.analysis import PrimaryComparison, analyse
+from fixedfirst.studies.bios.report import findings, primary_findings
 
 CEILING = 40.0
 DEPTHS = [1, 2, 4, 8, 16, 64]
 T_975_2 = 4.302652730
 
 
-def results(bits: dict[tuple[str, int], dict[int, float]]) -> dict:
-    """A results.json with the full budget only; bits[(arm, seed)][depth]."""
+def results(bits: dict[tuple[str, int], dict[int, float]], primary=()) -> dict:
+    """A results.json with the full budget only; bits[(arm, seed)][depth]; `primary`: the
+    preset's primary claims."""
     recall = [
         {"schedule": arm, "seed": seed, "budget_fraction": 1.0, "depth": d, "bits_per_person": b}
         for (arm, seed), row in bits.items()
@@ -32,6 +34,7 @@ def results(bits: dict[tuple[str, int], dict[int, float]]) -> dict:
         "ceiling_bits": CEILING,
         "budget_fractions": [1.0],
         "depths": DEPTHS,
+        "primary": [asdict(p) for p in primary],
     }
 
 
@@ -90,3 +93,112 @@ def test_least_deep_recall_and_the_sentences():
     assert "fixed K=4 collapses in seed 1" in text
     assert "does not hold in every seed" in text
     assert "least recall over serving depths 2..64 is 97% of the ceiling" in text
+
+
+def claims(bars: tuple[float, float, float]) -> list[PrimaryComparison]:
+    kept, uniform, ceiling = bars
+    return [
+        PrimaryComparison("Fixed K = 4 keeps half", "fixed-4", "kept_of_depth_4", "at least", kept),
+        PrimaryComparison("Uniform barely", "uniform-1-16", "mean_of_ceiling", "below", uniform),
+        PrimaryComparison(
+            "At the ceiling", "fixed-first-4-0.8", "least_of_ceiling", "at least", ceiling
+        ),
+    ]
+
+
+def by_hand(values: list[float]) -> tuple[float, float, float]:
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    half = T_975_2 * sd / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+@pytest.mark.parametrize(
+    ("bars", "verdicts"),
+    [
+        ((0.5, 0.1, 0.95), ["cannot tell", "cannot tell", "cannot tell"]),
+        ((0.06, 0.18, 0.9), ["holds", "holds", "holds"]),
+        ((0.5, 0.09, 1.0), ["cannot tell", "does not hold", "cannot tell"]),
+    ],
+)
+def test_primary_claims_are_decided_by_their_own_intervals_by_hand(bars, verdicts):
+    """Per seed, from the rows: fixed K=4 keeps 36/36, 16/34, 38/38 of its depth-4 recall at
+    depths 8..64 (interval [0.064, 1.583]); uniform averages 29, 33, 36.5 bits over the six
+    depths, / 6 / 40 of the ceiling ([0.098, 0.176]); fixed-first's least over depths 2..64 is
+    38, 39, 39 of 40 ([0.931, 1.003]). Each verdict is its interval against its own bar."""
+    bits = three_seeds()
+    bits.update(
+        {("fixed-first-4-0.8", s): row(30.0, 39.0, 39.5, 38.0 + min(s, 1)) for s in range(3)}
+    )
+    a = analyse(results(bits, claims(bars)))
+    expected = [
+        by_hand([36 / 36, 16 / 34, 38 / 38]),
+        by_hand([29 / 6 / CEILING, 33 / 6 / CEILING, 36.5 / 6 / CEILING]),
+        by_hand([38 / CEILING, 39 / CEILING, 39 / CEILING]),
+    ]
+    for p, (mean, low, high) in zip(a["primary"], expected, strict=True):
+        c = p["over_seeds"]
+        assert (c["mean"], c["low"], c["high"]) == (
+            pytest.approx(mean),
+            pytest.approx(low),
+            pytest.approx(high),
+        )
+    assert [p["verdict"] for p in a["primary"]] == verdicts
+    text = primary_findings({**results(bits), "analysis": a})
+    assert text[1] == (
+        f"Uniform barely: uniform 1..16 at the full budget, recall averaged over serving depths "
+        f"as a share of the ceiling: {100 * expected[1][0]:.1f}% [{100 * expected[1][1]:.1f}, "
+        f"{100 * expected[1][2]:.1f}], mean over 3 seeds [95% interval]; claimed below "
+        f"{100 * bars[1]:.0f}%: {verdicts[1]}."
+    )
+
+
+T_99_2 = 6.965
+"""t at which a two-sided p is 0.02 with 2 degrees of freedom (printed t tables)."""
+
+
+def test_holm_corrects_every_same_seed_difference_and_the_report_says_so():
+    """Fixed-first recalls as uniform does at depths 1..4 and 4.02 + (-1, 0, +1) bits more at
+    8..64 in seeds 0..2: at depth 64 that is t = 4.02 / (1 / sqrt(3)) = 6.965, p = 0.02, and the
+    mean over the six depths is half of it, the same t. Three pairs x (the mean, depth 4, depth
+    64) make a family of 9; only fixed K=4's depth-4 lead over the other two (38, 34, 38 against
+    2-3.5 bits: p ~ 0.001) survives Holm (0.001 <= 0.05 / 9, then 0.02 > 0.05 / 7); six
+    exclude zero uncorrected."""
+    bits = three_seeds()
+    base = {0: (1.0, 2.0, 2.0, 8.0), 1: (1.0, 2.0, 3.0, 9.0), 2: (1.0, 2.0, 3.5, 10.0)}
+    lead = T_99_2 / math.sqrt(3)
+    for seed, z in zip(range(3), (-1, 0, 1), strict=True):
+        d1, d2, d4, deep = base[seed]
+        bits[("fixed-first-4-0.8", seed)] = row(d1, d2, d4, deep + lead + z)
+    a = analyse(results(bits))
+    assert a["exploratory"] == {"size": 9, "uncorrected": 6, "corrected": 2}
+    entry = next(
+        c for c in a["comparisons"] if (c["a"], c["b"]) == ("fixed-first-4-0.8", "uniform-1-16")
+    )
+    for key in ("mean_over_depths", "depth_64"):
+        assert entry[key]["p"] == pytest.approx(0.02, abs=1e-4)
+        assert (entry[key]["sign"], entry[key]["holm"]) == ("positive", "cannot tell")
+    fixed = next(c for c in a["comparisons"] if (c["a"], c["b"]) == ("fixed-4", "uniform-1-16"))
+    assert fixed["depth_4"]["holm"] == "positive"
+    text = " ".join(findings({**results(bits), "analysis": a}))
+    assert "of the 9 the report computes" in text
+    assert "Same-seed differences of the average, exploratory (Holm over 9): " in text
+    assert (
+        "fixed-first K0=4, switch 0.8 minus uniform 1..16 +2.0 [+0.8, +3.3] bits (cannot tell; "
+        "uncorrected higher)" in text
+    )
+
+
+def test_the_loop_preset_names_the_three_primary_claims_of_the_page():
+    """docs/studies/figure1.md, named before the rerun: K0 = 2's least recall over depths 2..64
+    at least 95% of the ceiling, uniform's average below 10% of it, fixed K = 4 keeping at least
+    half of its depth-4 recall at depths 8..64."""
+    from fixedfirst.studies.bios.experiment import load_preset
+
+    assert [
+        (p.arm, p.quantity, p.claim, p.bar) for p in load_preset("loop").experiment.primary
+    ] == [
+        ("fixed-first-2-0.67", "least_of_ceiling", "at least", 0.95),
+        ("uniform-1-16", "mean_of_ceiling", "below", 0.10),
+        ("fixed-4", "kept_of_depth_4", "at least", 0.5),
+    ]

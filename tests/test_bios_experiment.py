@@ -14,7 +14,7 @@ from fixedfirst.compute.flops import flop_model
 from fixedfirst.config import load_config
 from fixedfirst.schedules import Schedule
 from fixedfirst.studies.bios.experiment import load_preset, recall_job, snapshot_checkpoint
-from fixedfirst.studies.bios.report import report_markdown
+from fixedfirst.studies.bios.report import primary_findings, report_markdown
 from fixedfirst.tasks.bios.recall import RecallReport
 from tests.report_checks import assert_report_remade
 
@@ -129,7 +129,17 @@ def test_figure_and_report_are_written_from_the_numbers(smoke_dir):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     report = (smoke_dir / "report.md").read_text()
     results = json.loads((smoke_dir / "results.json").read_text())
-    assert "## What the numbers show" in report
+    # The preset's primary claims, each with its own interval, apart from the corrected rest.
+    a = results["analysis"]
+    assert [p["name"] for p in a["primary"]] == [
+        p.name for p in load_preset("smoke").experiment.primary
+    ]
+    section = report[report.index("## Primary claims") : report.index("## What else")]
+    assert [x for x in section.splitlines() if x.startswith("- ")] == [
+        f"- {s}" for s in primary_findings(results)
+    ]
+    assert f"exploratory (Holm over {a['exploratory']['size']})" in report
+    assert a["exploratory"]["size"] == 3 * 3 * 3  # the smoke's 3 pairs x 3 fractions x 3 depths
     # Every cell of the recall table is the seeds' mean and 95% half-width, in its row and column.
     lines = report.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("| arm | budget |"))
@@ -193,6 +203,14 @@ def test_second_invocation_reuses_everything(smoke_dir, capsys):
         (["--set", "experiment.snapshots=[1.5]"], "experiment.snapshots"),
         (["--set", "experiment.nope=1"], "unknown key experiment.nope"),
         (["--set", "model.d_model=63"], "model.d_model"),
+        (
+            ["--set", "experiment.schedules=['fixed-4', 'uniform-1-16']"],
+            "experiment.primary[0]: primary.arm: 'fixed-first-4-0.8' (Fixed-first at the",
+        ),
+        (
+            ["--set", "experiment.depths=[1, 2, 16]"],
+            "experiment.primary[2]: primary.quantity: kept_of_depth_4 (Fixed K = 4",
+        ),
     ],
 )
 def test_bad_preset_input_is_one_line(tmp_path, capsys, args, fragment):

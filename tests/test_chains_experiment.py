@@ -13,7 +13,7 @@ from fixedfirst.compute.flops import flop_model
 from fixedfirst.schedules import Schedule
 from fixedfirst.studies.chains.experiment import load_preset
 from fixedfirst.studies.chains.figure import FIGURES
-from fixedfirst.studies.chains.report import report_markdown
+from fixedfirst.studies.chains.report import primary_findings, report_markdown
 from fixedfirst.studies.presets import PAPER_SCHEDULES
 from tests.report_checks import assert_report_remade
 
@@ -120,9 +120,45 @@ def test_report_and_figures_come_from_the_numbers(smoke_dir):
             assert cell == f"{100 * c['mean']:.1f} [{100 * c['low']:.1f}, {100 * c['high']:.1f}]"
     gain = a["depth_gain"]["uniform-1-16"]
     assert (
-        f"{100 * gain['mean']:+.1f} [{100 * gain['low']:+.1f}, {100 * gain['high']:+.1f}]" in report
+        f"{100 * gain['mean']:+.1f} [{100 * gain['low']:+.1f}, {100 * gain['high']:+.1f}] "
+        "(primary)" in report
     )
-    assert f"(bar 40 points: {gain['verdict']})" in report
+
+
+def test_the_report_splits_primary_comparisons_from_the_corrected_rest(smoke_dir):
+    """The preset's three primary comparisons, each its own interval and verdict, in their own
+    section; the exploratory section names the family Holm corrects, every difference the
+    analysis computes but the primary ones, each counted once."""
+    results = json.loads((smoke_dir / "results.json").read_text())
+    report = (smoke_dir / "report.md").read_text()
+    a = results["analysis"]
+    assert [p["name"] for p in a["primary"]] == [
+        p.name for p in load_preset("smoke", SMOKE_SETTINGS).experiment.primary
+    ]
+    section = report[report.index("## Primary comparisons") : report.index("## What else")]
+    assert [x for x in section.splitlines() if x.startswith("- ")] == [
+        f"- {s}" for s in primary_findings(results)
+    ]
+    gain = a["primary"][0]
+    assert gain["difference"]["mean"] == pytest.approx(a["depth_gain"]["uniform-1-16"]["mean"])
+    assert "claimed at least 40 points: " + gain["verdict"] in section
+    versus = a["versus_reference"]
+    differences = [
+        *a["depth_gain"].values(),
+        *(d for per_band in a["extrapolation"].values() for d in per_band.values()),
+        *(d for per_set in versus.values() for cells in per_set.values() for d in cells.values()),
+    ]
+    exploratory = [d for d in differences if d is not None and "primary" not in d]
+    assert sum("primary" in d for d in differences if d is not None) == 3
+    # "extrapolates best" adds the best schedule against each other one: new pairs unless it is
+    # uniform (then every one is a matched-FLOP difference above), and one of them is uniform
+    best = a["extrapolates_best"]
+    new = 0 if best["schedule"] == "uniform-1-16" else len(a["schedules"]) - 2
+    assert a["exploratory"]["size"] == len(exploratory) + new
+    assert f"## What else the numbers show: exploratory (Holm over {a['exploratory']['size']})" in (
+        report
+    )
+    assert all(d["holm"] in (d["sign"], "cannot tell") for d in exploratory)
 
 
 def test_report_is_remade_from_report_json_alone(smoke_dir, tmp_path):
@@ -187,6 +223,11 @@ def test_eval_task_chains_on_a_run(smoke_dir, capsys):
         (["--set", "experiment.seeds=[1, 1]"], "experiment.seeds: distinct seeds"),
         (["--set", "data.kind=bios"], "holds options of the data kind 'chains'"),
         (["--set", "data.chains.max_ops=40"], "data.chains.max_ops: must be in"),
+        (
+            ["--set", "experiment.depths=[1, 2, 4, 16]"],
+            "experiment.primary[2]: primary.a_depth: 32 (Fixed-first extrapolates further) is not",
+        ),
+        (["--set", "experiment.primary=[1]"], "experiment.primary[0]: expected a table"),
     ],
 )
 def test_bad_preset_input_is_one_line(tmp_path, capsys, args, fragment):

@@ -75,13 +75,10 @@ class Uniform(DepthDistribution):
 
 @lru_cache(maxsize=1)
 def _quadrature() -> tuple[np.ndarray, np.ndarray]:
-    """Gauss-Hermite nodes and normalised probabilists' weights, computed once (an eigenproblem
-    of _QUADRATURE_NODES rows, which solving one rate would otherwise repeat some fifty times)."""
+    """Gauss-Hermite nodes and normalised weights: computed once, since each computation is an
+    eigenvalue problem of the nodes' size and a progressive ramp solves for dozens of rates."""
     z, w = np.polynomial.hermite_e.hermegauss(_QUADRATURE_NODES)
-    w = w / w.sum()
-    z.setflags(write=False)
-    w.setflags(write=False)
-    return z, w
+    return z, w / w.sum()
 
 
 def _clipped_pmf(rate: float, sigma: float, k_max: int) -> dict[int, float]:
@@ -204,7 +201,7 @@ class Schedule:
         self.seed = seed
         self.decided_switch_step = decided_switch_step
         self._stages: dict[int, list[Stage]] = {}
-        self._draws: dict[tuple[DepthDistribution, int], int] = {}
+        self._draws: dict[DepthDistribution, dict[int, int]] = {}
 
     def __repr__(self) -> str:
         return f"Schedule({describe(self.config)}, seed={self.seed})"
@@ -311,10 +308,14 @@ class Schedule:
 
         Memoised: planning a compute-matched run evaluates the realised cost of many candidate
         run lengths, and every one of them draws the same depths for the steps they share."""
-        key = (dist, step)
-        if key not in self._draws:
-            self._draws[key] = dist.sample(np.random.default_rng([self.seed, step]))
-        return self._draws[key]
+        return self._drawn(dist, self._draws.setdefault(dist, {}), step)
+
+    def _drawn(self, dist: DepthDistribution, drawn: dict[int, int], step: int) -> int:
+        """`_draw` with the distribution's memo already looked up (hashing the frozen dataclass
+        once per stage, not once per step, is most of a compute-matched plan's time)."""
+        if step not in drawn:
+            drawn[step] = dist.sample(np.random.default_rng([self.seed, step]))
+        return drawn[step]
 
     def depth(self, step: int, total_steps: int) -> int:
         """The training depth of `step`: a pure function of (seed, step, total_steps)."""
@@ -343,8 +344,9 @@ class Schedule:
                 for _ in range(stage.steps):  # added one by one: the same float as before
                     total += value
                 continue
+            drawn = self._draws.setdefault(stage.dist, {})
             for step in range(stage.start, stage.end):
-                k = self._draw(stage.dist, step)
+                k = self._drawn(stage.dist, drawn, step)
                 if k not in values:
                     values[k] = fn(k)
                 total += values[k]

@@ -31,12 +31,14 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.studies.bios.experiment import load_preset, run_experiment
-    from fixedfirst.studies.bios.report import findings
+    from fixedfirst.studies.bios.report import findings, primary_findings
 
     preset = load_preset(args.preset, args.overrides)
     out = Path(args.out)
     results = run_experiment(preset, out, quiet=args.quiet, jobs=args.jobs)
     if not args.quiet:
+        for sentence in primary_findings(results):
+            print(f"- primary: {sentence}")
         for sentence in findings(results):
             print(f"- {sentence}")
         names = ("results.json", "figure1.png", "report.json", "report.md")

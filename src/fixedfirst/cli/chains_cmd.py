@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from fixedfirst.files.writing import write_text_atomic
     from fixedfirst.studies.chains.experiment import load_preset, run_experiment
     from fixedfirst.studies.chains.figure import FIGURES
-    from fixedfirst.studies.chains.report import findings
+    from fixedfirst.studies.chains.report import findings, primary_findings
     from fixedfirst.studies.chains.rerun import compare, rerun_markdown
 
     preset = load_preset(args.preset, args.overrides)
@@ -46,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
     old = read_results(Path(args.compare)) if args.compare else None
     results = run_experiment(preset, out, quiet=args.quiet, jobs=args.jobs)
     if not args.quiet:
+        for sentence in primary_findings(results):
+            print(f"- primary: {sentence}")
         for sentence in findings(results):
             print(f"- {sentence}")
         names = ("results.json", *FIGURES, "report.json", "report.md")

@@ -30,7 +30,9 @@ def _print_table(title: str, doc: str, rows: list[tuple[str, str, str]], markdow
 
 def _study_sections() -> list[tuple[str, str, type]]:
     """(title, what it is, its dataclass) for the tables the studies read beside run sections."""
+    from fixedfirst.studies.bios.analysis import PrimaryComparison as BiosPrimary
     from fixedfirst.studies.bios.experiment import ExperimentConfig as BiosExperiment
+    from fixedfirst.studies.chains.analysis import PrimaryComparison as ChainsPrimary
     from fixedfirst.studies.chains.experiment import ExperimentConfig as ChainsExperiment
     from fixedfirst.studies.sweep.claims import ClaimSpec
     from fixedfirst.studies.sweep.factors import FactorSpec, GapSpec
@@ -44,7 +46,17 @@ def _study_sections() -> list[tuple[str, str, type]]:
     sweep_tables += [(f"[[{s.SECTION}]]", s) for s in (ClaimSpec, GapSpec, FactorSpec)]
     return [
         ("[experiment] (bios)", preset.format("bios"), BiosExperiment),
+        (
+            "[[experiment.primary]] (bios)",
+            _summary(BiosPrimary) + _required(BiosPrimary),
+            BiosPrimary,
+        ),
         ("[experiment] (chains)", preset.format("chains"), ChainsExperiment),
+        (
+            "[[experiment.primary]] (chains)",
+            _summary(ChainsPrimary) + _required(ChainsPrimary),
+            ChainsPrimary,
+        ),
         *((f"{name} (a sweep file)", _summary(s) + _required(s), s) for name, s in sweep_tables),
     ]
 

@@ -1,7 +1,8 @@
 """Checking raw TOML values against the section dataclasses' annotations.
 
 Every configuration section is a dataclass whose annotations say what each key accepts; `coerce`
-turns a raw TOML value into that type or raises a one-line `UserError` naming the key, and
+turns a raw TOML value into that type (a table into a section dataclass, so a list of them is an
+array of tables) or raises a one-line `UserError` naming the key, and
 `build_section` refuses unknown keys before the dataclass's own `__post_init__` checks what is
 possible. `field_docs` reads the attribute docstrings, which are the configuration reference.
 """
@@ -13,7 +14,7 @@ import itertools
 import math
 import types
 import typing
-from dataclasses import MISSING, Field, fields
+from dataclasses import MISSING, Field, fields, is_dataclass
 from typing import Any, ClassVar, Literal, Protocol, Union
 
 from fixedfirst.errors import UserError
@@ -88,6 +89,13 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
         if not isinstance(value, str):
             raise UserError(f"{key}: expected a string, got {shown(value)}")
         return value
+    if is_dataclass(annotation) and hasattr(annotation, "SECTION"):  # a table, e.g. [[x.items]]
+        if not isinstance(value, dict):
+            raise UserError(f"{key}: expected a table of key = value lines, got {shown(value)}")
+        try:
+            return build_section(typing.cast(type[Section], annotation), value)
+        except UserError as e:
+            raise UserError(f"{key}: {e}") from None
     raise TypeError(f"unsupported annotation {annotation!r} for {key}")  # a bug, not user input
 
 

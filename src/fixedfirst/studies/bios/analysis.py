@@ -3,18 +3,24 @@
 Every arm trains once per seed; a cell is recalled bits per person at one (arm, budget fraction,
 serving depth) with its 95% t-interval over seeds. The rules (the regime, collapse, same-seed
 comparisons, the least recall over deep serving depths against the ceiling) are docs/design.md
-§5, "bios: where recall runs through the loop"; their bars are the constants below.
+§5, "bios: where recall runs through the loop"; their bars are the constants below. The preset's
+primary comparisons (`PrimaryComparison`) are each decided by their own interval; every same-seed
+difference is exploratory, its verdict corrected over all of them by Holm's method
+(`studies/comparisons.py`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from operator import itemgetter
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import numpy as np
 
+from fixedfirst.config.schema import require
 from fixedfirst.stats.evidence import over_seeds, paired, sign
+from fixedfirst.studies.comparisons import bar_verdict, correct_family
 
 T = TypeVar("T")
 
@@ -32,6 +38,65 @@ COMPARISONS = (
     ("fixed-first-4-0.8", "fixed-first-4-0.8-wsd"),
 )
 """(a, b) pairs compared as a - b, when both arms ran."""
+Quantity = Literal["least_of_ceiling", "mean_of_ceiling", "kept_of_depth_4"]
+QUANTITY_WORDS = {
+    "least_of_ceiling": "least recall over serving depths {deep} as a share of the ceiling",
+    "mean_of_ceiling": "recall averaged over serving depths as a share of the ceiling",
+    "kept_of_depth_4": "least recall over serving depths {collapse} as a share of that at depth 4",
+}
+"""Each quantity in words, for the report ({deep} and {collapse}: the depths it reads)."""
+
+
+@dataclass(frozen=True)
+class PrimaryComparison:
+    """A `[[experiment.primary]]` table of a bios preset: one arm's recall at the full budget,
+    seed by seed, claimed against a bar, named before the runs and decided by its own 95%
+    interval over seeds (outside the exploratory family)."""
+
+    SECTION: ClassVar[str] = "primary"
+
+    name: str
+    """The claim in a few words, e.g. "Fixed-first at the ceiling from depth 2 to 64"."""
+    arm: str
+    """The arm it is about (one of experiment.schedules)."""
+    quantity: Quantity
+    """least_of_ceiling: the arm's least recall over serving depths 2..64 as a share of the
+    ceiling; mean_of_ceiling: its recall averaged over serving depths, a share of the ceiling;
+    kept_of_depth_4: its least recall over depths 8..64 as a share of its recall at depth 4
+    (seeds recalling under 10% of the ceiling at depth 4 left out, as the collapse rule does)."""
+    claim: Literal["at least", "below"]
+    """The side of `bar` claimed: holds when the interval lies wholly on it (at or above the bar
+    for "at least", under it for "below"), does not hold when wholly on the other side, else
+    cannot tell."""
+    bar: float
+    """The bar, a share (0.95 for 95%)."""
+
+    def __post_init__(self) -> None:
+        s = self.SECTION
+        require(bool(self.name.strip()), f"{s}.name", "must name the claim in a few words")
+        require(0 < self.bar <= 1, f"{s}.bar", f"a share in (0, 1], got {self.bar}")
+
+    def check(self, schedules: list[str], depths: list[int]) -> None:
+        """Refuse an arm the experiment does not train, or depths its quantity cannot read."""
+        s = self.SECTION
+        require(
+            self.arm in schedules,
+            f"{s}.arm",
+            f"{self.arm!r} ({self.name}) is not one of experiment.schedules {schedules}; add "
+            "it, or drop the claim (--set experiment.primary=[] drops them all)",
+        )
+        needs = {
+            "least_of_ceiling": any(d >= 2 for d in depths),
+            "mean_of_ceiling": True,
+            "kept_of_depth_4": 4 in depths and any(d in COLLAPSE_DEPTHS for d in depths),
+        }
+        require(
+            needs[self.quantity],
+            f"{s}.quantity",
+            f"{self.quantity} ({self.name}) needs serving depths "
+            + ("4 and one in 8..64" if self.quantity == "kept_of_depth_4" else "of 2 or more")
+            + f" in experiment.depths, got {depths}",
+        )
 
 
 def bits_table(results: dict[str, Any]) -> dict[tuple[str, float, int], dict[int, float]]:
@@ -90,6 +155,8 @@ def analyse(results: dict[str, Any]) -> dict[str, Any]:
         "at_ceiling": {},
         "regime": None,
         "learning_rate": {},
+        "primary": [],
+        "exploratory": {},
     }
     for a, b in COMPARISONS:
         if a not in arms or b not in arms:
@@ -113,9 +180,36 @@ def analyse(results: dict[str, Any]) -> dict[str, Any]:
         if "fixed-4" in arms and 1 in depths:
             out["regime"] = _regime(per_seed("fixed-4", final, dict), ceiling)
     deep = [d for d in depths if d >= 2]
+
+    def least_of_ceiling(arm: str) -> dict[int, float]:
+        return per_seed(arm, final, lambda r: min(r[d] for d in deep) / ceiling)
+
     for arm in arms:
-        least = per_seed(arm, final, lambda r: min(r[d] for d in deep) / ceiling)
+        least = least_of_ceiling(arm)
         out["at_ceiling"][arm] = {"depths": [min(deep), max(deep)], **over_seeds(least).to_dict()}
+    quantities: dict[str, Callable[[str], dict[int, float]]] = {
+        "least_of_ceiling": least_of_ceiling,
+        "mean_of_ceiling": lambda arm: per_seed(
+            arm, final, lambda r: mean_over_depths(r) / ceiling
+        ),
+        "kept_of_depth_4": lambda arm: {
+            int(s): k["kept"] for s, k in out["collapse"][arm]["per_seed"].items()
+        },
+    }
+    for p in (PrimaryComparison(**p) for p in results["primary"]):
+        out["primary"].append(_primary(p, quantities[p.quantity](p.arm), depths))
+    family = [
+        d
+        for c in out["comparisons"]
+        for key, d in c.items()
+        if key not in ("a", "b", "fraction") and d is not None
+    ]
+    correct_family(family)
+    out["exploratory"] = {
+        "size": len(family),
+        "uncorrected": sum(d["sign"] != "cannot tell" for d in family),
+        "corrected": sum(d["holm"] != "cannot tell" for d in family),
+    }
     for name, run in results["runs"].items():
         switch = run.get("switch") or {}
         if "lr" in switch:
@@ -126,6 +220,34 @@ def analyse(results: dict[str, Any]) -> dict[str, Any]:
                 "peak": switch["peak_lr"],
             }
     return out
+
+
+def _primary(p: PrimaryComparison, values: dict[int, float], depths: list[int]) -> dict[str, Any]:
+    """The claim's quantity over seeds and its verdict (None with fewer than two seeds)."""
+    deep = [d for d in depths if d >= 2]
+    collapse = [d for d in depths if d in COLLAPSE_DEPTHS]
+    words = QUANTITY_WORDS[p.quantity].format(
+        deep=f"{min(deep, default=0)}..{max(deep, default=0)}",
+        collapse=f"{min(collapse, default=0)}..{max(collapse, default=0)}",
+    )
+    scored = over_seeds(values) if values else None
+    verdict = None
+    if scored is not None and scored.low is not None and scored.high is not None:
+        side = bar_verdict(scored.low, scored.high, p.bar)
+        claimed = "meets the bar" if p.claim == "at least" else "below the bar"
+        verdict = (
+            "cannot tell"
+            if side == "cannot tell"
+            else "holds"
+            if side == claimed
+            else "does not hold"
+        )
+    return {
+        **asdict(p),
+        "quantity_words": words,
+        "over_seeds": None if scored is None else scored.to_dict(),
+        "verdict": verdict,
+    }
 
 
 def _collapse(rows: dict[int, dict[int, float]], ceiling: float) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from fixedfirst.config import RunConfig, apply_overrides
 from fixedfirst.errors import UserError
 from fixedfirst.files.writing import write_json_atomic
 from fixedfirst.schedules import describe
+from fixedfirst.studies.bios.analysis import PrimaryComparison
 from fixedfirst.studies.presets import PAPER_SCHEDULES, read_preset
 from fixedfirst.studies.side_by_side import Experiment, Job, conduct
 from fixedfirst.studies.training import PlannedRun, RunOutcome, finished_summary, run_directory
@@ -71,6 +72,11 @@ class ExperimentConfig:
     schedules: list[str] = field(default_factory=lambda: list(FIGURE1))
     """Arms to train: fixed-4, uniform-1-16, fixed-first-4-0.8 (Figure 1), fixed-first-2-0.67,
     fixed-first-4-0.8-wsd."""
+    primary: list[PrimaryComparison] = field(default_factory=list)
+    """The primary claims, `[[experiment.primary]]` tables named before the runs, each decided
+    by its own 95% interval over seeds; every same-seed difference the report computes is
+    exploratory, its verdict corrected over all of them by Holm's method. The loop preset names
+    three (docs/studies/figure1.md)."""
 
     def __post_init__(self) -> None:
         s = self.SECTION
@@ -94,6 +100,14 @@ class ExperimentConfig:
             raise UserError(
                 f"{s}.schedules: distinct names from {', '.join(SCHEDULES)}, got {self.schedules}"
             )
+        names = [p.name for p in self.primary]
+        if len(set(names)) != len(names):
+            raise UserError(f"{s}.primary: every claim needs its own name, got {names}")
+        for i, p in enumerate(self.primary):
+            try:
+                p.check(self.schedules, self.depths)
+            except UserError as e:
+                raise UserError(f"{s}.primary[{i}]: {e}") from None
 
     @property
     def fractions(self) -> list[float]:
@@ -259,6 +273,7 @@ def collect_results(
         "recall_people": preset.experiment.recall_people or options.people,
         "depths": sorted(preset.experiment.depths),
         "budget_fractions": preset.experiment.fractions,
+        "primary": [asdict(p) for p in preset.experiment.primary],
         "experiment": asdict(preset.experiment),
         "runs": runs,
         "recall": records,

@@ -1,10 +1,12 @@
 """report.md for Figure 1: sentences computed from the seeds' recall, then the tables behind them.
 
-Every sentence is produced from the recall of every run (`analysis.py`): comparisons as same-seed
-differences with their 95% intervals over seeds and the word those allow (higher, lower, cannot
-tell), the regime and collapse questions answered per seed. Nothing is canned, so a run that
-disagrees with the paper says so. report.md is made from report.json alone (`report_numbers`:
-the recall and each run's cost, no analysis; `report_markdown` analyses them again).
+Every sentence is produced from the recall of every run (`analysis.py`): the preset's primary
+claims first, each decided by its own 95% interval over seeds; then comparisons as same-seed
+differences with their 95% intervals and the word those allow (higher, lower, cannot tell),
+corrected over all of them (Holm), and the regime and collapse questions answered per seed.
+Nothing is canned, so a run that disagrees with the paper says so. report.md is made from
+report.json alone (`report_numbers`: the recall, each run's cost and the primary claims, no
+analysis; `report_markdown` analyses them again).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ SETUP_FIELDS = (
     "recall_people",
     "depths",
     "budget_fractions",
+    "primary",
 )
 
 SIGN_WORDS = {"positive": "higher", "negative": "lower", "cannot tell": "cannot tell"}
@@ -47,9 +50,36 @@ def compact(c: dict[str, Any]) -> str:
 
 
 def difference(d: dict[str, Any] | None) -> str:
+    """A same-seed difference in bits, with its Holm-corrected word (and the uncorrected one
+    where they differ)."""
     if d is None:
         return "one seed: no interval"
-    return f"{d['mean']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}] bits ({SIGN_WORDS[d['sign']]})"
+    word = SIGN_WORDS[d["holm"]]
+    if d["holm"] != d["sign"]:
+        word += f"; uncorrected {SIGN_WORDS[d['sign']]}"
+    return f"{d['mean']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}] bits ({word})"
+
+
+def primary_findings(results: dict[str, Any]) -> list[str]:
+    """One sentence per primary claim: its quantity over seeds, the claim and the verdict."""
+    a = results["analysis"]
+    out = []
+    for p in a["primary"]:
+        c = p["over_seeds"]
+        if c is None:
+            value = "no seed recalls enough at depth 4 to judge"
+        elif c["low"] is None:
+            value = f"{100 * c['mean']:.1f}% (one seed: no interval)"
+        else:
+            value = (
+                f"{100 * c['mean']:.1f}% [{100 * c['low']:.1f}, {100 * c['high']:.1f}], mean over "
+                f"{c['n']} seeds [95% interval]"
+            )
+        out.append(
+            f"{p['name']}: {label(p['arm'])} at the full budget, {p['quantity_words']}: {value}; "
+            f"claimed {p['claim']} {100 * p['bar']:.0f}%: {p['verdict'] or 'no verdict'}."
+        )
+    return out
 
 
 def findings(results: dict[str, Any]) -> list[str]:
@@ -57,10 +87,20 @@ def findings(results: dict[str, Any]) -> list[str]:
     ceiling = results["ceiling_bits"]
     n = len(a["seeds"])
     fractions = results["budget_fractions"]
+    family = a["exploratory"]
     out = [
         f"{n} seed{'s' if n > 1 else ''} per arm; intervals are 95% over seeds, differences "
         "are same-seed differences; a difference whose interval contains 0 cannot be told apart."
     ]
+    if family["size"]:
+        out.append(
+            f"The same-seed differences are exploratory: of the {family['size']} the report "
+            "computes (every pair, budget fraction, the average over serving depths and single "
+            "depths; it lists the averages), each keeps its uncorrected 95% interval and its word "
+            "is corrected over all of them by Holm's method: "
+            f"{family['uncorrected']} exclude zero uncorrected, {family['corrected']} after the "
+            "correction."
+        )
     for fraction in fractions:
         cells = {
             arm: a["cells"][arm][f"{fraction:g}"]
@@ -84,7 +124,8 @@ def findings(results: dict[str, Any]) -> list[str]:
         )
         compared = [c for c in a["comparisons"] if c["fraction"] == fraction]
         if compared:
-            text += " Same-seed differences of the average: " + "; ".join(
+            holm = f", exploratory (Holm over {family['size']})" if family["size"] else ""
+            text += f" Same-seed differences of the average{holm}: " + "; ".join(
                 f"{label(c['a'])} minus {label(c['b'])} {difference(c['mean_over_depths'])}"
                 for c in compared
             )
@@ -207,7 +248,12 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         "budget; a snapshot is the first checkpoint at or past its fraction of the budget). "
         f"Produced by `fixedfirst bios --preset {results['preset']}`.",
         "",
-        "## What the numbers show",
+        "## Primary claims (named before the runs)",
+        "",
+        *([f"- {s}" for s in primary_findings(results)] or ["None named in this preset."]),
+        "",
+        "## What else the numbers show: exploratory"
+        + (f" (Holm over {a['exploratory']['size']})" if a["exploratory"]["size"] else ""),
         "",
         *[f"- {s}" for s in findings(results)],
         "",

@@ -4,32 +4,112 @@ The unit is the seed: a score is a 95% t-interval over seeds of a seed's accurac
 the same-seed difference with its interval, "cannot tell" when it contains zero. The rules
 (bands, depth decides the answer, extrapolation, matched FLOPs, extrapolates best, solved up to
 d, collapse, the KL exit rule) are docs/design.md §5, "chains: the rules"; their bars are the
-constants below.
+constants below, but for the 40 points of depth deciding the answer, which is the default
+preset's first primary comparison. The preset's primary comparisons (`PrimaryComparison`) are
+each decided by their own interval; every other same-seed difference computed here is
+exploratory, its verdict corrected over all of them by Holm's method (`studies/comparisons.py`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, Literal, get_args
 
 import numpy as np
 
-from fixedfirst.stats.evidence import over_seeds, paired, sign, verdict
+from fixedfirst.config.schema import require
+from fixedfirst.stats.evidence import over_seeds, paired, sign
+from fixedfirst.studies.comparisons import correct_family, primary_verdict
 from fixedfirst.tasks.chains.sets import STANDARD
 
 SOLVED = 0.9
 """Accuracy at which a difficulty counts as solved."""
 TRAINING_DEPTH = 16
 """The deepest depth the paper's schedules train at (uniform 1..16 and the finishes)."""
-DEPTH_MATTERS = 0.40
-"""The bar for "depth decides the answer": uniform's hard-band accuracy at depth 16 at least 40
-points above depth 1."""
 REFERENCE = "uniform-1-16"
 """The schedule every other is compared with at matched FLOPs."""
-ROLES = ("easy", "hard", "near", "far")
+Band = Literal["easy", "hard", "near", "far"]
+ROLES: tuple[str, ...] = get_args(Band)
 COMPARISONS = (("hard", 1), ("hard", TRAINING_DEPTH), ("near", None), ("far", None))
 """(band, depth) cells of the matched-FLOP comparison; None is the deepest serving depth."""
 COLLAPSE_FROM = 4
 COLLAPSE_DEPTHS = (8, 12, 16, 24, 32, 48, 64)
+
+
+Key = tuple[str, str, tuple[str, int], tuple[str, int]]
+"""(set, band role, (schedule, depth), (schedule, depth)): one same-seed difference, either way
+round."""
+
+
+def difference_key(set_name: str, role: str, a: tuple[str, int], b: tuple[str, int]) -> Key:
+    first, second = sorted((a, b))
+    return (set_name, role, first, second)
+
+
+@dataclass(frozen=True)
+class PrimaryComparison:
+    """A `[[experiment.primary]]` table of a chains preset: a comparison named before the runs and
+    decided by its own 95% interval over seeds, outside the exploratory family. Its quantity is,
+    seed by seed, schedule a's accuracy at a_depth minus schedule b's at b_depth on one band of
+    the standard set (at matched FLOPs, as every run of the experiment is)."""
+
+    SECTION: ClassVar[str] = "primary"
+
+    name: str
+    """The comparison in a few words, e.g. "Depth decides the answer"."""
+    band: Band
+    """The band of the standard set, by role: easy or hard (the halves of the training range),
+    near (up to twice it), far (beyond)."""
+    a: str
+    """The schedule whose accuracy is compared (one of experiment.schedules)."""
+    a_depth: int
+    """Its serving depth (one of experiment.depths)."""
+    b: str
+    """The schedule subtracted; a itself compares two depths of one schedule."""
+    b_depth: int
+    """Its serving depth."""
+    bar: float | None = None
+    """Unset: claimed above zero, decided by the interval's side (higher, lower, cannot tell).
+    A number: claimed at least that (accuracy as a fraction, 0.40 for 40 points): meets the bar
+    when the interval's lower end is at or above it, below the bar when its upper end is under
+    it, otherwise cannot tell."""
+
+    def __post_init__(self) -> None:
+        s = self.SECTION
+        require(bool(self.name.strip()), f"{s}.name", "must name the comparison in a few words")
+        require(
+            (self.a, self.a_depth) != (self.b, self.b_depth),
+            f"{s}.b_depth",
+            f"a and b are {self.a} at depth {self.a_depth}; compare two schedules or two depths",
+        )
+        require(
+            self.bar is None or -1 < self.bar <= 1,
+            f"{s}.bar",
+            f"an accuracy difference is in (-1, 1]; got {self.bar}",
+        )
+
+    def check(self, schedules: list[str], depths: list[int]) -> None:
+        """Refuse schedules and depths the experiment does not run."""
+        for key in ("a", "b"):
+            value = getattr(self, key)
+            require(
+                value in schedules,
+                f"{self.SECTION}.{key}",
+                f"{value!r} ({self.name}) is not one of experiment.schedules {schedules}; add "
+                "it, or drop the comparison (--set experiment.primary=[] drops them all)",
+            )
+        for key in ("a_depth", "b_depth"):
+            value = getattr(self, key)
+            require(
+                value in depths,
+                f"{self.SECTION}.{key}",
+                f"{value} ({self.name}) is not one of experiment.depths {depths}; add it, or "
+                "drop the comparison (--set experiment.primary=[] drops them all)",
+            )
+
+    @property
+    def key(self) -> Key:
+        return difference_key(STANDARD, self.band, (self.a, self.a_depth), (self.b, self.b_depth))
 
 
 def band_roles(bands: dict[str, dict[str, Any]]) -> dict[str, str]:
@@ -95,30 +175,41 @@ def analysed_scores(scores: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _interval(
-    values_a: dict[int, float], values_b: dict[int, float], bar: float | None = None
-) -> dict[str, Any] | None:
-    """The same-seed difference a - b with its sign (and its verdict against `bar`, a claimed
-    lower bound), or None with fewer than two seeds."""
+def _interval(values_a: dict[int, float], values_b: dict[int, float]) -> dict[str, Any] | None:
+    """The same-seed difference a - b with its sign, or None with fewer than two seeds."""
     if len(set(values_a) & set(values_b)) < 2:
         return None
     interval = paired(values_a, values_b)
-    out: dict[str, Any] = {**interval.to_dict(), "sign": sign(interval)}
-    if bar is not None:
-        out["verdict"] = verdict(interval, "above", bar)
-    return out
+    return {**interval.to_dict(), "sign": sign(interval)}
 
 
-def analyse(runs: dict[str, dict[str, Any]], depths: list[int], max_ops: int) -> dict[str, Any]:
+def analyse(
+    runs: dict[str, dict[str, Any]],
+    depths: list[int],
+    max_ops: int,
+    primary: list[PrimaryComparison],
+) -> dict[str, Any]:
+    """Every score, difference and rule of the report; `primary` are the preset's primary
+    comparisons, and every other difference is corrected as one exploratory family."""
     schedules = list(dict.fromkeys(r["schedule"] for r in runs.values()))
     seeds = {s: {r["seed"]: r for r in runs.values() if r["schedule"] == s} for s in schedules}
     first = next(iter(runs.values()))["scores"]
     set_names = list(first["sets"])
     deepest = max(depths)
     cells = [(role, deepest if d is None else d) for role, d in COMPARISONS]
+    family: dict[Key, list[dict[str, Any]]] = {}
 
     def values(schedule: str, set_name: str, role: str, depth: int) -> dict[int, float]:
         return {s: _accuracy(r, set_name, role, depth) for s, r in seeds[schedule].items()}
+
+    def difference(
+        set_name: str, role: str, a: tuple[str, int], b: tuple[str, int]
+    ) -> dict[str, Any] | None:
+        """a's accuracy minus b's, (schedule, depth) each, same seed; kept in the family."""
+        d = _interval(values(a[0], set_name, role, a[1]), values(b[0], set_name, role, b[1]))
+        if d is not None:
+            family.setdefault(difference_key(set_name, role, a, b), []).append(d)
+        return d
 
     out: dict[str, Any] = {
         "schedules": schedules,
@@ -140,8 +231,9 @@ def analyse(runs: dict[str, dict[str, Any]], depths: list[int], max_ops: int) ->
         "training_depth": TRAINING_DEPTH,
         "deepest_depth": deepest,
         "solved_threshold": SOLVED,
-        "depth_matters": DEPTH_MATTERS,
         "reference": REFERENCE if REFERENCE in schedules else None,
+        "primary": [],
+        "exploratory": {},
         "band_accuracy": {},
         "depth_gain": {},
         "extrapolation": {},
@@ -159,24 +251,16 @@ def analyse(runs: dict[str, dict[str, Any]], depths: list[int], max_ops: int) ->
             }
             for name in set_names
         }
-        out["depth_gain"][s] = _interval(
-            values(s, "standard", "hard", TRAINING_DEPTH),
-            values(s, "standard", "hard", 1),
-            DEPTH_MATTERS,
-        )
+        out["depth_gain"][s] = difference(STANDARD, "hard", (s, TRAINING_DEPTH), (s, 1))
         out["extrapolation"][s] = {
-            role: _interval(
-                values(s, "standard", role, deepest), values(s, "standard", role, TRAINING_DEPTH)
-            )
+            role: difference(STANDARD, role, (s, deepest), (s, TRAINING_DEPTH))
             for role in ("near", "far")
             if role in out["sets"]["standard"]["bands"]
         }
         if out["reference"] is not None and s != REFERENCE:
             out["versus_reference"][s] = {
                 name: {
-                    f"{role}@{depth}": _interval(
-                        values(s, name, role, depth), values(REFERENCE, name, role, depth)
-                    )
+                    f"{role}@{depth}": difference(name, role, (s, depth), (REFERENCE, depth))
                     for role, depth in cells
                     if role in out["sets"][name]["bands"]
                 }
@@ -194,8 +278,50 @@ def analyse(runs: dict[str, dict[str, Any]], depths: list[int], max_ops: int) ->
             }
         }
         out["kl_exit"][s] = _kl_exit(seeds[s], first["sets"]["standard"]["bands"])
-    out["extrapolates_best"] = _best(out, values, deepest)
+    out["extrapolates_best"] = _best(out, difference, deepest)
+    out["primary"] = [_primary(p, values) for p in primary]
+    out["exploratory"] = _correct(family, {p.key: p.name for p in primary})
+    if out["extrapolates_best"] is not None:
+        against = out["extrapolates_best"]["against"].values()
+        out["extrapolates_best"]["holds"] = all(
+            d is not None and decided(d) == "positive" for d in against
+        )
     return out
+
+
+def decided(d: dict[str, Any]) -> str:
+    """The side a difference's verdict takes: Holm's for an exploratory one, its own interval's
+    for one that is a primary comparison (positive, negative, cannot tell)."""
+    return d["holm"] if "holm" in d else d["sign"]
+
+
+def _primary(p: PrimaryComparison, values) -> dict[str, Any]:
+    d = _interval(
+        values(p.a, STANDARD, p.band, p.a_depth), values(p.b, STANDARD, p.band, p.b_depth)
+    )
+    verdict = None if d is None else primary_verdict(d["low"], d["high"], p.bar)
+    return {**asdict(p), "difference": d, "verdict": verdict}
+
+
+def _correct(family: dict[Key, list[dict[str, Any]]], primary: dict[Key, str]) -> dict[str, Any]:
+    """Mark the differences that are primary comparisons; correct the others, each distinct
+    difference once, over all of them (a difference computed twice, as a - b or b - a, shares
+    its p-value and is rejected or not with its first)."""
+    kept = {key: found for key, found in family.items() if key not in primary}
+    for key in family.keys() & primary.keys():
+        for d in family[key]:
+            d["primary"] = primary[key]
+    correct_family([found[0] for found in kept.values()])
+    for first, *again in kept.values():
+        for d in again:
+            d["p"] = first["p"]
+            d["holm"] = d["sign"] if first["holm"] != "cannot tell" else "cannot tell"
+    firsts = [found[0] for found in kept.values()]
+    return {
+        "size": len(firsts),
+        "uncorrected": sum(d["sign"] != "cannot tell" for d in firsts),
+        "corrected": sum(d["holm"] != "cannot tell" for d in firsts),
+    }
 
 
 def _solved(runs: dict[int, dict[str, Any]], depths: list[int], deepest: int) -> dict[str, Any]:
@@ -255,9 +381,10 @@ def _kl_exit(runs: dict[int, dict[str, Any]], bands: dict[str, dict[str, Any]]) 
     }
 
 
-def _best(out: dict[str, Any], values, deepest: int) -> dict[str, Any] | None:
+def _best(out: dict[str, Any], difference, deepest: int) -> dict[str, Any] | None:
     """The schedule with the highest mean `near` accuracy at the deepest depth, and its same-seed
-    differences to every other schedule; "best" holds only when all of them are positive."""
+    differences to every other schedule; "best" holds only when all of them are positive (after
+    the correction: `analyse` sets `holds`)."""
     schedules = out["schedules"]
     if "near" not in out["sets"]["standard"]["bands"] or len(schedules) < 2:
         return None
@@ -266,14 +393,6 @@ def _best(out: dict[str, Any], values, deepest: int) -> dict[str, Any] | None:
     }
     top = max(schedules, key=lambda s: means[s])
     against = {
-        s: _interval(
-            values(top, "standard", "near", deepest), values(s, "standard", "near", deepest)
-        )
-        for s in schedules
-        if s != top
+        s: difference(STANDARD, "near", (top, deepest), (s, deepest)) for s in schedules if s != top
     }
-    known = [d for d in against.values() if d is not None]
-    holds = (
-        bool(known) and len(known) == len(against) and all(d["sign"] == "positive" for d in known)
-    )
-    return {"schedule": top, "depth": deepest, "against": against, "holds": holds}
+    return {"schedule": top, "depth": deepest, "against": against, "holds": False}

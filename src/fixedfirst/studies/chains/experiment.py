@@ -22,6 +22,7 @@ from fixedfirst.config import RunConfig, apply_overrides
 from fixedfirst.errors import UserError
 from fixedfirst.schedules import describe
 from fixedfirst.serve.adaptive import KLExit
+from fixedfirst.studies.chains.analysis import PrimaryComparison
 from fixedfirst.studies.presets import PAPER_SCHEDULES, SCHEDULE_LABELS, read_preset
 from fixedfirst.studies.side_by_side import Experiment, Job, conduct, run_finished
 from fixedfirst.studies.training import PlannedRun, RunOutcome, run_directory
@@ -58,6 +59,11 @@ class ExperimentConfig:
     """The KL exit rule's threshold (Huginn's default)."""
     kl_max_depth: int = 64
     """The KL exit rule's deepest iteration."""
+    primary: list[PrimaryComparison] = field(default_factory=list)
+    """The primary comparisons, `[[experiment.primary]]` tables named before the runs, each
+    decided by its own 95% interval over seeds; every other difference the report computes is
+    exploratory, its verdict corrected over all of them by Holm's method. The default preset
+    names three (docs/studies/chains.md)."""
 
     def __post_init__(self) -> None:
         s = self.SECTION
@@ -86,6 +92,14 @@ class ExperimentConfig:
             raise UserError(f"{s}.kl_threshold: must be in [0, 10], got {self.kl_threshold}")
         if not 1 <= self.kl_max_depth <= 1024:
             raise UserError(f"{s}.kl_max_depth: must be in 1..1024, got {self.kl_max_depth}")
+        names = [p.name for p in self.primary]
+        if len(set(names)) != len(names):
+            raise UserError(f"{s}.primary: every comparison needs its own name, got {names}")
+        for i, p in enumerate(self.primary):
+            try:
+                p.check(self.schedules, self.depths)
+            except UserError as e:
+                raise UserError(f"{s}.primary[{i}]: {e}") from None
 
     @property
     def rule(self) -> KLExit:
@@ -175,7 +189,7 @@ def collect_results(
         "experiment": asdict(e),
         "chance": 1 / options.values,
         "runs": runs,
-        "analysis": analyse(runs, e.depths, options.max_ops),
+        "analysis": analyse(runs, e.depths, options.max_ops, e.primary),
     }
 
 

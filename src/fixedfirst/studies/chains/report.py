@@ -2,9 +2,11 @@
 
 Every sentence is produced from the runs' scores (`analysis.py`): each claim's quantity as a mean
 over seeds with its 95% interval over seeds, and the word the interval allows (higher, lower, or
-cannot tell). Nothing is canned, so a run that disagrees with the paper, or with an earlier run,
-says so. report.md is made from report.json alone (`report_numbers`: the scores the analysis
-reads and each run's cost; `report_markdown` analyses them again).
+cannot tell). The preset's primary comparisons come first, each decided by its own interval; the
+rest are exploratory, their words corrected over the whole family (Holm). Nothing is canned, so
+a run that disagrees with the paper, or with an earlier run, says so. report.md is made from
+report.json alone (`report_numbers`: the scores the analysis reads, each run's cost and the
+primary comparisons; `report_markdown` analyses them again).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fixedfirst.studies.chains.analysis import analyse, analysed_scores
+from fixedfirst.studies.chains.analysis import PrimaryComparison, analyse, analysed_scores
 from fixedfirst.studies.report_files import write_numbers_and_report
 from fixedfirst.tasks.chains.sets import STANDARD
 
@@ -49,20 +51,58 @@ def _band(a: dict[str, Any], role: str, set_name: str = STANDARD) -> str:
     return a["sets"][set_name]["bands"][role]["label"]
 
 
+def word(d: dict[str, Any]) -> str:
+    """A listed difference's verdict: "primary" for a primary comparison (decided in its own
+    section); otherwise the Holm-corrected word, with the uncorrected one where they differ."""
+    if "primary" in d:
+        return "primary"
+    corrected = SIGN_WORDS[d["holm"]]
+    if d["holm"] == d["sign"]:
+        return corrected
+    return f"{corrected}; uncorrected {SIGN_WORDS[d['sign']]}"
+
+
+def primary_findings(results: dict[str, Any]) -> list[str]:
+    """One sentence per primary comparison: its quantity, interval and verdict."""
+    a = results["analysis"]
+    out = []
+    for p in a["primary"]:
+        band = f"accuracy on difficulty {_band(a, p['band'])}"
+        if p["a"] == p["b"]:
+            what = (
+                f"{_label(results, p['a'])}, {band} at K={p['a_depth']} minus at K={p['b_depth']}"
+            )
+        elif p["a_depth"] == p["b_depth"]:
+            what = (
+                f"{_label(results, p['a'])} minus {_label(results, p['b'])}, {band} at "
+                f"K={p['a_depth']}"
+            )
+        else:
+            what = (
+                f"{_label(results, p['a'])} at K={p['a_depth']} minus {_label(results, p['b'])} "
+                f"at K={p['b_depth']}, {band}"
+            )
+        claim = "above zero" if p["bar"] is None else f"at least {100 * p['bar']:.0f} points"
+        decided = "no verdict" if p["verdict"] is None else p["verdict"]
+        out.append(
+            f"{p['name']}: {what}, points, mean over {len(a['seeds'])} seeds [95% interval]: "
+            f"{points(p['difference'])}; claimed {claim}: {decided}."
+        )
+    return out
+
+
 def findings(results: dict[str, Any]) -> list[str]:
+    """The exploratory findings: every listed difference with its Holm-corrected word."""
     a = results["analysis"]
     n = len(a["seeds"])
     k16, deepest = a["training_depth"], a["deepest_depth"]
     ref = a["reference"]
     out = []
-    gains = []
-    for s, gain in a["depth_gain"].items():
-        if gain is None:
-            continue
-        text = f"{_label(results, s)} {points(gain)}"
-        if s == ref:
-            text += f" (bar {100 * a['depth_matters']:.0f} points: {gain['verdict']})"
-        gains.append(text)
+    gains = [
+        f"{_label(results, s)} {points(gain)} ({word(gain)})"
+        for s, gain in a["depth_gain"].items()
+        if gain is not None
+    ]
     if gains:
         out.append(
             f"Depth decides the answer: on difficulty {_band(a, 'hard')} (the harder half of the "
@@ -72,7 +112,7 @@ def findings(results: dict[str, Any]) -> list[str]:
     extrapolating = []
     for s, per_band in a["extrapolation"].items():
         cells = [
-            f"{_band(a, role)} {points(d)} ({SIGN_WORDS[d['sign']]})"
+            f"{_band(a, role)} {points(d)} ({word(d)})"
             for role, d in per_band.items()
             if d is not None
         ]
@@ -86,8 +126,7 @@ def findings(results: dict[str, Any]) -> list[str]:
     if ref is not None:
         for s, per_set in a["versus_reference"].items():
             cells = [
-                f"{_band(a, cell.split('@')[0])} at K={cell.split('@')[1]} {points(d)} "
-                f"({SIGN_WORDS[d['sign']]})"
+                f"{_band(a, cell.split('@')[0])} at K={cell.split('@')[1]} {points(d)} ({word(d)})"
                 for cell, d in per_set[STANDARD].items()
                 if d is not None
             ]
@@ -98,7 +137,10 @@ def findings(results: dict[str, Any]) -> list[str]:
                 )
     best = a.get("extrapolates_best")
     if best is not None:
-        against = "; ".join(f"{_label(results, s)} {points(d)}" for s, d in best["against"].items())
+        against = "; ".join(
+            f"{_label(results, s)} {points(d)}" + ("" if d is None else f" ({word(d)})")
+            for s, d in best["against"].items()
+        )
         out.append(
             f"Extrapolates best (highest mean on {_band(a, 'near')} at K={best['depth']}): "
             f"{_label(results, best['schedule'])}, "
@@ -199,7 +241,7 @@ def sets_table(results: dict[str, Any]) -> list[str]:
             versus = "–"
             if ref is not None and s != ref and near is not None:
                 d = a["versus_reference"][s][name].get(f"near@{deepest}")
-                versus = "–" if d is None else f"{points(d)} ({SIGN_WORDS[d['sign']]})"
+                versus = "–" if d is None else f"{points(d)} ({word(d)})"
             hard_cell = f"{hard['label']}: {score(acc['hard'][str(k16)])}"
             lines.append(
                 f"| {name} | {_label(results, s)} | {hard_cell} | {near_cell} | {versus} |"
@@ -241,8 +283,9 @@ def _runs_table(results: dict[str, Any]) -> list[str]:
 
 
 def report_numbers(results: dict[str, Any]) -> dict[str, Any]:
-    """What report.md is computed from, from results.json: the task and evaluation sizes, every
-    run's cost and the part of its scores the analysis reads (`analysed_scores`)."""
+    """What report.md is computed from, from results.json: the task and evaluation sizes, the
+    primary comparisons, every run's cost and the part of its scores the analysis reads
+    (`analysed_scores`)."""
     task, e = results["task"], results["experiment"]
     return {
         "format": NUMBERS_FORMAT,
@@ -251,7 +294,7 @@ def report_numbers(results: dict[str, Any]) -> dict[str, Any]:
         "flop_budget": results["flop_budget"],
         "chance": results["chance"],
         "task": {key: task[key] for key in ("statements", "values", "max_ops", "eval_ops")},
-        "experiment": {key: e[key] for key in ("depths", "sequences", "set_sequences")},
+        "experiment": {key: e[key] for key in ("depths", "sequences", "set_sequences", "primary")},
         "runs": {
             name: {
                 **{key: r[key] for key in RUN_FIELDS},
@@ -270,16 +313,12 @@ def write_report(results: dict[str, Any], out: Path) -> None:
 def report_markdown(numbers: dict[str, Any]) -> str:
     """report.md from report.json's numbers (or results.json, which holds them all)."""
     task, e = numbers["task"], numbers["experiment"]
-    analysis = analyse(numbers["runs"], e["depths"], task["max_ops"])
+    primary = [PrimaryComparison(**p) for p in e["primary"]]
+    analysis = analyse(numbers["runs"], e["depths"], task["max_ops"], primary)
     results = {**numbers, "analysis": analysis}
     a = results["analysis"]
     n = len(a["seeds"])
-    intervals = sum(
-        d is not None
-        for per_set in a["versus_reference"].values()
-        for cells in per_set.values()
-        for d in cells.values()
-    )
+    family = a["exploratory"]
     lines = [
         "# Depth that matters: the chains task",
         "",
@@ -295,11 +334,19 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         f"Intervals are 95% t-intervals over the {n} seeds, of one schedule's accuracy or of a "
         'same-seed difference; "cannot tell" means the interval contains zero. The rules '
         "(bands, depths, what counts as solved, the depth chosen on the selection set) were "
-        "fixed before the numbers (docs/design.md §5). With "
-        f"{intervals} matched-FLOP differences below, about {0.05 * intervals:.0f} may exclude "
-        "zero by chance alone even where the schedules do not differ.",
+        "fixed before the numbers (docs/design.md §5). The primary comparisons, named in the "
+        "preset before the runs, are each decided by their own interval. Every other "
+        f"difference is exploratory: of the {family['size']} the report computes (every set, "
+        "band and depth; it lists some), each keeps its uncorrected 95% interval, and its "
+        "word is corrected over all of them by Holm's method, so that the chance of any "
+        f"wrong direction among them is at most 5%: {family['uncorrected']} exclude zero "
+        f"uncorrected, {family['corrected']} after the correction.",
         "",
-        "## What the numbers show",
+        "## Primary comparisons (named before the runs)",
+        "",
+        *([f"- {s}" for s in primary_findings(results)] or ["None named in this preset."]),
+        "",
+        f"## What else the numbers show: exploratory (Holm over {family['size']})",
         "",
         *[f"- {s}" for s in findings(results)],
         "",

@@ -4,8 +4,8 @@ Training is bit-identical from run to run on one machine, but another machine (o
 count: reductions split differently) rounds differently, and a few hundred steps turn that into a
 different model. `fixedfirst chains --out NEW --compare OLD` writes NEW/rerun.md: how far each
 run's accuracy moved (per band at depths 16 and 64), and whether every verdict of OLD's report
-(each same-seed difference's sign, the depth-gain bar, the best extrapolating schedule) kept its
-side in NEW.
+(each primary comparison's, each same-seed difference's sign uncorrected and, where both runs
+have it, after the Holm correction, the best extrapolating schedule) kept its side in NEW.
 """
 
 from __future__ import annotations
@@ -22,19 +22,24 @@ DEPTHS = (16, 64)
 def _signs(a: dict[str, Any]) -> dict[str, str]:
     """Every verdict of an analysis, by a name that is the same in every run of the preset."""
     out = {}
+    for p in a.get("primary", []):
+        if p["verdict"] is not None:
+            out[f"primary: {p['name']}"] = p["verdict"]
+    differences: dict[str, dict[str, Any] | None] = {}
     for s, gain in a["depth_gain"].items():
-        if gain is not None:
-            out[f"{s}: depth gain on the hard band"] = gain["sign"]
-            out[f"{s}: depth gain clears the bar"] = gain["verdict"]
+        differences[f"{s}: depth gain on the hard band"] = gain
     for s, per_band in a["extrapolation"].items():
         for role, d in per_band.items():
-            if d is not None:
-                out[f"{s}: extrapolation on {role}"] = d["sign"]
+            differences[f"{s}: extrapolation on {role}"] = d
     for s, per_set in a["versus_reference"].items():
         for name, cells in per_set.items():
             for cell, d in cells.items():
-                if d is not None:
-                    out[f"{s} vs {a['reference']}: {name} {cell}"] = d["sign"]
+                differences[f"{s} vs {a['reference']}: {name} {cell}"] = d
+    for claim, d in differences.items():
+        if d is not None:
+            out[claim] = d["sign"]
+            if "holm" in d:
+                out[f"{claim} (Holm)"] = d["holm"]
     best = a.get("extrapolates_best")
     if best is not None:
         out["extrapolates best"] = best["schedule"] + (" (holds)" if best["holds"] else "")
