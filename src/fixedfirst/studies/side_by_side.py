@@ -165,7 +165,7 @@ def run_jobs(
                     names = ", ".join(j.label for j in waiting)
                     raise UserError(f"nothing is running and these can never start: {names}")
                 done, _ = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
-                for future in done:
+                for future in [f for f in running if f in done]:  # in the order submitted
                     job, t0 = running.pop(future)
                     results[job.label] = future.result()
                     if on_done is not None:
