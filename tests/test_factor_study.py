@@ -104,6 +104,33 @@ def test_the_levels_train_the_entries_the_gaps_need(study):
     assert spec.flops_of["wsd-uniform-matched-seed0"] == "wsd-ff-seed0"
 
 
+def test_a_gap_at_the_base_only_trains_nothing_again_and_has_no_changes(tmp_path, study):
+    text = study.read_text().replace("primary = false\n", "primary = false\nat_levels = false\n", 1)
+    path = tmp_path / "study.toml"
+    path.write_text(text)
+    spec = load_sweep(path)
+    entries = list(dict.fromkeys(spec.groups.values()))
+    assert entries == ["uniform", "ff", "uniform-matched", "fixed-4", "wsd-uniform", "wsd-ff"]
+    # Made-up NLLs: the gap measured at the levels keeps its wsd row; the other has none, so
+    # Holm's family is the one change.
+    nll = {"uniform": 2.0, "ff": 2.2, "uniform-matched": 2.4, "wsd-uniform": 2.0, "wsd-ff": 2.1}
+    rows = [
+        {"group": g, "seed": s, "mean_serving_nll": v + 0.01 * s}
+        for g, v in nll.items()
+        for s in (0, 1, 2)
+    ]
+    table = factor_table(rows, spec.gaps, spec.factors)
+    assert [(r["name"], r["level"]) for r in table["rows"]] == [
+        ("ff vs uniform", None),
+        ("ff vs uniform", "wsd"),
+        ("ff vs matched", None),
+    ]
+    assert table["rows"][2]["gap"]["mean"] == pytest.approx(
+        np.mean([(2.2 + 0.01 * s) / (2.4 + 0.01 * s) - 1 for s in (0, 1, 2)])
+    )
+    assert "all 1 of them by Holm" in factors_markdown(table)
+
+
 def test_a_factor_study_shares_one_held_out_set_and_tables_its_gaps(tmp_path, capsys, study):
     out = tmp_path / "out"
     code, _, err = run_cli(capsys, "sweep", study, "--out", out, "--jobs", 1)

@@ -294,23 +294,19 @@ def test_depth_figure_over_seeds_averages_entries_and_pairs_by_seed(tmp_path):
     assert path.stat().st_size > 0
 
 
-def test_the_factor_study_config_expands_each_level_over_the_headline_arms():
-    """configs/sweeps/lm-factors.toml as its docs describe it: every level trains the five arms
-    the gaps need again (its keys on top, compute matching within the level), the other claims
-    entries only at the base, and the progressive entry with the health probe's 5% ramp."""
+def test_the_factor_study_config_expands_each_level_over_the_equal_token_arms():
+    """configs/sweeps/lm-factors.toml as its docs describe it: every level trains the three arms
+    of the equal-token gaps again (its keys on top), the compute-matched arms and the other
+    claims entries only at the base, and the progressive entry with the health probe's 5% ramp."""
     from fixedfirst.studies.sweep.spec import load_sweep
 
     spec = load_sweep(ROOT / "configs/sweeps/lm-factors.toml")
     assert spec.seeds == [0, 1, 2, 3, 4]
     assert spec.settings.heldout == "shared" and spec.settings.heldout_rows == 2048
-    arms = {
-        "uniform",
-        "ff-k2-s0.67-uniform",
-        "ff-k4-s0.67-uniform",
-        "uniform-matched-ff-k2-s0.67",
-        "uniform-matched-ff-k4-s0.67",
-    }
-    assert {n for g in spec.gaps for n in (g.a, g.b)} | set(spec.flops_of.values()) >= arms
+    arms = {"uniform", "ff-k2-s0.67-uniform", "ff-k4-s0.67-uniform"}
+    matched = {"uniform-matched-ff-k2-s0.67", "uniform-matched-ff-k4-s0.67"}
+    assert {n for g in spec.gaps for n in (g.a, g.b)} == arms | matched
+    assert {n for g in spec.gaps if g.at_levels for n in (g.a, g.b)} == arms
     assert all(g.primary for g in spec.gaps) and len(spec.gaps) == 4
     levels = {"wsd", "tpp57", "tpp160", "layout111"}
     assert {lv for f in spec.factors for lv in f.level_names} == levels
@@ -319,11 +315,9 @@ def test_the_factor_study_config_expands_each_level_over_the_headline_arms():
     base, wsd = runs["uniform-seed3"], runs["wsd-uniform-seed3"]
     assert (base.train.lr_schedule, wsd.train.lr_schedule) == ("cosine", "wsd")
     assert (runs["tpp57-ff-k4-s0.67-uniform-seed0"].model.d_model, base.model.d_model) == (48, 128)
-    layout = runs["layout111-uniform-matched-ff-k2-s0.67-seed1"].model
+    layout = runs["layout111-ff-k2-s0.67-uniform-seed1"].model
     assert (layout.n_prelude, layout.n_coda, base.model.n_prelude) == (1, 1, 0)
-    assert spec.flops_of["tpp160-uniform-matched-ff-k4-s0.67-seed2"] == (
-        "tpp160-ff-k4-s0.67-uniform-seed2"
-    )
+    assert not any(n.startswith("layout111-uniform-matched") for n in runs)
     assert not any(n.startswith("wsd-progressive") for n in runs)
     assert runs["progressive-seed0"].schedule.warmup == 0.05
     assert runs["uniform-seed0"].train.checkpoint_every > 0  # the long runs resume

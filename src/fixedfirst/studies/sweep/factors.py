@@ -5,6 +5,7 @@
     a = "ff-k2-s0.67"                 # [[runs]] entries
     b = "uniform"
     primary = true                    # named before the runs, decided at 95%
+    at_levels = true                  # false: measured at the base only
 
     [[factors]]
     name = "lr"                       # short: it prefixes the level's run names
@@ -14,12 +15,13 @@
     name = "wsd"                      # its runs: wsd-ENTRY(-seedS)
     train.lr_schedule = "wsd"         # `section.key = value` on top of each entry
 
-Every entry a gap needs (its a and b, and the runs they are compute-matched to) is trained again
-at every level of every factor, the level's keys applied after the entry's own; a `flops_of`
-names the same level's run. The report's factor table gives each gap at the base and at every
-level, and each level's change of the gap, paired by seed (and, with a shared held-out set, by
-its blocks: `evidence.paired_matrix`). The changes are exploratory: their verdicts are corrected
-for the whole family by Holm's method, while a primary gap is decided at 95%.
+Every entry a gap at the levels needs (its a and b, and the runs they are compute-matched to)
+is trained again at every level of every factor, the level's keys applied after the entry's own;
+a `flops_of` names the same level's run. The report's factor table gives each gap at the base
+and at every level, and each level's change of the gap, paired by seed (and, with a shared
+held-out set, by its blocks: `evidence.paired_matrix`). The changes are exploratory: their
+verdicts are corrected for the whole family by Holm's method, while a primary gap is decided at
+95%.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ class GapSpec:
     """The [[runs]] entry it is compared with."""
     primary: bool = True
     """A primary comparison, named before the runs and decided at 95%; `false`: exploratory."""
+    at_levels: bool = True
+    """Measured again at every factor level; `false`: at the base only, so its entries are not
+    trained again at the levels (unless another gap needs them) and it has no changes."""
 
     def __post_init__(self) -> None:
         require(self.a != self.b, "gaps.b", f"a and b both name {self.a!r}; compare two entries")
@@ -145,8 +150,9 @@ def _factor(raw: dict[str, Any], where: str) -> FactorSpec:
 
 
 def _needed(gaps: list[GapSpec], entries: list[dict[str, Any]]) -> set[str]:
-    """The entries the gaps compare, and those they are compute-matched to."""
-    needed = {name for g in gaps for name in (g.a, g.b)}
+    """The entries the gaps measured at the levels compare, and those they are compute-matched
+    to."""
+    needed = {name for g in gaps if g.at_levels for name in (g.a, g.b)}
     matched = {e.get("name"): e.get("flops_of") for e in entries}
     for name in list(needed):
         partner = matched.get(name)
@@ -183,7 +189,7 @@ def factor_table(
     for gap in gaps:
         base = matrix(None, gap)
         entries.append(_entry(gap, None, None, base, None))
-        for factor in factors:
+        for factor in factors if gap.at_levels else []:
             for level in factor.level_names:
                 entries.append(_entry(gap, factor, level, matrix(level, gap), base))
     changes = [e for e in entries if e.get("change") is not None]
@@ -195,7 +201,10 @@ def factor_table(
             e["gap"]["verdict"] = _sign(e["gap"])
     return {
         "level": LEVEL,
-        "gaps": [{"name": g.name, "a": g.a, "b": g.b, "primary": g.primary} for g in gaps],
+        "gaps": [
+            {"name": g.name, "a": g.a, "b": g.b, "primary": g.primary, "at_levels": g.at_levels}
+            for g in gaps
+        ],
         "factors": [{"name": f.name, "title": f.title, "base": f.base} for f in factors],
         "rows": entries,
     }
