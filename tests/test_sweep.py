@@ -14,6 +14,8 @@ from fixedfirst.compute.plan import plan_run
 from fixedfirst.studies.sweep import load_sweep
 from fixedfirst.studies.sweep.results import TABLE_COLUMNS
 
+ROOT = Path(__file__).resolve().parents[1]
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 WORDS = ["the", "a", "cat", "dog", "sat", "on", "under", "mat", "red", "quick", "fox", "jumps"]
 
@@ -224,6 +226,43 @@ def test_compute_matched_run_gets_the_other_runs_modeled_flops(tmp_path, corpus)
     assert plan_run(matched).flops <= target.flops
     assert plan_run(matched).total_steps < target.total_steps  # uniform steps cost more
     assert spec.flops_of == {"matched": "ff-k2"}
+
+
+def test_a_runs_nested_table_changes_only_the_options_it_names(tmp_path):
+    """`data.bios.people = 300` in a [[runs]] entry (and in a factor level) sets one option of
+    the base's [data.bios]; the base's other options stay, as with --set."""
+    base = (ROOT / "configs/probes/bios-loop.toml").read_text()
+    base = base[: base.index("[sweep]")].replace("people = 100", "people = 100\nfirst_names = 12")
+    runs = """
+[[runs]]
+name = "p300"
+data.bios.people = 300
+
+[[runs]]
+name = "p100"
+
+[[gaps]]
+name = "p300 vs p100"
+a = "p300"
+b = "p100"
+
+[[factors]]
+name = "pool"
+title = "name pools"
+base = "12"
+
+[[factors.levels]]
+name = "pool20"
+data.bios.last_names = 20
+"""
+    path = tmp_path / "sweep.toml"
+    path.write_text(base + runs)
+    spec = load_sweep(path)
+    options = {r.name: r.config.data.options for r in spec.runs}
+    assert options["p300"] == {"people": 300, "first_names": 12}
+    assert options["p100"] == {"people": 100, "first_names": 12}
+    assert options["pool20-p300"] == {"people": 300, "first_names": 12, "last_names": 20}
+    assert options["pool20-p100"] == {"people": 100, "first_names": 12, "last_names": 20}
 
 
 def test_base_may_be_a_run_config_file(tmp_path, corpus):

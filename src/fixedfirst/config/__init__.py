@@ -10,6 +10,7 @@ files.py      TOML files, `--set` overrides, writing the resolved configuration 
 from fixedfirst.config.files import (
     apply_overrides,
     load_config,
+    merge_tables,
     parse_override,
     read_toml,
     to_toml,
@@ -39,6 +40,7 @@ __all__ = [
     "build_section",
     "field_docs",
     "load_config",
+    "merge_tables",
     "parse_override",
     "read_toml",
     "require",

@@ -68,6 +68,18 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return merged
 
 
+def merge_tables(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `base` with `top`'s keys on top, where a table in both is merged key by key, so
+    `data.bios.people = 300` changes one option of a base's [data.bios] (as --set does) rather
+    than dropping the others."""
+    out = dict(base)
+    for key, value in top.items():
+        below = out.get(key)
+        both = isinstance(value, dict) and isinstance(below, dict)
+        out[key] = merge_tables(below, value) if both else value
+    return out
+
+
 def read_toml(path: str | Path) -> dict[str, Any]:
     """Read a TOML file, turning a missing file or a syntax error into a one-line UserError."""
     p = Path(path)

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fixedfirst.config.schema import build_section, require
+from fixedfirst.config import build_section, merge_tables, require
 from fixedfirst.errors import UserError
 from fixedfirst.stats.evidence import LEVEL, holm, paired_matrix, two_sided_p
 from fixedfirst.stats.intervals import crossed_interval
@@ -101,7 +101,7 @@ def load_factors(
         for level in factor.levels:
             keys = {k: v for k, v in level.items() if k != "name"}
             for entry in (e for e in entries if e.get("name") in needed):
-                copy = {k: dict(v) if isinstance(v, dict) else v for k, v in entry.items()}
+                copy = dict(entry)
                 copy["name"] = f"{level['name']}-{entry['name']}"
                 if "flops_of" in copy:
                     copy["flops_of"] = f"{level['name']}-{copy['flops_of']}"
@@ -111,7 +111,7 @@ def load_factors(
                             f"{path}: level {level['name']!r}: {section} = {values!r} is not a "
                             "`section.key = value` line"
                         )
-                    copy.setdefault(section, {}).update(values)
+                    copy[section] = merge_tables(copy.get(section, {}), values)
                 expanded.append(copy)
     return gaps, factors, expanded
 

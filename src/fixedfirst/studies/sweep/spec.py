@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fixedfirst.compute.plan import UNIFORM_REFERENCE, plan_run
-from fixedfirst.config import SECTIONS, RunConfig, build_section, read_toml
+from fixedfirst.config import SECTIONS, RunConfig, build_section, merge_tables, read_toml
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import resolve_data_path
 from fixedfirst.studies.sweep.claims import ClaimSpec
@@ -127,8 +127,7 @@ def _with_run_keys(base: dict[str, Any], run: dict[str, Any], where: str) -> dic
             continue
         if section not in SECTION_NAMES:
             _unknown([section], [*RUN_KEYS, *SECTION_NAMES], where)
-        for key, value in _table(values, section, where).items():
-            merged.setdefault(section, {})[key] = value
+        merged[section] = merge_tables(merged.get(section, {}), _table(values, section, where))
     return merged
 
 
