@@ -75,8 +75,10 @@ def merge_tables(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in top.items():
         below = out.get(key)
-        both = isinstance(value, dict) and isinstance(below, dict)
-        out[key] = merge_tables(below, value) if both else value
+        if isinstance(value, dict) and isinstance(below, dict):
+            out[key] = merge_tables(below, value)
+        else:
+            out[key] = value
     return out
 
 
