@@ -238,6 +238,9 @@ def test_seed_table_against_hand_computed_intervals():
     assert set(ff["by_depth"]) == {"1", "4", "16", "64"}
 
     table = seed_table_markdown([uniform, ff], "uniform", "nll", None)
+    assert "drawn per seed" in table
+    shared = seed_table_markdown([uniform, ff], "uniform", "nll", None, shared_rows=True)
+    assert "drawn once" in shared and "drawn per seed" not in shared
     rows = {cells(line)[0]: cells(line) for line in table.splitlines()[2:4]}
     assert rows["ff"][:7] == [
         "ff", "3", "45.0%", "6.0 [6.0, 6.0]", "50.0%", "2.2307 [1.6654, 2.7959]",
@@ -301,6 +304,14 @@ def test_claims_get_their_verdicts_from_hand_computed_intervals():
         "t", "ff - uniform of mean serving NLL", "+0.0000", "–", "1", "below +0.0500",
         "**cannot tell at 1 seed**",
     ]  # fmt: skip
+    # Rows drawn per seed: the legend says so; one shared set scored by every run: the legend
+    # says the crossed interval covers its rows, and never that they were drawn per seed.
+    own_rows = claims_markdown(results[:2], "nll").splitlines()[-1]
+    assert "drawn per seed" in own_rows and "crossed" not in own_rows
+    crossed = [{**r, "covers": "seeds and held-out blocks"} for r in results[:2]]
+    shared = claims_markdown(crossed, "nll").splitlines()[-1]
+    assert "crossed over the seeds and the shared held-out set's blocks" in shared
+    assert "drawn once" in shared and "drawn per seed" not in shared
 
 
 def test_paired_relative_takes_each_seeds_ratio_first():

@@ -58,7 +58,11 @@ def report_texts(spec: SweepSpec, results: dict[str, Any], missing: list[str]) -
     table = table_markdown(rows, spec.reference, missing, spec.seeds is not None)
     if spec.seeds is not None:
         table += "\n## Over seeds\n\n" + seed_table_markdown(
-            results["groups"], spec.reference_group, spec.metric, _score_name(spec, rows)
+            results["groups"],
+            spec.reference_group,
+            spec.metric,
+            _score_name(spec, rows),
+            shared_rows=spec.settings.rows == "shared",
         )
     texts = {"table.md": table}
     if spec.claims:

@@ -39,13 +39,21 @@ def quantity_name(metric: str, score_name: str | None, depth: int | None = None)
     return "mean serving NLL" if depth is None else f"NLL at K={depth}"
 
 
-def what_intervals_cover(metric: str) -> str:
-    """One sentence for a legend: what varies from seed to seed (docs/design.md §4)."""
+def what_intervals_cover(metric: str, shared_rows: bool = False) -> str:
+    """One sentence for a legend: what varies from seed to seed (docs/design.md §4), and whether
+    the held-out rows do (`shared_rows`: every run scored one set drawn once)."""
     if metric == "task":
         return (
             "The intervals cover what a seed changes in training (initialisation, data order, "
             "the depths drawn); the task's evaluation set is the same for every seed, so its "
             "sampling is not in them."
+        )
+    if shared_rows:
+        return (
+            "Every run is scored on the same held-out rows, drawn once: an interval over seeds "
+            "covers what a seed changes in training (initialisation, data order, the depths "
+            "drawn), and one crossed over the seeds and the set's blocks covers the rows' "
+            "sampling too."
         )
     return (
         "The intervals cover what a seed changes: initialisation, data order, the depths drawn, "
@@ -127,9 +135,14 @@ def _relative(interval: dict[str, Any] | None) -> str:
 
 
 def seed_table_markdown(
-    groups: list[dict[str, Any]], reference_group: str | None, metric: str, score_name: str | None
+    groups: list[dict[str, Any]],
+    reference_group: str | None,
+    metric: str,
+    score_name: str | None,
+    shared_rows: bool = False,
 ) -> str:
-    """The seed table with a legend saying what each number is and what its interval covers."""
+    """The seed table with a legend saying what each number is and what its interval covers
+    (its intervals are over seeds only, whether or not the held-out rows are shared)."""
     digits = 3 if metric == "task" else 4
     head = quantity_name(metric, score_name)
     columns = [
@@ -178,6 +191,6 @@ def seed_table_markdown(
         f'"vs reference": the paired relative difference to {against}, a[s] / b[s] - 1 for '
         "each seed both ran, then its mean and interval, in %. Modeled savings: the mean over "
         "seeds of the schedule's modeled savings; wall-clock: training steps only, its savings "
-        "1 - the mean wall-clock / the reference's. " + what_intervals_cover(metric),
+        "1 - the mean wall-clock / the reference's. " + what_intervals_cover(metric, shared_rows),
     ]
     return "\n".join(lines) + "\n"
