@@ -177,7 +177,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     return {"config": config, "single": root / "single", "ddp": root / "ddp"}
 
 
-def test_two_ddp_processes_equal_one_process_and_switch_where_it_does(runs):
+def test_two_ddp_processes_equal_one_process(runs):
     """The same losses, gradients and weights up to TOLERANCE, and the same switch decision
     from the probes (rank 0's broadcast): the run is the fixed-switch run at the step chosen."""
     assert_close_runs(runs["single"], runs["ddp"])
