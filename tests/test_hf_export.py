@@ -6,6 +6,7 @@ as fixedfirst's do."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import subprocess
@@ -15,14 +16,17 @@ from pathlib import Path
 import pytest
 import torch
 
+from fixedfirst.cli.main import main
+from fixedfirst.data.tokenizer import BpeTokenizer, WordTokenizer
+from fixedfirst.export.hf.tokenizer import hf_tokenizer_files
+from fixedfirst.serve.loading import load_served
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-transformers = pytest.importorskip("transformers")
-
-from fixedfirst.cli.main import main  # noqa: E402
-from fixedfirst.data.tokenizer import BpeTokenizer, WordTokenizer  # noqa: E402
-from fixedfirst.export.hf.tokenizer import hf_tokenizer_files  # noqa: E402
-from fixedfirst.serve.loading import load_served  # noqa: E402
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None, reason="transformers is not installed"
+)
+"""Found, not imported: the tests import it (a second of CPU) in the worker that runs them."""
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK_DIR = ROOT / "tests" / "harness_task"
