@@ -6,11 +6,16 @@ What must hold (docs/design.md §8):
 - every rank trains at the same depth each step (the trainer checks this at every log line, and
   the runs below log every step, with varying depths and truncated backprop);
 - checkpoints hold full state: a 2-process checkpoint resumes on 1 process, under DDP and FSDP2;
-- a killed rank stops the whole run without leaving a half-written checkpoint, and the newest
-  checkpoint resumes to the end of the uninterrupted run;
 - SIGUSR1 (or SIGTERM) to `--nproc 2` stops both ranks at the same step with one checkpoint,
   exit status 75 and no traceback, and a resume on two processes reproduces the run exactly;
-  Ctrl-C reaches each process once through the launcher, which exits with status 130.
+  Ctrl-C reaches each process once through the launcher, which exits with status 130;
+- a killed rank stops the whole run without leaving a half-written checkpoint, and the newest
+  checkpoint resumes to the end of the uninterrupted run.
+
+Every process started costs seconds of CPU before its first step (torch and its compiler's
+modules), so the runs share launches: the reference 2-process run decides an automatic switch
+(the auto-switch test), and the SIGUSR1'd run's resume on two processes is the run whose rank is
+killed.
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from fixedfirst.compute.plan import plan_run
 from fixedfirst.schedules import Schedule
@@ -52,6 +59,20 @@ SETTINGS = [
     "train.grad_depth=2",
     "train.checkpoint_every=4",
 ]
+
+AUTO_SWITCH = [
+    "schedule.switch=auto",
+    "switch.rule=depth-gap",
+    "switch.every=2",
+    "switch.window=0.5",
+    "switch.threshold=0.05",
+    "train.keep_checkpoints=6",
+]
+"""The reference runs' own settings: a switch decided by depth-gap probes on both ranks (rank 0's
+numbers broadcast), at step 12 here (the window's floor: the bound, about 0.015, is far below
+the threshold), and every checkpoint kept (changes no weight or metric), which the resumed runs
+are held to bit for bit."""
+AUTO_ARGS = [a for s in AUTO_SWITCH for a in ("--set", s)]
 
 # Each step of this runner sleeps a little, so that a kill lands mid-run on this fast tiny model.
 SLOW_STEPS = """
@@ -120,56 +141,56 @@ def assert_close_runs(a: Path, b: Path) -> None:
         torch.testing.assert_close(wa[k], wb[k], **TOLERANCE)
 
 
+def switch_lines(run: Path) -> list[dict]:
+    return [r for r in read_metrics(run / "metrics.jsonl") if r["kind"].startswith("switch")]
+
+
+def assert_same_switch(a: Path, b: Path) -> None:
+    """The same probes at the same steps (gains up to TOLERANCE) and the same switch step."""
+    la, lb = switch_lines(a), switch_lines(b)
+    assert [(r["kind"], r["step"]) for r in la] == [(r["kind"], r["step"]) for r in lb]
+    assert [r["kind"] for r in la].count("switch") == 1
+    gains = [[r["gain"] for r in lines if r["kind"] == "switch_probe"] for lines in (la, lb)]
+    torch.testing.assert_close(*(torch.tensor(g, dtype=torch.float64) for g in gains), **TOLERANCE)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
-    """A 1-process reference run and the same run on 2 DDP processes (started with --nproc)."""
+    """A 1-process reference run and the same run on 2 DDP processes (started with --nproc),
+    each deciding its switch (AUTO_SWITCH)."""
     root = tmp_path_factory.mktemp("runs")
     config = write_tiny_config(root)
     ddp = subprocess.Popen(
-        [sys.executable, "-m", "fixedfirst", *train_args(config, root / "ddp", "--nproc", "2")],
+        [
+            sys.executable,
+            "-m",
+            "fixedfirst",
+            *train_args(config, root / "ddp", *AUTO_ARGS, "--nproc", "2"),
+        ],
         env=environment(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
-    Trainer(in_process_config(config), root / "single", quiet=True).train()
+    Trainer(in_process_config(config, *AUTO_SWITCH), root / "single", quiet=True).train()
     finish(ddp)
     return {"config": config, "single": root / "single", "ddp": root / "ddp"}
 
 
 def test_two_ddp_processes_equal_one_process(runs):
+    """The same losses, gradients and weights up to TOLERANCE, and the same switch decision
+    from the probes (rank 0's broadcast): the run is the fixed-switch run at the step chosen."""
     assert_close_runs(runs["single"], runs["ddp"])
-    config = in_process_config(runs["config"])
+    assert_same_switch(runs["single"], runs["ddp"])
+    config = in_process_config(runs["config"], *AUTO_SWITCH)
     total = plan_run(config).total_steps
+    (decided,) = [r["step"] for r in switch_lines(runs["ddp"]) if r["kind"] == "switch"]
+    fixed = in_process_config(runs["config"], f"schedule.switch={decided / total!r}")
     depths = [r["depth"] for r in train_records(runs["ddp"])]
-    assert depths == Schedule(config.schedule, config.train.seed).depths(total)
+    assert depths == Schedule(fixed.schedule, fixed.train.seed).depths(total)
     assert len(set(depths)) > 2 and max(depths) > config.train.grad_depth
     meta = CheckpointManager(runs["ddp"] / "checkpoints").all()[-1].meta
     assert meta["world_size"] == 2
-
-
-def test_two_processes_decide_an_auto_switch_where_one_process_does(tmp_path):
-    """depth-gap probes on both ranks (rank 0's numbers broadcast): the same switch step as one
-    process, and the same probes up to the rounding of TOLERANCE."""
-    config = write_tiny_config(tmp_path)
-    auto = ["schedule.switch=auto", "switch.rule=depth-gap", "switch.every=2"]
-    auto += ["switch.window=0.5", "switch.threshold=0.05"]
-    args = [a for s in auto for a in ("--set", s)]
-    ddp = torchrun(["-m", "fixedfirst"], train_args(config, tmp_path / "ddp", *args))
-    Trainer(in_process_config(config, *auto), tmp_path / "single", quiet=True).train()
-    finish(ddp)
-    assert_close_runs(tmp_path / "single", tmp_path / "ddp")
-
-    def switch_lines(run: Path) -> list[dict]:
-        return [r for r in read_metrics(run / "metrics.jsonl") if r["kind"].startswith("switch")]
-
-    single, two = switch_lines(tmp_path / "single"), switch_lines(tmp_path / "ddp")
-    assert [(r["kind"], r["step"]) for r in single] == [(r["kind"], r["step"]) for r in two]
-    assert [r["step"] for r in two if r["kind"] == "switch"] == [
-        r["step"] for r in single if r["kind"] == "switch"
-    ]
-    gains = [[r["gain"] for r in lines if r["kind"] == "switch_probe"] for lines in (single, two)]
-    torch.testing.assert_close(*(torch.tensor(g, dtype=torch.float64) for g in gains), **TOLERANCE)
 
 
 def test_fsdp_resumes_a_one_process_checkpoint_and_one_process_resumes_its(tmp_path):
@@ -224,22 +245,38 @@ def wait_for_step(proc: subprocess.Popen, run: Path, step: int) -> None:
         time.sleep(0.02)
 
 
-def assert_same_as(reference: Path, run: Path) -> None:
-    wa, wb = final_weights(reference), final_weights(run)
-    assert all(torch.equal(wa[k], wb[k]) for k in wa)
-    assert comparable(train_records(reference)) == comparable(train_records(run))
+def weights_at(run: Path, step: int) -> dict[str, torch.Tensor]:
+    return load_file(run / "checkpoints" / f"step-{step:07d}" / "model.safetensors")
 
 
-def test_sigusr1_stops_every_process_with_a_checkpoint_and_resume_is_exact(runs, tmp_path):
-    """What `sbatch --signal=USR1@T` does ahead of a time limit, to `--nproc 2`: the ranks stop
-    at the same step, the checkpoint holds the whole run, one line says how to resume, and the
-    status asks for a requeue."""
-    run = tmp_path / "preempted"
-    proc = launch_slow(tmp_path, train_args(runs["config"], run))
+@dataclass(frozen=True)
+class Stopped:
+    """A launch of `--nproc 2` that was stopped, and what it said."""
+
+    run: Path
+    status: int
+    out: str
+
+
+@pytest.fixture(scope="module")
+def preempted(runs, tmp_path_factory) -> Stopped:
+    """What `sbatch --signal=USR1@T` does ahead of a time limit: SIGUSR1 to the reference DDP
+    run launched again (slow steps), once its step-4 checkpoint is written. The resume test
+    below continues it."""
+    root = tmp_path_factory.mktemp("preempted")
+    run = root / "run"
+    proc = launch_slow(root, train_args(runs["config"], run, *AUTO_ARGS))
     wait_for_step(proc, run, 4)
     proc.send_signal(signal.SIGUSR1)
     out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 75, out
+    return Stopped(run, proc.returncode, out)
+
+
+def test_sigusr1_stops_every_process_with_a_checkpoint(preempted):
+    """The ranks stop at the same step, the checkpoint holds the whole run, one line says how to
+    resume, and the status asks for a requeue."""
+    run, out = preempted.run, preempted.out
+    assert preempted.status == 75, out
     assert "Traceback" not in out
     said = [line for line in out.splitlines() if line.startswith("fixedfirst")]
     assert len(said) == 1, out  # rank 0 speaks for both
@@ -247,15 +284,47 @@ def test_sigusr1_stops_every_process_with_a_checkpoint_and_resume_is_exact(runs,
     assert said[0].endswith(f"; resume with `fixedfirst train --resume --out {run} --nproc 2`")
     saved = CheckpointManager(run / "checkpoints").all()[-1]
     assert saved.tags == ["paused"] and 4 < saved.step < 24 and saved.meta["world_size"] == 2
-    # The resume's launcher is this process (its two ranks are new ones, as always).
-    from fixedfirst.cli.main import main
 
-    with pytest.MonkeyPatch.context() as env, pytest.raises(SystemExit) as resumed:
-        for name, value in environment().items():
-            env.setenv(name, value)  # what its ranks inherit
-        main(["train", "--out", str(run), "--resume", "--quiet", "--nproc", "2"])
-    assert resumed.value.code == 0
-    assert_same_as(runs["ddp"], run)
+
+def test_a_resume_on_two_processes_is_exact_and_a_killed_rank_stops_it(runs, preempted, tmp_path):
+    """The SIGUSR1'd run resumed on two processes (slow steps again) continues the reference
+    run bit for bit until rank 1 is killed after its next checkpoint; the whole run then stops
+    with one line, no checkpoint half-written, and the newest resumes on one process to the end
+    of the uninterrupted run, up to the order of summing gradients."""
+    run = preempted.run
+    assert preempted.status == 75, preempted.out
+    paused = CheckpointManager(run / "checkpoints").all()[-1].step
+    reached = (paused // 4 + 1) * 4  # the resumed run's first checkpoint of its own
+    assert reached < 24, f"paused at step {paused}: too late to resume and kill"
+    proc = launch_slow(tmp_path, ["train", "--out", str(run), "--resume"])
+    wait_for_step(proc, run, reached)
+    os.kill(worker_pid(proc.pid, rank=1), signal.SIGKILL)
+    started = time.monotonic()
+    out, _ = proc.communicate(timeout=120)  # the surviving rank must not hang
+    assert proc.returncode != 0, out
+    assert time.monotonic() - started < 90
+    assert f"resume: continuing from step-{paused:07d} (step {paused})" in out
+    resume = f"fixedfirst train --resume --out {run} --nproc 2"
+    assert (
+        "fixedfirst train: error: the process of rank 1 was killed by SIGKILL (out of memory?); "
+        f"the newest complete checkpoint is intact: resume with `{resume}`"
+    ) in out
+    assert not (run / "summary.json").exists()
+    for ckpt in CheckpointManager(run / "checkpoints").all():
+        ckpt.verify()  # whatever is visible as complete is complete
+    # Paused, then resumed on two processes: the reference run to the step reached, bit for bit.
+    wa, wb = weights_at(runs["ddp"], reached), weights_at(run, reached)
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+    def upto(records: list[dict]) -> list[tuple]:
+        return [r for r in comparable(records) if r[0] <= reached]
+
+    assert upto(train_records(run)) == upto(train_records(runs["ddp"]))
+    # The newest checkpoint resumes, here on one process: the run ends as the uninterrupted one
+    # did, its switch too, up to the order of summing gradients.
+    resume_here(run)
+    assert_close_runs(runs["ddp"], run)
+    assert_same_switch(runs["ddp"], run)
 
 
 # A process of `launcher.launch` that stands in for training: it says it is ready and whether it
@@ -310,29 +379,6 @@ def test_ctrl_c_to_nproc_reaches_every_process_once(tmp_path, monkeypatch, capsy
     assert [(tmp_path / f"received-{rank}").read_text() for rank in (0, 1)] == ["1", "1"]
     assert capsys.readouterr() == ("", "")
     assert signal.getsignal(signal.SIGINT) == before  # the launcher's handler is put back
-
-
-def test_killed_rank_stops_the_run_and_its_checkpoint_resumes(runs, tmp_path):
-    run = tmp_path / "killed"
-    proc = launch_slow(tmp_path, train_args(runs["config"], run))
-    wait_for_step(proc, run, 8)
-    os.kill(worker_pid(proc.pid, rank=1), signal.SIGKILL)
-    started = time.monotonic()
-    out, _ = proc.communicate(timeout=120)  # the surviving rank must not hang
-    assert proc.returncode != 0, out
-    assert time.monotonic() - started < 90
-    resume = f"fixedfirst train --resume --out {run} --nproc 2"
-    assert (
-        "fixedfirst train: error: the process of rank 1 was killed by SIGKILL (out of memory?); "
-        f"the newest complete checkpoint is intact: resume with `{resume}`"
-    ) in out
-    assert not (run / "summary.json").exists()
-    for ckpt in CheckpointManager(run / "checkpoints").all():
-        ckpt.verify()  # whatever is visible as complete is complete
-    # The newest checkpoint resumes, here on one process (the SIGUSR1 test resumes on two, bit
-    # for bit): the run ends as the uninterrupted one did, up to the order of summing gradients.
-    resume_here(run)
-    assert_close_runs(runs["ddp"], run)
 
 
 def worker_pid(agent_pid: int, rank: int) -> int:

@@ -258,17 +258,3 @@ def test_downstream_without_the_network_is_one_line(text_run, tmp_path, monkeypa
     assert info.value.code == 2 and len(err) == 1, err
     assert "needs the network" in err[0] and "huggingface.co" in err[0]
     assert not out.exists()
-
-
-def test_fixedfirst_does_not_need_lm_eval_to_start():
-    """lm-eval is optional: the package, the harness package and the CLI parser import without
-    it (it is imported only by `register()`, the model class and `downstream`)."""
-    import subprocess
-
-    code = (
-        "import sys, fixedfirst, fixedfirst.harness, fixedfirst.serve\n"
-        "from fixedfirst.cli.main import build_parser\n"
-        "build_parser()\n"
-        "assert 'lm_eval' not in sys.modules and 'datasets' not in sys.modules\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

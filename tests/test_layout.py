@@ -165,3 +165,19 @@ def test_design_references_point_at_sections_that_exist():
         assert "DESIGN.md" not in text, path
         for number in re.findall(r"docs/design\.md §(\d+)", text):
             assert number in sections, f"{path} cites docs/design.md §{number}"
+
+
+def test_the_package_and_its_command_line_start_without_the_optional_extras():
+    """transformers, lm-eval and its datasets are optional (`[hf]`, `[eval]`): the package, the
+    serving, harness and export packages and the CLI parser import without them, in a process
+    of their own (one for all three: each costs seconds of CPU importing torch)."""
+    import subprocess
+
+    code = (
+        "import sys, fixedfirst, fixedfirst.serve, fixedfirst.harness, fixedfirst.export.hf\n"
+        "from fixedfirst.cli.main import build_parser\n"
+        "build_parser()\n"
+        "imported = {'transformers', 'lm_eval', 'datasets'} & set(sys.modules)\n"
+        "assert not imported, f'imported at start: {sorted(imported)}'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=SRC.parent)

@@ -11,12 +11,14 @@ import pytest
 
 from fixedfirst.config import ScheduleConfig
 from fixedfirst.schedules import (
+    DRAW_TABLES_KEPT,
     PoissonLogNormal,
     Schedule,
     Uniform,
     _clipped_pmf,
     fraction_step,
     poisson_lognormal,
+    shared_draws,
 )
 
 ALL = [
@@ -40,6 +42,24 @@ def test_depth_is_a_pure_function_of_seed_and_step(config):
     if config.kind != "fixed":
         assert other_seed != forward
     assert all(1 <= k <= max(config.k_max, config.depth) for k in forward)
+
+
+def test_depths_shared_between_schedules_are_each_seeds_own_draws():
+    """The schedules of a process share what they drew (`shared_draws`): a depth is still the
+    draw of its own (seed, step), for a second seed, for a second schedule of the first seed, and
+    once the process has let that seed's table go."""
+    config = ScheduleConfig(kind="uniform")
+
+    def afresh(seed: int, total: int) -> list[int]:
+        dist = Uniform(config.k_min, config.k_max)
+        return [dist.sample(np.random.default_rng([seed, step])) for step in range(total)]
+
+    assert Schedule(config, seed=5).depths(40) == afresh(5, 40)
+    assert Schedule(config, seed=6).depths(40) == afresh(6, 40)
+    assert Schedule(config, seed=5).depths(50) == afresh(5, 50)
+    for seed in range(100, 101 + DRAW_TABLES_KEPT):
+        shared_draws(seed, Uniform(config.k_min, config.k_max))  # seed 5's table goes
+    assert Schedule(config, seed=5).depths(60) == afresh(5, 60)
 
 
 @pytest.mark.parametrize(

@@ -47,7 +47,11 @@ def refuse(message: str) -> None:
     raise UserError(message)
 
 
-def test_jobs_run_in_workers_and_wait_until_ready(tmp_path):
+def test_jobs_run_in_workers_and_wait_until_ready(tmp_path, monkeypatch):
+    """Jobs run in two worker processes of the threads they were given, one only once what it
+    waits for is done, and the workers know the data kinds their parent registered (one pool
+    for all: each worker costs seconds of CPU to start)."""
+    monkeypatch.setitem(KINDS, PARENT_ONLY.name, PARENT_ONLY)
     log = tmp_path / "log"
     log.touch()
     jobs = [
@@ -59,11 +63,13 @@ def test_jobs_run_in_workers_and_wait_until_ready(tmp_path):
         ),
         Job("first", write_after, (str(log), "first")),
         Job("third", write_after, (str(log), "third")),
+        Job("probe", kind_summary, (PARENT_ONLY.name,)),
     ]
     seen = []
     results = run_jobs(
         jobs, 2, 1, on_done=lambda job, result, s: seen.append(job.label), quiet=True
     )
+    assert results.pop("probe") == PARENT_ONLY.summary
     assert set(results) == {"first", "second", "third"}
     assert log.read_text().splitlines().index("first") < log.read_text().splitlines().index(
         "second"
@@ -85,12 +91,6 @@ parent."""
 
 def kind_summary(name: str) -> str:
     return data_kind(name).summary
-
-
-def test_workers_know_the_data_kinds_their_parent_registered(monkeypatch):
-    monkeypatch.setitem(KINDS, PARENT_ONLY.name, PARENT_ONLY)
-    results = run_jobs([Job("probe", kind_summary, (PARENT_ONLY.name,))], 1, 1, quiet=True)
-    assert results == {"probe": PARENT_ONLY.summary}
 
 
 def test_a_failing_job_stops_the_experiment_with_its_error(tmp_path):

@@ -94,7 +94,7 @@ def test_a_peak_that_is_not_a_positive_rate_is_one_line(given, tmp_path, monkeyp
 def test_without_a_given_peak_the_run_measures_it(tmp_path, monkeypatch):
     monkeypatch.delenv(hardware.PEAK_FLOPS_ENV, raising=False)  # tests/conftest.py gives one
     monkeypatch.setattr(hardware, "measured_peak_flops", lambda device, dtype: 3e9)
-    summary = Trainer(tiny_config(), tmp_path / "run", quiet=True).train()
+    summary = Trainer(tiny_config(), tmp_path / "run", quiet=True).train(stop_after=2)
     assert summary["peak_flops"] == {"per_process": 3e9, "from": "measured"}
 
 
@@ -119,9 +119,9 @@ def test_auto_compiles_only_runs_long_enough_to_repay_it(monkeypatch):
     assert not decision.compile and "no compiler" in decision.reason
 
 
-def test_small_runs_stay_eager_by_default(tmp_path):
-    summary = Trainer(tiny_config(), tmp_path / "run", quiet=True).train()
-    assert summary["compiled"] is False
+def test_small_runs_stay_eager_by_default(tiny_run):
+    """The session's tiny run (train.compile left at "auto") did not compile."""
+    assert tiny_run.summary["compiled"] is False
 
 
 COMPILED_STEPS = ["train.tokens=1024", "train.checkpoint_every=0", "train.threads=1"]

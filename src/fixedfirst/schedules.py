@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -183,6 +184,28 @@ class Stage:
         return self.end - self.start
 
 
+DRAW_TABLES_KEPT = 32
+"""How many (seed, distribution) tables of drawn depths the process keeps for the next schedule
+that asks (the oldest goes first; a schedule keeps the tables it uses)."""
+_draw_tables: OrderedDict[tuple[int, DepthDistribution], dict[int, int]] = OrderedDict()
+
+
+def shared_draws(seed: int, dist: DepthDistribution) -> dict[int, int]:
+    """step -> the depth `dist` draws there under `seed`, shared by every schedule of this process:
+    a depth is a pure function of (seed, distribution, step), and planning a sweep builds a
+    schedule per run and per candidate length, whose finishing stages draw the same depths (the
+    lm-1b sweep drew 253,426 depths for 74,180 distinct ones)."""
+    key = (seed, dist)
+    table = _draw_tables.get(key)
+    if table is None:
+        table = _draw_tables[key] = {}
+        if len(_draw_tables) > DRAW_TABLES_KEPT:
+            _draw_tables.popitem(last=False)
+    else:
+        _draw_tables.move_to_end(key)
+    return table
+
+
 def fraction_step(fraction: float, total_steps: int) -> int:
     """The first step at or after `fraction` of a run: ceil(fraction * total_steps), with a guard
     against float round-off (0.07 * 100 = 7.000000000000001 in doubles, and is step 7)."""
@@ -306,9 +329,16 @@ class Schedule:
     def _draw(self, dist: DepthDistribution, step: int) -> int:
         """The depth `dist` gives step `step`, drawn from a generator seeded by (seed, step).
 
-        Memoised: planning a compute-matched run evaluates the realised cost of many candidate
-        run lengths, and every one of them draws the same depths for the steps they share."""
-        return self._drawn(dist, self._draws.setdefault(dist, {}), step)
+        Memoised in the process (`shared_draws`): planning a compute-matched run evaluates the
+        realised cost of many candidate run lengths, and every one of them draws the same depths
+        for the steps they share."""
+        return self._drawn(dist, self._table(dist), step)
+
+    def _table(self, dist: DepthDistribution) -> dict[int, int]:
+        table = self._draws.get(dist)
+        if table is None:
+            table = self._draws[dist] = shared_draws(self.seed, dist)
+        return table
 
     def _drawn(self, dist: DepthDistribution, drawn: dict[int, int], step: int) -> int:
         """`_draw` with the distribution's memo already looked up (hashing the frozen dataclass
@@ -344,7 +374,7 @@ class Schedule:
                 for _ in range(stage.steps):  # added one by one: the same float as before
                     total += value
                 continue
-            drawn = self._draws.setdefault(stage.dist, {})
+            drawn = self._table(stage.dist)
             for step in range(stage.start, stage.end):
                 k = self._drawn(stage.dist, drawn, step)
                 if k not in values:
