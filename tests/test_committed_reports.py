@@ -25,6 +25,7 @@ from fixedfirst.studies.chains import report as chains_report
 from fixedfirst.studies.diagnose import report as diagnose_report
 from fixedfirst.studies.report_files import numbers_json
 from fixedfirst.studies.sweep.claims import evaluate_claims
+from fixedfirst.studies.sweep.factors import factor_table
 from fixedfirst.studies.sweep.report import report_texts
 from fixedfirst.studies.sweep.seed_table import seed_groups
 from fixedfirst.studies.sweep.spec import load_sweep
@@ -70,6 +71,23 @@ def language_model(results: dict[str, Any]) -> tuple[str, ...]:
     return (texts["table.md"], texts["claims.md"], *gaps)
 
 
+def language_model_factors(results: dict[str, Any]) -> tuple[str, ...]:
+    """The factor study's table.md, claims.md and factors.md as the sweep writes them, its
+    groups, claims and factor table computed again from the runs' rows (the runs not finished
+    yet listed as the sweep lists them)."""
+    spec = load_sweep(ROOT / "configs/sweeps/lm-factors.toml")
+    rows = results["runs"]
+    again = {
+        **results,
+        "groups": seed_groups(rows, spec.reference_group, spec.metric),
+        "claims": evaluate_claims(spec.claims, rows, spec.metric, None),
+        "factors": factor_table(rows, spec.gaps, spec.factors),
+    }
+    finished = {r["name"] for r in rows}
+    texts = report_texts(spec, again, [p.name for p in spec.runs if p.name not in finished])
+    return texts["table.md"], texts["claims.md"], texts["factors.md"]
+
+
 def report(render: Callable[[dict[str, Any]], str]) -> Remake:
     return lambda numbers: (render(numbers),)
 
@@ -93,6 +111,12 @@ COMMITTED = (
             "lm-code-gap-by-length-k4.md",
         ),
         language_model,
+    ),
+    Committed(
+        "language model, factors",
+        "lm-factors-results.json",
+        ("lm-factors-table.md", "lm-factors-claims.md", "lm-factors-factors.md"),
+        language_model_factors,
     ),
     Committed(
         "bios demo", "bios-report.json", ("bios-report.md",), report(bios_report.report_markdown)
