@@ -638,6 +638,13 @@ SWEEP_CASES: list[Case] = [
         argv=[*SWEEP, "--only", "fff"],
     ),
     sweep_case(
+        "sweep-rows-from-other-file",
+        "`sweep --rows-from` a JSON file that is not a sweep's results.json",
+        SWEEP_TOML,
+        "--rows-from data/meta.json: not a sweep's results.json",
+        argv=[*SWEEP, "--rows-from", "data/meta.json"],
+    ),
+    sweep_case(
         "sweep-data-missing",
         "a sweep whose data directory does not exist",
         SWEEP_TOML,

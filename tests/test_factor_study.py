@@ -5,12 +5,15 @@ table's gaps and changes recomputed here from the runs' own evaluation files."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
 
+from fixedfirst.cli.main import main
 from fixedfirst.studies.sweep import load_sweep
 from fixedfirst.studies.sweep.factors import factor_table, factors_markdown
+from fixedfirst.studies.sweep.results import ROW_FROM
 from tests.test_sweep import BASE, assert_one_line_error, corpus, run_cli  # noqa: F401
 
 STUDY = """
@@ -88,6 +91,16 @@ def study(tmp_path_factory, corpus):  # noqa: F811
     return path
 
 
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, study):
+    """The study trained whole, once: DIR (its results.json, its runs)."""
+    out = tmp_path_factory.mktemp("trained") / "out"
+    with pytest.raises(SystemExit) as info:
+        main(["sweep", str(study), "--out", str(out), "--jobs", "1", "--quiet"])
+    assert info.value.code == 0
+    return out
+
+
 def test_the_levels_train_the_entries_the_gaps_need(study):
     spec = load_sweep(study)
     entries = list(dict.fromkeys(spec.groups.values()))
@@ -131,10 +144,8 @@ def test_a_gap_at_the_base_only_trains_nothing_again_and_has_no_changes(tmp_path
     assert "all 1 of them by Holm" in factors_markdown(table)
 
 
-def test_a_factor_study_shares_one_held_out_set_and_tables_its_gaps(tmp_path, capsys, study):
-    out = tmp_path / "out"
-    code, _, err = run_cli(capsys, "sweep", study, "--out", out, "--jobs", 1)
-    assert code == 0, err
+def test_a_factor_study_shares_one_held_out_set_and_tables_its_gaps(study, trained):
+    out = trained
     results = json.loads((out / "results.json").read_text())
     rows = {r["name"]: r for r in results["runs"]}
     assert len(rows) == 14
@@ -190,6 +201,76 @@ def test_a_factor_study_shares_one_held_out_set_and_tables_its_gaps(tmp_path, ca
     markdown = (out / "factors.md").read_text()
     assert markdown == factors_markdown(factor_table(results["runs"], *_specs(study)))
     assert "learning-rate schedule, cosine -> wsd" in markdown
+
+
+def test_rows_from_an_earlier_results_file_stand_in_for_runs_not_in_dir(
+    tmp_path, capsys, study, trained
+):
+    # A later invocation holds only the level's runs; the base's come from the earlier file.
+    out = tmp_path / "out"
+    for run in (trained / "runs").glob("wsd-*"):
+        shutil.copytree(run, out / "runs" / run.name)
+    earlier = trained / "results.json"
+    only = "wsd-uniform,wsd-ff,wsd-uniform-matched"
+    code, printed, err = run_cli(
+        capsys, "sweep", study, "--out", out, "--jobs", 1, "--only", only, "--rows-from", earlier
+    )
+    assert code == 0, err
+    assert "trained 0 run(s)" in printed and "8 run(s) not in" in printed
+    before, again = (json.loads(p.read_text()) for p in (earlier, out / "results.json"))
+    assert [r["name"] for r in again["runs"]] == [r["name"] for r in before["runs"]]
+    for old, new in zip(before["runs"], again["runs"], strict=True):
+        assert new.get(ROW_FROM) == (None if old["name"].startswith("wsd-") else str(earlier))
+        for key in ("mean_serving_nll", "nll_by_depth", "heldout_blocks", "modeled_flops"):
+            assert new[key] == old[key], (old["name"], key)
+    for key in ("factors", "claims", "groups", "heldout"):
+        assert again[key] == before[key], key
+    table = (out / "table.md").read_text()
+    adopted = [r["name"] for r in before["runs"] if not r["name"].startswith("wsd-")]
+    assert f"Read from {earlier} (--rows-from: trained before, not in this directory): " in table
+    assert ", ".join(adopted) + "." in table and "Not finished" not in table
+    assert not (out / "runs" / "ff-seed0").exists()
+
+
+def tampered(row: dict, case: str) -> None:
+    if case == "seed":
+        row["seed"] = 7
+    elif case == "modeled_flops":
+        row["modeled_flops"] *= 1.01
+    elif case == "precision":
+        row["eval_precision"] = "bf16"
+    elif case == "rows":
+        row["validation_sha256"] = "0" * 64
+
+
+@pytest.mark.parametrize(
+    "case, fragment",
+    [
+        ("seed", "its seed is 7, the sweep plans 1"),
+        ("modeled_flops", "its modeled_flops is"),
+        ("precision", "scored in bf16, the sweep scores in fp32"),
+        ("rows", "other held-out rows than the other runs"),
+        ("not results", "not a sweep's results.json"),
+        ("per-seed rows", 'set [sweep] heldout = "shared"'),
+    ],
+)
+def test_rows_that_are_not_this_sweeps_runs_are_refused_before_training(
+    tmp_path, capsys, study, trained, case, fragment
+):
+    document = json.loads((trained / "results.json").read_text())
+    tampered(document["runs"][1], case)  # uniform-seed1
+    if case == "not results":
+        document["format"] = "fixedfirst-chains-report"
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps(document))
+    sweep = study
+    if case == "per-seed rows":
+        sweep = tmp_path / "per-seed.toml"
+        sweep.write_text(study.read_text().replace('heldout = "shared"\n', ""))
+    out = tmp_path / "out"
+    code, _, err = run_cli(capsys, "sweep", sweep, "--out", out, "--rows-from", earlier)
+    assert_one_line_error(code, err, "sweep", f"--rows-from {earlier}", fragment)
+    assert not out.exists()
 
 
 def _specs(study):

@@ -50,6 +50,13 @@ def register(parser: argparse.ArgumentParser) -> None:
         choices=["auto", "cpu", "cuda"],
         help="device of the final evaluations (training follows train.device)",
     )
+    parser.add_argument(
+        "--rows-from",
+        metavar="RESULTS.json",
+        help="an earlier results.json of this sweep (on one shared held-out set): its rows stand "
+        "in for runs not finished in DIR, after a check that each is the run the sweep plans "
+        "(trained on another machine, or in a directory since lost); the table names them",
+    )
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
     parser.set_defaults(run=run)
 
@@ -61,7 +68,15 @@ def run(args: argparse.Namespace) -> int:
     spec = load_sweep(args.sweep)
     only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
     device = str(resolve_device(args.device))
-    outcome = run_sweep(spec, args.out, only=only, quiet=args.quiet, device=device, jobs=args.jobs)
+    outcome = run_sweep(
+        spec,
+        args.out,
+        only=only,
+        quiet=args.quiet,
+        device=device,
+        jobs=args.jobs,
+        rows_from=args.rows_from,
+    )
     if args.quiet:
         return 0
     print(

@@ -17,6 +17,7 @@ from fixedfirst.studies.sweep.depth_figure import plot_nll_by_depth
 from fixedfirst.studies.sweep.factors import factor_table, factors_markdown
 from fixedfirst.studies.sweep.figure3 import plot_figure3
 from fixedfirst.studies.sweep.results import (
+    ROW_FROM,
     compare_to_reference,
     results_document,
     table_markdown,
@@ -90,8 +91,10 @@ def write_report(
     else:
         figure = plot_nll_by_depth(rows, spec.reference, out / "nll_by_depth.png")
     files.append(figure)
-    if spec.figure3 is not None and any(r["name"] == spec.figure3 for r in rows):
-        figure3_run = run_directory(out, spec.figure3).path
+    # Drawn from the run's metrics, so not for a row read --rows-from (its run is elsewhere).
+    figure3 = spec.figure3
+    if figure3 is not None and any(r["name"] == figure3 and ROW_FROM not in r for r in rows):
+        figure3_run = run_directory(out, figure3).path
         files.append(plot_figure3(figure3_run, out / "figure3.png"))
     if spec.switch_study:
         files += write_study(rows, spec.metric, score_name or "mean serving NLL", out)

@@ -26,6 +26,8 @@ from fixedfirst.studies.training import PlannedRun
 
 RESULTS_FORMAT = "fixedfirst-sweep-results"
 RESULTS_VERSION = 4
+ROW_FROM = "row_from"
+"""The key of a row read from an earlier results.json (`--rows-from`): that file's path."""
 TABLE_DEPTHS = (1, 4, 16, 32, 64)
 """NLL columns of table.md (results.json holds every evaluated depth)."""
 
@@ -261,6 +263,15 @@ def table_markdown(
             "",
             f"The validation split holds only {', '.join(map(str, short))} sequences, fewer than "
             "the evaluation asked for: all of it was scored.",
+        ]
+    earlier = sorted({r[ROW_FROM] for r in rows if ROW_FROM in r})
+    for source in earlier:
+        names = [r["name"] for r in rows if r.get(ROW_FROM) == source]
+        lines += [
+            "",
+            f"Read from {source} (--rows-from: trained before, not in this directory): "
+            + ", ".join(names)
+            + ".",
         ]
     if missing:
         lines += ["", "Not finished yet (left out): " + ", ".join(missing) + "."]

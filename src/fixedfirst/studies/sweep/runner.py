@@ -18,8 +18,9 @@ from fixedfirst.compute.plan import plan_run
 from fixedfirst.evaluation.cached import HeldOut, cached_evaluation
 from fixedfirst.evaluation.task import cached_task_evaluation
 from fixedfirst.studies.side_by_side import Experiment, Job, conduct, run_finished
+from fixedfirst.studies.sweep.earlier import adopt_rows, read_earlier_rows
 from fixedfirst.studies.sweep.report import sweep_results, write_report
-from fixedfirst.studies.sweep.results import loss_curve, result_row
+from fixedfirst.studies.sweep.results import ROW_FROM, loss_curve, result_row
 from fixedfirst.studies.sweep.spec import SweepSpec
 from fixedfirst.studies.training import PlannedRun, RunOutcome, finished_summary, run_directory
 
@@ -128,14 +129,20 @@ def run_sweep(
     quiet: bool = False,
     device: str = "auto",
     jobs: int | None = None,
+    rows_from: str | Path | None = None,
 ) -> SweepOutcome:
     """Train the selected runs, then evaluate and report every finished run of the sweep.
 
     jobs: worker processes (None: one per free core on a CPU up to the runs left to train, one
-    on a GPU; see `fixedfirst.studies.side_by_side`)."""
+    on a GPU; see `fixedfirst.studies.side_by_side`). rows_from: an earlier results.json of the
+    sweep, whose rows stand in for runs not finished in DIR (`studies.sweep.earlier`)."""
     out = Path(out)
     selected = spec.select(only)
-    study = SweepStudy(spec, out, device)
+    earlier = None
+    if rows_from is not None:
+        earlier = (str(rows_from), read_earlier_rows(rows_from))
+        adopt_rows(earlier[1], spec.runs, spec.settings, [], earlier[0])  # refused before training
+    study = SweepStudy(spec, out, device, earlier)
     experiment = Experiment(
         name="sweep",
         runs=list(spec.runs),
@@ -170,6 +177,8 @@ class SweepStudy:
     out: Path
     device: str
     """Of the final evaluations."""
+    earlier: tuple[str, list[dict[str, Any]]] | None = None
+    """--rows-from: the file and its rows, for runs not finished in DIR."""
     outcomes: list[RunOutcome] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
@@ -210,7 +219,15 @@ class SweepStudy:
                 row["task_score_name"] = task["score_name"]
                 row["task_scores"] = task["scores"]
             self.rows.append(row)
-        finished = {o.name for o in outcomes}
+        if self.earlier is not None:
+            source, rows = self.earlier
+            self.rows += adopt_rows(rows, self.spec.runs, self.spec.settings, self.rows, source)
+            order = {p.name: i for i, p in enumerate(self.spec.runs)}
+            self.rows.sort(key=lambda row: order[row["name"]])
+            if not quiet:
+                adopted = sum(ROW_FROM in row for row in self.rows)
+                print(f"{adopted} run(s) not in {self.out} reported from {source}", flush=True)
+        finished = {row["name"] for row in self.rows}
         self.missing = [p.name for p in self.spec.runs if p.name not in finished]
         return sweep_results(self.spec, self.rows)
 
