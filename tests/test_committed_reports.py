@@ -163,7 +163,6 @@ COMMITTED = (
 )
 
 AWAITING_RERUN = {
-    "bios demo",
     "bios loop",
     "chains",
     "figure 4",
