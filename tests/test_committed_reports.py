@@ -164,7 +164,6 @@ COMMITTED = (
 
 AWAITING_RERUN = {
     "bios loop",
-    "chains",
     "figure 4",
     "auto-switch, fortunes",
     "auto-switch, chains",
