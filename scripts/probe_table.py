@@ -22,7 +22,9 @@ the SPIKE_WINDOW logged steps before it, minus 1) and the share of steps whose g
 was clipped (over `--clip`, the probe's train.grad_clip); `--figure` draws the curves.
 
 The sweep's results.json is copied beside the table (`--out` with .json), so that the table is
-checked against the numbers it was made from (tests/test_probes.py).
+checked against the numbers it was made from (tests/test_probes.py); `--no-copy` where the
+results are committed already under their own name (the factor study's health table is remade
+from docs/figures/lm-factors-results.json by tests/test_committed_reports.py).
 """
 
 from __future__ import annotations
@@ -242,16 +244,22 @@ def main() -> None:
     parser.add_argument("--ceiling", type=float, help="bios: the ceiling in bits per person")
     parser.add_argument("--clip", type=float, default=1.0, help="health: train.grad_clip")
     parser.add_argument("--figure", type=Path, help="health: the loss curves (.png)")
+    parser.add_argument(
+        "--no-copy", action="store_true", help="do not copy results.json beside the table"
+    )
     args = parser.parse_args()
     results = json.loads(args.results.read_text())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(table(args.kind, results, args.ceiling, args.clip))
     if args.figure is not None:
         health_figure(results["runs"], args.figure)
+    if args.no_copy:
+        print(f"wrote {args.out}")
+        return
     copy = args.out.with_suffix(".json")
     if not copy.exists() or not copy.samefile(args.results):  # remade from the committed copy
         shutil.copyfile(args.results, copy)
-    print(f"wrote {args.out} and {args.out.with_suffix('.json')}")
+    print(f"wrote {args.out} and {copy}")
 
 
 if __name__ == "__main__":
