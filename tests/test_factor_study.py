@@ -273,6 +273,32 @@ def test_rows_that_are_not_this_sweeps_runs_are_refused_before_training(
     assert not out.exists()
 
 
+def test_an_entry_or_a_factor_trains_only_the_seeds_it_names(tmp_path, study):
+    text = (
+        study.read_text()
+        .replace("seeds = [0, 1]", "seeds = [0, 1, 2]")
+        .replace('name = "fixed-4"\n', 'name = "fixed-4"\nseeds = [2, 0]\n')
+        .replace('base = "cosine"\n', 'base = "cosine"\nseeds = [1, 2]\n')
+    )
+    path = tmp_path / "study.toml"
+    path.write_text(text)
+    spec = load_sweep(path)
+    by_entry: dict[str, list[int]] = {}
+    for run in spec.runs:
+        by_entry.setdefault(spec.groups[run.name], []).append(run.config.train.seed)
+    assert by_entry == {
+        "uniform": [0, 1, 2],
+        "ff": [0, 1, 2],
+        "uniform-matched": [0, 1, 2],
+        "fixed-4": [0, 2],
+        "wsd-uniform": [1, 2],
+        "wsd-ff": [1, 2],
+        "wsd-uniform-matched": [1, 2],
+    }
+    assert spec.flops_of["wsd-uniform-matched-seed1"] == "wsd-ff-seed1"
+    assert spec.select(["fixed-4"]) == [spec.run("fixed-4-seed0"), spec.run("fixed-4-seed2")]
+
+
 def _specs(study):
     spec = load_sweep(study)
     return spec.gaps, spec.factors
@@ -294,6 +320,14 @@ BAD = {
     "a factor without levels": (
         STUDY[: STUDY.index("[[factors.levels]]")],
         ["factors[0]: add its levels as [[factors.levels]] tables"],
+    ),
+    "an entry's seed the sweep does not have": (
+        STUDY.replace('name = "fixed-4"\n', 'name = "fixed-4"\nseeds = [0, 3]\n'),
+        ['run "fixed-4": seeds = [0, 3] must be distinct seeds of [sweep] seeds = [0, 1]'],
+    ),
+    "a compute match without its run's seed": (
+        STUDY.replace('name = "ff"\n', 'name = "ff"\nseeds = [1]\n'),
+        ["run \"uniform-matched\": trains seed 0, but flops_of = 'ff' does not"],
     ),
     "an unknown gap key": (
         STUDY.replace('name = "ff vs uniform"', 'name = "ff vs uniform"\nsign = 1'),

@@ -311,8 +311,11 @@ def test_the_factor_study_config_expands_each_level_over_the_equal_token_arms():
     levels = {"wsd", "tpp57", "tpp160", "layout111"}
     assert {lv for f in spec.factors for lv in f.level_names} == levels
     runs = {p.name: p.config for p in spec.runs}
-    assert len(runs) == 5 * (12 + len(levels) * len(arms))
-    base, wsd = runs["uniform-seed3"], runs["wsd-uniform-seed3"]
+    # The plan of the config's header: the headline arms at 5 seeds, the levels and the other
+    # claims entries at seeds 0..2, 82 runs.
+    assert len(runs) == 5 * 5 + 3 * 7 + 3 * len(levels) * len(arms) == 82
+    assert "wsd-uniform-seed3" not in runs and "fixed-4-seed3" not in runs
+    base, wsd = runs["uniform-seed2"], runs["wsd-uniform-seed2"]
     assert (base.train.lr_schedule, wsd.train.lr_schedule) == ("cosine", "wsd")
     assert (runs["tpp57-ff-k4-s0.67-uniform-seed0"].model.d_model, base.model.d_model) == (48, 128)
     layout = runs["layout111-ff-k2-s0.67-uniform-seed1"].model

@@ -11,6 +11,7 @@
     name = "lr"                       # short: it prefixes the level's run names
     title = "learning-rate schedule"
     base = "cosine"                   # what the base configuration has
+    seeds = [0, 1, 2]                 # the levels' seeds (default: each entry's own)
     [[factors.levels]]
     name = "wsd"                      # its runs: wsd-ENTRY(-seedS)
     train.lr_schedule = "wsd"         # `section.key = value` on top of each entry
@@ -73,6 +74,9 @@ class FactorSpec:
     """The factor in words, for the report."""
     base: str
     """The level the base configuration has (its runs are the entries themselves)."""
+    seeds: list[int] | None = None
+    """The seeds every level trains (a subset of [sweep] seeds, e.g. fewer than the base's);
+    default each entry's own. A level's change is paired over the seeds it shares with the base."""
     levels: list[dict[str, Any]] = field(default_factory=list, metadata={"table": True})
 
     @property
@@ -103,6 +107,8 @@ def load_factors(
             for entry in (e for e in entries if e.get("name") in needed):
                 copy = dict(entry)
                 copy["name"] = f"{level['name']}-{entry['name']}"
+                if factor.seeds is not None:
+                    copy["seeds"] = factor.seeds
                 if "flops_of" in copy:
                     copy["flops_of"] = f"{level['name']}-{copy['flops_of']}"
                 for section, values in keys.items():

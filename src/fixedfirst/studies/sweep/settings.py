@@ -26,8 +26,9 @@ class SweepSettings:
     SECTION: ClassVar[str] = "sweep"
 
     seeds: list[int] | None = None
-    """Train every [[runs]] entry once per seed, as NAME-seedS with train.seed = S; the report
-    then gives each entry's mean and interval over its seeds, and [[claims]] can be decided."""
+    """Train every [[runs]] entry once per seed, as NAME-seedS with train.seed = S (an entry's
+    own `seeds`, a subset, trains only those); the report then gives each entry's mean and
+    interval over its seeds, and [[claims]] can be decided."""
     reference: str | None = None
     """The [[runs]] entry (uniform 1..16, on the token budget) that modeled savings and NLL
     differences are measured against."""

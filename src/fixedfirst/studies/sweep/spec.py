@@ -1,9 +1,10 @@
 """A sweep file: one base configuration and named runs that each change a few keys of it.
 
-The file's keys, seeds, `flops_of` (compute-matched runs) and `[[claims]]` are described in
-docs/design.md §17; `[sweep]` and `[[claims]]` are dataclasses checked by the same schema as a
-run configuration (settings.py, claims.py). Everything is checked when the file is loaded, before
-anything trains, so a typo costs seconds rather than the hour of training before it would be read.
+The file's keys, seeds (an entry's own subset, if it names one), `flops_of` (compute-matched
+runs) and `[[claims]]` are described in docs/design.md §17; `[sweep]` and `[[claims]]` are
+dataclasses checked by the same schema as a run configuration (settings.py, claims.py).
+Everything is checked when the file is loaded, before anything trains, so a typo costs seconds
+rather than the hour of training before it would be read.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from fixedfirst.studies.sweep.settings import SweepSettings
 from fixedfirst.studies.training import PlannedRun
 
 TOP_LEVEL_KEYS = ("base", "sweep", "runs", "claims", "gaps", "factors")
-RUN_KEYS = ("name", "flops_of")
+RUN_KEYS = ("name", "flops_of", "seeds")
 SECTION_NAMES = tuple(c.SECTION for c in SECTIONS)
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -172,6 +173,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
     runs: list[PlannedRun] = []
     groups: dict[str, str] = {}
     flops_of: dict[str, str] = {}
+    entry_seeds: dict[str, list[int] | list[None]] = {}
     for index, entry in enumerate(entries):
         entry = _table(entry, f"runs[{index}]", str(path))
         name = _run_name(entry, index, path)
@@ -181,15 +183,21 @@ def load_sweep(path: str | Path) -> SweepSpec:
         where = f'{path}: run "{name}"'
         if seeds is not None and "seed" in entry.get("train", {}):
             raise UserError(f"{where}: sets train.seed, but [sweep] seeds sets every run's seed")
+        entry_seeds[name] = _entry_seeds(entry, seeds, where)
         if "flops_of" in entry:
             _check_flops_of(entry["flops_of"], entry, entry_names, flops_of, where)
-        for seed in seeds if seeds is not None else [None]:
+        for seed in entry_seeds[name]:
             run = name if seed is None else f"{name}-seed{seed}"
             data = _with_run_keys(base, resolve_data_path(entry, path.parent), where)
             if seed is not None:
                 data.setdefault("train", {})["seed"] = seed
             if "flops_of" in entry:
                 target = _named(entry["flops_of"], seed)
+                if seed not in entry_seeds[entry["flops_of"]]:
+                    raise UserError(
+                        f"{where}: trains seed {seed}, but flops_of = {entry['flops_of']!r} does "
+                        "not; give the two entries the same seeds"
+                    )
                 target_config = next(r.config for r in runs if r.name == target)
                 if target_config.schedule.auto_switch:
                     raise UserError(
@@ -201,7 +209,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
             runs.append(PlannedRun(run, _build_config(data, where)))
             groups[run] = name
 
-    first = {name: _named(name, None if seeds is None else seeds[0]) for name in entry_names}
+    first = {name: _named(name, entry_seeds[name][0]) for name in entry_names}
     _check_metric(settings, runs, path)
     _check_switch_study(settings, runs, path)
     return SweepSpec(
@@ -223,6 +231,28 @@ def _settings(raw: dict[str, Any], path: Path) -> SweepSettings:
         return build_section(SweepSettings, raw)
     except UserError as e:
         raise UserError(f"{path}: {e}") from None
+
+
+def _entry_seeds(entry: dict[str, Any], seeds: list[int] | None, where: str):
+    """The seeds an entry trains: its own `seeds`, a subset of [sweep] seeds, or all of them
+    ([None] without seeds: one run named after the entry)."""
+    if "seeds" not in entry:
+        return list(seeds) if seeds is not None else [None]
+    own = entry["seeds"]
+    if seeds is None:
+        raise UserError(f"{where}: sets seeds, but [sweep] has none; set [sweep] seeds first")
+    if (
+        not isinstance(own, list)
+        or not own
+        or not all(isinstance(s, int) and not isinstance(s, bool) for s in own)
+        or len(set(own)) != len(own)
+        or not set(own) <= set(seeds)
+    ):
+        raise UserError(
+            f"{where}: seeds = {own!r} must be distinct seeds of [sweep] seeds = {seeds} "
+            "(the entry then trains only those)"
+        )
+    return [s for s in seeds if s in own]
 
 
 def _named(entry: str, seed: int | None) -> str:
