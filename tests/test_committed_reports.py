@@ -164,7 +164,6 @@ COMMITTED = (
 
 AWAITING_RERUN = {
     "bios loop",
-    "figure 4",
     "auto-switch, fortunes",
     "auto-switch, chains",
     "ablation, chains",
