@@ -164,8 +164,6 @@ COMMITTED = (
 
 AWAITING_RERUN = {
     "bios loop",
-    "auto-switch, fortunes",
-    "auto-switch, chains",
 }
 """Studies whose reports were committed before their results were: each leaves this list in the
 commit that adds its results (and the report made with them)."""
