@@ -4,9 +4,7 @@ it, to the byte.
 COMMITTED names each study the docs quote: the file under docs/figures/ its report is made from
 (what the study's command wrote as DIR/report.json, DIR/switch_study.json or, for the
 language-model sweep, DIR/results.json) and the committed reports made from it. A study whose
-results are not committed yet (they come with its rerun: docs/development/reports.md) is named in
-AWAITING_RERUN; a test holds that list to what is on disk, so committing a study's results
-without taking it off the list fails, and so does deleting them.
+results file is missing fails, so deleting the numbers a report was made from is caught too.
 """
 
 from __future__ import annotations
@@ -162,35 +160,18 @@ COMMITTED = (
     ),
 )
 
-AWAITING_RERUN = {
-    "bios loop",
-}
-"""Studies whose reports were committed before their results were: each leaves this list in the
-commit that adds its results (and the report made with them)."""
-
 
 @pytest.mark.parametrize("committed", COMMITTED, ids=lambda c: c.study)
 def test_committed_reports_are_remade_from_the_results_beside_them(committed):
-    if committed.study in AWAITING_RERUN:
-        pytest.skip(
-            f"{committed.study}: docs/figures/{committed.results} is not committed yet; it "
-            "comes with the study's rerun (docs/development/reports.md)"
-        )
-    results = json.loads((FIGURES / committed.results).read_text())
+    path = FIGURES / committed.results
+    assert path.exists(), f"{committed.study}: docs/figures/{committed.results} is not committed"
+    results = json.loads(path.read_text())
     remade = committed.remake(results)
     assert len(remade) == len(committed.reports)
     for name, text in zip(committed.reports, remade, strict=True):
         assert text == (FIGURES / name).read_text(), (
             f"docs/figures/{name} is not what the code makes of docs/figures/{committed.results}"
         )
-
-
-def test_the_studies_awaiting_a_rerun_are_those_without_committed_results():
-    missing = {c.study for c in COMMITTED if not (FIGURES / c.results).exists()}
-    assert missing == AWAITING_RERUN, (
-        "AWAITING_RERUN must name exactly the studies whose results are not in docs/figures/: "
-        f"take {sorted(AWAITING_RERUN - missing)} off it, add {sorted(missing - AWAITING_RERUN)}"
-    )
 
 
 def test_numbers_json_reads_back_as_written_with_plain_containers_on_one_line():
