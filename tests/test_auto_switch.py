@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from fixedfirst.compute.plan import plan_run
+from fixedfirst.runs.checkpoint import CheckpointManager
 from fixedfirst.schedules import Schedule
 from fixedfirst.train.auto_switch import switch_summary
-from fixedfirst.train.checkpoint import CheckpointManager
 from fixedfirst.train.counters import format_summary
 from fixedfirst.train.metrics import read_metrics
 from fixedfirst.train.trainer import Trainer
