@@ -17,8 +17,9 @@ import torch
 
 from fixedfirst.data.tokenizer import Tokenizer
 from fixedfirst.errors import UserError
-from fixedfirst.serve.decoding import DecodingMode, decode_steps
+from fixedfirst.serve.decoding import decode_steps
 from fixedfirst.serve.loading import Served
+from fixedfirst.serve.modes import DecodingMode
 from fixedfirst.serve.speculative import SpeculationStats
 
 
