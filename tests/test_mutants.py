@@ -94,10 +94,10 @@ def test_only_failing_tests_kill_a_mutant(monkeypatch, code, stdout, outcome, de
 
 
 def test_the_committed_result_is_the_scripts_table_for_todays_list():
-    """docs/mutation-result.md is the script's table for every mutant listed now (a mutant added
-    or renamed without a run fails here), with the summary line the script prints for it; the
-    manual quotes that line (tests/test_doc_quotes.py), so the two cannot drift apart."""
-    result = (ROOT / "docs" / "mutation-result.md").read_text()
+    """docs/development/mutation-result.md is the script's table for every mutant listed now (a
+    mutant added or renamed without a run fails here), with the summary line the script prints for
+    it; the manual quotes that line (tests/test_doc_quotes.py), so the two cannot drift apart."""
+    result = (ROOT / "docs" / "development" / "mutation-result.md").read_text()
     rows = [line.split("|")[1:4] for line in result.splitlines() if line.startswith("| ")]
     outcomes = {cells[0].strip(): cells[2].strip() for cells in rows[2:]}  # after the header
     assert sorted(outcomes) == sorted(m.id for m in MUTANTS)
