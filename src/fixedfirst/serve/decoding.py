@@ -8,7 +8,7 @@ Each mode carries its cache strategy (model/kv_cache.py) and, where it samples, 
 A combination that cannot decode does not construct: a draft not below the serving depth, a
 speculation with a temperature (`Speculated` has no sampling: it is greedy), a speculation over a
 cache that does not keep every iteration (docs/design.md §19). The command line builds one mode
-from its flags (cli/decoding_flags.py); everything below takes it as it is.
+from its flags (`decoding_mode` in cli/generate_cmd.py); everything below takes it as it is.
 """
 
 from __future__ import annotations
