@@ -7,11 +7,11 @@
    cached decoding against the uncached forward, all on CUDA.
 2. A short training of configs/lm-200m.toml's model (synthetic tokens, bf16, the trainer's own
    step) at depths 4 and 16, eager and with torch.compile: per run, tokens/s, MFU against the
-   matmul peak measured here (hardware.measured_peak_flops, as the trainer's MFU), and the
-   step's peak memory (`torch.cuda.max_memory_allocated`) against the memory model's prediction
-   (fixedfirst/compute/memory.py, which `fixedfirst plan` and the trainer's check use), with
-   what the allocator reserved beyond it. The micro-batch is the largest of at most 16 sequences
-   that the memory model fits in 90% of the GPU at depth 16; one micro-batch per step.
+   matmul peak measured here (`measured_peak_flops` of machine/device.py, as the trainer's MFU),
+   and the step's peak memory (`torch.cuda.max_memory_allocated`) against the memory model's
+   prediction (fixedfirst/compute/memory.py, which `fixedfirst plan` and the trainer's check
+   use), with what the allocator reserved beyond it. The micro-batch is the largest of at most 16
+   sequences that the memory model fits in 90% of the GPU at depth 16; one micro-batch per step.
 
 Without CUDA every part that needs it is skipped with a line saying so, and the training runs a
 d = 128 model of lm-200m's layout (2 + 6 + 2 layers, vocabulary 2048, 128 tokens) in fp32 on

@@ -1,6 +1,6 @@
-"""The contributor's recipes of docs/design.md §16 work as written: a task and an exit rule added
-in a package of their own (a temporary one on sys.path, outside fixedfirst) run through the
-public API. A recipe that needs an edit the docs do not mention fails here."""
+"""The contributor's recipes of docs/development/extending.md work as written: a task and an
+exit rule added in a package of their own (a temporary one on sys.path, outside fixedfirst) run
+through the public API. A recipe that needs an edit the docs do not mention fails here."""
 
 from __future__ import annotations
 
@@ -255,8 +255,8 @@ SCHEDULE_RECIPE = [
         '        return f"two-step {c.k_min}, {c.k_max}"\n',
     ),
 ]
-"""docs/design.md §16's steps for a schedule kind, applied to a copy of the package: the kind in
-ScheduleConfig, its stages in `Schedule._build_stages`, its name in `describe`."""
+"""docs/development/extending.md's steps for a schedule kind, applied to a copy of the package:
+the kind in ScheduleConfig, its stages in `Schedule._build_stages`, its name in `describe`."""
 
 
 def test_a_schedule_added_as_the_docs_say_trains(tmp_path):

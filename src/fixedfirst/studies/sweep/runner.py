@@ -3,7 +3,7 @@
 A sweep is a `Study` of the study runner (`studies.side_by_side.conduct`): running it again
 reuses finished runs and resumes interrupted ones; with `only` it is trained in pieces and
 reports every finished run of DIR; side by side (`jobs`), workers train runs and measure each
-finished one as soon as it finishes. The output directory is described in docs/design.md §17.
+finished one as soon as it finishes. The output directory is described in docs/reference/files.md.
 """
 
 from __future__ import annotations
