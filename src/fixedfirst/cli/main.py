@@ -39,6 +39,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "frontier_cmd",
         "a run's exit frontier: quality and speed against depth for fixed depths and exit rules",
     ),
+    "serving-economics": (
+        "economics_cmd",
+        "every run's exit frontier compared across schedules (compute saved at matched quality)",
+    ),
 }
 
 

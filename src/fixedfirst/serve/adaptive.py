@@ -22,7 +22,6 @@ from fixedfirst.model import KVCache, LoopedTransformer, sample_next
 from fixedfirst.model.kv_cache import RowSubset
 from fixedfirst.serve.exit_rules import ExitRule, KLExit, kl_divergence
 from fixedfirst.serve.modes import Adaptive
-from fixedfirst.serve.staggered import staggers, stream_staggered
 
 DEFAULT_THRESHOLD = KLExit.threshold
 """Huginn's KL threshold."""
@@ -170,6 +169,7 @@ def _fill_unreached_slots(
         for part in ("keys", "values"):
             columns = torch.stack([getattr(w, part)[:, :, start] for w in written])
             own.append(columns[source, rows])  # (B, H, hd): each row's stopping entry
+        whole = [x[:, :, None] for x in own]  # the same as a column (B, H, 1, hd)
         for q in range(shallowest, reached):
             target = written[q]
             assert target.keys is not None and target.values is not None
@@ -178,7 +178,7 @@ def _fill_unreached_slots(
             target.values[stopped, :, start] = own[1][stopped]
         for q in range(reached, slots):
             target = cache.layer("core", q, layer_index)
-            keys, values = own[0][:, :, None], own[1][:, :, None]
+            keys, values = whole
             if target.keys is None:  # its first columns are these tensors: a copy per slot, as
                 keys, values = keys.clone(), values.clone()  # a bounded slot is written in place
             target.append(keys, values)
@@ -206,13 +206,8 @@ def stream_adaptive(
     `mode.rule` and sampled as `mode.sampling` says, with a KV cache that keeps what
     `mode.cache_strategy` says.
 
-    pad: (B,) leading pad columns of each row of a left-padded prompt (serve/batching.py).
-    A batch of several rows decodes them staggered, each at its own token and iteration
-    (serve/staggered.py), when the rule's tracker can restart rows; the tokens are the same."""
+    pad: (B,) leading pad columns of each row of a left-padded prompt (serve/batching.py)."""
     check_prompt(model, prompt, max_new_tokens)
-    if prompt.shape[0] > 1 and staggers(model, mode):
-        yield from stream_staggered(model, prompt, max_new_tokens, mode, pad)
-        return
     rule, generator = mode.rule, mode.sampling.generator(prompt.device)
     cache = KVCache(pad, mode.cache_strategy)
     if prompt.shape[1] > 1:

@@ -32,12 +32,6 @@ class ExitTracker(ABC):
         rule that reads out, their next-token log-probabilities (R, V). Returns (R,) bool: which
         of them stop here."""
 
-    def restart(self, rows: torch.Tensor, initial_state: torch.Tensor) -> None:
-        """The rows `rows` start a new position from initial states (R, d): forget what they
-        remembered. A staggered batch starts its rows' tokens at different steps
-        (serve/staggered.py) and needs this; a tracker without it decodes batches in lock step."""
-        raise NotImplementedError
-
 
 @dataclass(frozen=True)
 class ExitRule(ABC):
@@ -85,21 +79,17 @@ def entropy(logprobs: torch.Tensor) -> torch.Tensor:
 
 
 class _Previous(ExitTracker):
-    """Keeps one measurement per row from the previous iteration (`first(initial states)`
-    before the first) and stops a row when `settled(previous, current)`."""
+    """Keeps one measurement per row from the previous iteration (`first` before the first)
+    and stops a row when `settled(previous, current)`."""
 
-    def __init__(self, initial_state: torch.Tensor, first, measure, settled) -> None:
-        self.first, self.measure, self.settled = first, measure, settled
-        self.previous = first(initial_state)
+    def __init__(self, first: torch.Tensor, measure, settled) -> None:
+        self.previous, self.measure, self.settled = first, measure, settled
 
     def update(self, rows, state, logprobs):
         current = self.measure(state, logprobs)
         stop = self.settled(self.previous[rows], current)
         self.previous[rows] = current.to(self.previous.dtype)
         return stop
-
-    def restart(self, rows, initial_state):
-        self.previous[rows] = self.first(initial_state).to(self.previous.dtype)
 
 
 def _uniform(batch: int, vocab: int, device: torch.device) -> torch.Tensor:
@@ -113,9 +103,9 @@ class KLExit(ExitRule):
     label: ClassVar[str] = "KL"
 
     def tracker(self, initial_state, vocab):
+        uniform = _uniform(initial_state.shape[0], vocab, initial_state.device)
         return _Previous(
-            initial_state,
-            lambda states: _uniform(states.shape[0], vocab, states.device),
+            uniform,
             lambda state, logprobs: logprobs,
             lambda prev, cur: kl_divergence(prev, cur) < self.threshold,
         )
@@ -128,9 +118,9 @@ class EntropyExit(ExitRule):
     label: ClassVar[str] = "entropy"
 
     def tracker(self, initial_state, vocab):
+        first = torch.full((initial_state.shape[0],), math.log(vocab), device=initial_state.device)
         return _Previous(
-            initial_state,
-            lambda states: torch.full((states.shape[0],), math.log(vocab), device=states.device),
+            first,
             lambda state, logprobs: entropy(logprobs),
             lambda prev, cur: (cur - prev).abs() < self.threshold,
         )
@@ -152,16 +142,13 @@ class StateExit(ExitRule):
 
     def tracker(self, initial_state, vocab):
         return _Previous(
-            initial_state,
-            lambda states: states.clone(),
+            initial_state.clone(),
             lambda state, logprobs: state,
             lambda prev, cur: relative_change(prev, cur) < self.threshold,
         )
 
 
 class _ArgmaxTracker(ExitTracker):
-    """The argmax of the last iteration per row and for how many iterations it has held."""
-
     def __init__(self, batch: int, needed: int, device: torch.device) -> None:
         self.last = torch.full((batch,), -1, dtype=torch.long, device=device)
         self.run = torch.zeros(batch, dtype=torch.long, device=device)
@@ -173,9 +160,6 @@ class _ArgmaxTracker(ExitTracker):
         run = torch.where(top == self.last[rows], self.run[rows] + 1, 1)
         self.last[rows], self.run[rows] = top, run
         return run >= self.needed
-
-    def restart(self, rows, initial_state):
-        self.last[rows], self.run[rows] = -1, 0
 
 
 @dataclass(frozen=True)
