@@ -222,14 +222,13 @@ def open_export(path: Path, settings: FrontierSettings, data: str | None, device
     from fixedfirst.data.tokens import TokenSource
     from fixedfirst.runs.exported import load, read_export
 
-    config = read_export(path)
-    source_run = config.get("source", {}).get("run")
     if data is None:
         raise UserError(
             f"{shown(path)} is an export: it holds no held-out data to score on; give --data DIR "
-            f"(token data prepared with its tokenizer), or run frontier on its run directory "
-            f"({source_run})"
+            "(token data prepared with its tokenizer), or run frontier on the run directory it "
+            "was exported from"
         )
+    config = read_export(path)
     if not Path(data).is_dir():
         raise UserError(f"--data {shown(data)}: no such data directory")
     model = load(path, device)
