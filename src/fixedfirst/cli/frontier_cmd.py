@@ -141,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def measure(args: argparse.Namespace, settings, out: Path) -> int:
-    from fixedfirst.files.writing import write_json_atomic, write_text_atomic
+    from fixedfirst.files.writing import write_text_atomic
+    from fixedfirst.studies.report_files import numbers_json
     from fixedfirst.machine.device import resolve_device
     from fixedfirst.studies.serving.frontier import measure_frontier, open_subject
     from fixedfirst.studies.serving.frontier_figure import plot_frontier
@@ -150,7 +151,7 @@ def measure(args: argparse.Namespace, settings, out: Path) -> int:
     subject = open_subject(args.run_dir, settings, args.data, resolve_device(args.device))
     document = measure_frontier(subject, settings, args.quiet)
     out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / FILES[0], document)
+    write_text_atomic(out / FILES[0], numbers_json(document) + "\n")
     write_text_atomic(out / FILES[1], frontier_markdown(document))
     plot_frontier(document, out / FILES[2])
     points, matched = document["points"], document["matched"]

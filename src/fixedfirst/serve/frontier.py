@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -103,7 +103,7 @@ class NextTokenNLL:
 
 
 def servings(
-    max_depth: int, depths: Sequence[int], exits: dict[str, Sequence[float]]
+    max_depth: int, depths: Sequence[int], exits: Mapping[str, Sequence[float]]
 ) -> list[Serving]:
     """The fixed depths (ascending), then each rule of `exits` at each of its thresholds, every
     rule stopping at max_depth at the latest; all through the full cache."""

@@ -138,12 +138,12 @@ def matched_quality(points: Sequence[dict[str, Any]], measure: QualityMeasure) -
             "saved_by_exit": 1.0 - lowest / floor,
             "rules": by_rule,
         }
-    speed = [points[i].get("tokens_per_s") for i in (by["iterations"]["point"], best)]
+    fast, slow = (points[i].get("tokens_per_s") for i in (by["iterations"]["point"], best))
     return {
         "best_fixed": best,
         "target": target,
         "meeting": meeting,
-        "speedup": None if None in speed else speed[0] / speed[1],
+        "speedup": None if fast is None or slow is None else fast / slow,
         "by": by,
     }
 

@@ -174,7 +174,10 @@ def text_batches(source, rows: int, seed: int, where: str) -> list[Batch]:
 
 
 def open_subject(
-    path: str | Path, settings: FrontierSettings, data: str | None = None, device: str = "cpu"
+    path: str | Path,
+    settings: FrontierSettings,
+    data: str | None = None,
+    device: str | torch.device = "cpu",
 ) -> Subject:
     """A run directory (its newest checkpoint) or an export with --data, its held-out set drawn;
     refused in one line when there is no run, or no held-out set can be drawn."""
@@ -217,7 +220,9 @@ def open_subject(
     return Subject(path, loaded.model, scorer, deepest_training_depth(config), about, held_out)
 
 
-def open_export(path: Path, settings: FrontierSettings, data: str | None, device: str) -> Subject:
+def open_export(
+    path: Path, settings: FrontierSettings, data: str | None, device: str | torch.device
+) -> Subject:
     """An export scored on token data prepared with its tokenizer (--data)."""
     from fixedfirst.data.tokens import TokenSource
     from fixedfirst.runs.exported import load, read_export

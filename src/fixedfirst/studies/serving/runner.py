@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from fixedfirst.files.paths import shown
-from fixedfirst.files.writing import write_json_atomic, write_text_atomic
+from fixedfirst.files.writing import write_text_atomic
 from fixedfirst.runs.directory import RunDir
-from fixedfirst.studies.report_files import write_numbers_and_report
+from fixedfirst.studies.report_files import numbers_json, write_numbers_and_report
 from fixedfirst.studies.serving.comparison import run_summary
 from fixedfirst.studies.serving.frontier import (
     FrontierSettings,
@@ -53,7 +53,7 @@ def frontier_of(run: Path, settings: FrontierSettings, out: Path, quiet: bool) -
         return saved
     document = measure_frontier(subject, settings, quiet)
     out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / "frontier.json", document)
+    write_text_atomic(out / "frontier.json", numbers_json(document) + "\n")
     write_text_atomic(out / "frontier.md", frontier_markdown(document))
     plot_frontier(document, out / "frontier.png")
     return document

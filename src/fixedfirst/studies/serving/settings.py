@@ -128,13 +128,13 @@ def load_economics(path: str | Path) -> EconomicsConfig:
     names = [s.name for s in studies]
     if len(set(names)) != len(names):
         raise UserError(f"studies: every study needs its own name, got {names}")
-    arms = {arm for s in studies for arm in s.arms}
+    trained = {arm for s in studies for arm in s.arms}
     comparisons = [build_section(Comparison, c) for c in _tables(raw, "comparisons")]
     for i, c in enumerate(comparisons):
         for side in (c.a, c.b):
-            if side not in arms:
-                known = ", ".join(sorted(arms))
-                raise UserError(f"comparisons[{i}]: no study has the arm {side!r} (arms: {known})")
+            if side not in trained:
+                listed = ", ".join(sorted(trained))
+                raise UserError(f"comparisons[{i}]: no study has the arm {side!r} (arms: {listed})")
         if c.a == c.b:
             raise UserError(f"comparisons[{i}]: compares {c.a!r} with itself")
     primary = [build_section(Primary, p) for p in _tables(raw, "primary")]
