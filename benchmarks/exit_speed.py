@@ -9,7 +9,7 @@ chains run, as `fixedfirst frontier` draws them, cut to at most 16 tokens), deco
 one batch, --new-tokens each, under each rule at each threshold (max depth: the deepest depth
 the run trained at). d is the mean depth of that decoding; fixed-depth decoding at ceil(d) of the
 same prompts is timed in the same rounds (`fixedfirst.serve.frontier.measure_speed`: every mode
-once per round, in turn; the median of --repeats rounds). The issue's bar: at mean depth d,
+once per round, in turn; the median of --repeats rounds). The bar: at mean depth d,
 batched exit decodes at least 0.8x the tokens per second of fixed depth ceil(d).
 
 Two columns say where the time goes. "Lock step": the mean over decoding steps of the deepest
@@ -65,7 +65,7 @@ def run_table(path: str, rules: list[str], rows: int, n: int, repeats: int) -> d
     rate = {m.depth: s.tokens_per_s for m, s in zip(fixed, speeds[len(modes) :], strict=True)}
     fixed_ops = {m.depth: ops_per_token(model, prompts, n, m) for m in fixed}
     table = []
-    for mode, d, s in zip(modes, depths, speeds, strict=True):
+    for mode, d, s in zip(modes, depths, speeds[: len(modes)], strict=True):
         ceiling = math.ceil(s.mean_depth - 1e-9)
         table.append(
             {
