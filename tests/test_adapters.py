@@ -6,6 +6,8 @@ the passes each forward actually ran and against torch's own FLOP counter."""
 from __future__ import annotations
 
 import importlib
+import json
+import math
 import sys
 
 import pytest
@@ -16,15 +18,17 @@ from torch.utils.flop_counter import FlopCounterMode
 from fixedfirst.adapters.handles import depth_handle
 from fixedfirst.adapters.measured import measure_flops
 from fixedfirst.adapters.scheduler import DepthScheduler
-from fixedfirst.compute.flops import flop_model
+from fixedfirst.compute.flops import FlopModel, flop_model
 from fixedfirst.compute.plan import plan_schedule
-from fixedfirst.config import ScheduleConfig
+from fixedfirst.config import ScheduleConfig, SwitchConfig
 from fixedfirst.errors import UserError
 from fixedfirst.model import LoopedTransformer
 from tests.conftest import tiny_model_config
 from tests.inkling_helpers import PassCounter, batches, needs_inkling, tiny_inkling
 
 FINISH_TO_4 = ScheduleConfig(kind="fixed-first", k0=1, switch=0.6, k_min=1, k_max=4)
+AUTO = ScheduleConfig(kind="fixed-first", k0=1, switch="auto", k_min=1, k_max=4)
+LINEAR = FlopModel(prelude=10.0, iteration=5.0, readout=20.0)
 
 
 def one_line_error(call) -> str:
@@ -136,6 +140,41 @@ def test_a_transformers_without_the_architecture_is_named_in_one_line(monkeypatc
     assert "has no Inkling2Loop models" in message and "fixedfirst[looped]" in message
     monkeypatch.setitem(sys.modules, "transformers", None)
     assert "transformers is not installed" in one_line_error(lambda: depth_handle(model))
+
+
+# -- the depth scheduler ------------------------------------------------------------------------
+
+
+def test_a_schedulers_state_continues_a_loop_exactly():
+    """The plain loop's resume: a scheduler rebuilt from `state_dict` just before the floor
+    decides what the uninterrupted one decides, at the floor (observations here synthetic: a
+    loss flat by then); one resumed without it lacks the window's losses and switches later."""
+    switch = SwitchConfig(rule="plateau", floor=0.3, ceiling=0.9, window=0.2, every=5)
+    plan = plan_schedule(AUTO, LINEAR, 64, steps=200, switch=switch)
+
+    def loss(step: int) -> float:
+        return 3.0 + 50.0 * math.exp(-step / 2)
+
+    def run(scheduler: DepthScheduler, start: int, stop: int) -> list[int]:
+        depths = []
+        for step in range(start, stop):
+            depths.append(scheduler.begin(step).depth)
+            scheduler.observe(step + 1, loss(step))
+        return depths
+
+    straight = DepthScheduler(plan)
+    depths = run(straight, 0, 200)
+    first = DepthScheduler(plan)
+    head = run(first, 0, 57)
+    state = json.loads(json.dumps(first.state_dict()))
+    second = DepthScheduler(plan)
+    second.load_state_dict(state)
+    assert head + run(second, 57, 200) == depths
+    assert second.switch_step == straight.switch_step is not None
+    assert straight.switch_step == 60
+    lost = DepthScheduler(plan)  # resumed without the state: a later switch
+    run(lost, 57, 200)
+    assert lost.switch_step != straight.switch_step
 
 
 # -- the measured compute model ------------------------------------------------------------------
@@ -291,3 +330,30 @@ def test_the_plan_counts_the_flops_an_inkling_run_spends():
         counter.passes.clear()
         assert spent == pytest.approx(plan.flops, rel=0.01)
         assert budget - per_depth[4] < spent < budget + 0.01 * budget
+
+
+def test_only_the_trainer_callback_needs_transformers():
+    """In a process where transformers cannot be imported: the plan, the handles, the measured
+    compute model and the scheduler work; the callback is refused in one line."""
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "sys.modules['transformers'] = None  # any import of it fails\n"
+        "import fixedfirst\n"
+        "from fixedfirst import DepthScheduler, ScheduleConfig, depth_handle, plan_schedule\n"
+        "from fixedfirst.compute.flops import FlopModel\n"
+        "import fixedfirst.adapters.measured\n"
+        "config = ScheduleConfig(kind='fixed-first', k0=1, switch=0.5, k_max=4)\n"
+        "plan = plan_schedule(config, FlopModel(1.0, 1.0, 1.0), 8, steps=10)\n"
+        "assert [DepthScheduler(plan).begin(s).depth for s in range(5)] == [1] * 5\n"
+        "try:\n"
+        "    fixedfirst.FixedFirstCallback\n"
+        "except fixedfirst.UserError as e:\n"
+        "    print(e)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "FixedFirstCallback needs transformers' Trainer: pip install 'fixedfirst[looped]'"
+    )

@@ -6,14 +6,13 @@ checkpoint continues the schedule, auto switch included, as the uninterrupted ru
 from __future__ import annotations
 
 import json
-import math
 import os
 
 import pytest
 import torch
 
 from fixedfirst.adapters.measured import measure_flops
-from fixedfirst.adapters.scheduler import DepthScheduler
+from fixedfirst.compute.flops import FlopModel
 from fixedfirst.compute.plan import plan_schedule
 from fixedfirst.config import ScheduleConfig, SwitchConfig
 from fixedfirst.errors import UserError
@@ -25,6 +24,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 STEPS = 20
 ACCUMULATION = 2
 AUTO = ScheduleConfig(kind="fixed-first", k0=1, switch="auto", k_min=1, k_max=4)
+LINEAR = FlopModel(prelude=10.0, iteration=5.0, readout=20.0)
 EAGER = SwitchConfig(rule="plateau", floor=0.5, ceiling=0.9, window=0.3, every=1, threshold=1e9)
 """A rule that fires at its first check with five losses in its window (6 steps): at the floor
 (step 10) when the losses of steps 5..10 are there, later when a resume has lost those before
@@ -97,47 +97,9 @@ def test_a_resumed_trainer_continues_the_schedule_and_the_switch(uninterrupted, 
 
 
 def test_a_plan_of_another_length_than_the_trainers_is_refused(tmp_path):
-    plan = plan_schedule(AUTO, cost_of_linear(), 64, steps=STEPS + 1, switch=EAGER)
+    plan = plan_schedule(AUTO, LINEAR, 64, steps=STEPS + 1, switch=EAGER)
     with pytest.raises(UserError, match=r"runs 20 optimizer steps but the plan has 21"):
         train(tmp_path, plan)
-
-
-def test_a_schedulers_state_continues_a_loop_exactly():
-    """The plain loop's resume: a scheduler rebuilt from `state_dict` just before the floor
-    decides what the uninterrupted one decides, at the floor (observations here synthetic: a
-    loss flat by then); one resumed without it lacks the window's losses and switches later."""
-    switch = SwitchConfig(rule="plateau", floor=0.3, ceiling=0.9, window=0.2, every=5)
-    plan = plan_schedule(AUTO, cost_of_linear(), 64, steps=200, switch=switch)
-
-    def loss(step: int) -> float:
-        return 3.0 + 50.0 * math.exp(-step / 2)
-
-    def run(scheduler: DepthScheduler, start: int, stop: int) -> list[int]:
-        depths = []
-        for step in range(start, stop):
-            depths.append(scheduler.begin(step).depth)
-            scheduler.observe(step + 1, loss(step))
-        return depths
-
-    straight = DepthScheduler(plan)
-    depths = run(straight, 0, 200)
-    first = DepthScheduler(plan)
-    head = run(first, 0, 57)
-    state = json.loads(json.dumps(first.state_dict()))
-    second = DepthScheduler(plan)
-    second.load_state_dict(state)
-    assert head + run(second, 57, 200) == depths
-    assert second.switch_step == straight.switch_step is not None
-    assert straight.switch_step == 60
-    lost = DepthScheduler(plan)  # resumed without the state: a later switch
-    run(lost, 57, 200)
-    assert lost.switch_step != straight.switch_step
-
-
-def cost_of_linear():
-    from fixedfirst.compute.flops import FlopModel
-
-    return FlopModel(prelude=10.0, iteration=5.0, readout=20.0)
 
 
 def test_the_callback_needs_the_trainers_model_to_have_a_depth(tmp_path):
@@ -145,7 +107,7 @@ def test_the_callback_needs_the_trainers_model_to_have_a_depth(tmp_path):
 
     from fixedfirst.adapters.hf_trainer import FixedFirstCallback
 
-    plan = plan_schedule(AUTO, cost_of_linear(), 64, steps=5, switch_step=2)
+    plan = plan_schedule(AUTO, LINEAR, 64, steps=5, switch_step=2)
     state = TrainerState(max_steps=5)
     args = TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
     callback = FixedFirstCallback(plan)
