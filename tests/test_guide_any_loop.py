@@ -23,8 +23,8 @@ def python_blocks(text: str) -> list[str]:
 def test_the_page_shows_a_complete_loop_of_about_forty_lines():
     blocks = python_blocks(PAGE.read_text())
     assert len(blocks) == 3
-    loop = blocks[0].splitlines()
-    assert 35 <= len(loop) <= 50
+    lines = [line for line in blocks[0].splitlines() if line.strip()]
+    assert 35 <= len(lines) <= 48  # a tenth of them the tiny model's configuration
     assert "for step in range(plan.total_steps):" in blocks[0]
 
 
