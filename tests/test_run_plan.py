@@ -93,3 +93,9 @@ def test_a_plan_asked_for_wrongly_is_refused_in_one_line(kwargs, message):
     with pytest.raises(UserError, match=message) as caught:
         plan_schedule(FIXED_FIRST, COST, 64, **kwargs)
     assert "\n" not in str(caught.value)
+
+
+def test_a_window_too_short_for_a_trend_says_what_a_loop_can_change():
+    auto = ScheduleConfig(kind="fixed-first", k0=2, switch="auto", k_max=8)
+    with pytest.raises(UserError, match="holds 2 losses.*widen switch.window or plan more steps"):
+        plan_schedule(auto, COST, 64, steps=10, switch=SwitchConfig(window=0.2))

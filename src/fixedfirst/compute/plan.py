@@ -178,7 +178,7 @@ def plan_schedule(
     assert steps is not None
     if not 1 <= steps <= MAX_STEPS:
         raise UserError(f"steps must be between 1 and {MAX_STEPS:,}, got {steps:,}")
-    return costed_plan(planned, cost, steps, tokens_per_step, None, flops, switch, 1)
+    return costed_plan(planned, cost, steps, tokens_per_step, None, flops, switch, None)
 
 
 def costed_plan(
@@ -189,13 +189,14 @@ def costed_plan(
     grad_depth: int | None,
     budget: float | None,
     switch: SwitchConfig | None,
-    observe_every: int,
+    log_every: int | None,
 ) -> RunPlan[CostT]:
-    """The plan of `steps` steps, costed: an auto switch (`switch`, observed every
-    `observe_every` steps) at its dearest allowed step, and in expectation at its floor."""
+    """The plan of `steps` steps, costed: an auto switch (`switch`, watching losses logged every
+    `log_every` steps, or every step in a loop of the caller's own: None) at its dearest allowed
+    step, and in expectation at its floor."""
     costed = schedule
     if switch is not None:
-        check_window(switch, steps, observe_every)
+        check_window(switch, steps, log_every)
         costed = schedule.with_switch_step(switch_bounds(switch, steps)[0])
         realised = dearest_switch_flops(schedule, switch, cost, steps, tokens_per_step, grad_depth)
     else:
