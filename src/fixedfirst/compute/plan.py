@@ -5,7 +5,7 @@ draws make its depth histogram, and the compute model costs the histogram (compu
 token budget is a number of steps; a FLOP budget is the number of steps whose drawn depths fit it,
 so runs with different schedules end within one step below the same FLOPs (docs/design.md §3); an
 auto switch is planned at its dearest allowed step (§14). The same `RunPlan` drives our trainer
-(`plan_run`) and anyone's loop on any looped model (`plan_schedule`, fixedfirst.loops).
+(`plan_run`) and anyone's loop on any looped model (`plan_schedule`, fixedfirst.adapters).
 """
 
 from __future__ import annotations
@@ -149,14 +149,14 @@ def plan_schedule(
 ) -> RunPlan[CostT]:
     """The plan of a run of any looped model in any training loop: `steps` optimizer steps, or
     as many as a FLOP budget `flops` pays for (compute-matched), under the compute model `cost`
-    (FLOPs per token of one step at a depth: `compute.measured.measure_flops` for a model we did
-    not write) with `tokens_per_step` tokens in each step.
+    (FLOPs per token of one step at a depth: `adapters.measured.measure_flops` for a model we
+    did not write) with `tokens_per_step` tokens in each step.
 
     A fixed-first schedule switches at its `switch` fraction, or with `switch = "auto"` where
     the rule of `switch` (default `SwitchConfig()`) decides from the loop's observations
-    (`loops.DepthScheduler`), or at a step the caller gives (`switch_step`)."""
+    (`adapters.scheduler.DepthScheduler`), or at a step the caller gives (`switch_step`)."""
     if (steps is None) == (flops is None):
-        raise UserError("give the run's length as steps=N or as a FLOP budget flops=F, not both")
+        raise UserError("give the run's length as steps=N or as a FLOP budget flops=F, one of them")
     if switch_step is not None:
         if not schedule.auto_switch:
             raise UserError(
