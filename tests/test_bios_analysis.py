@@ -135,7 +135,7 @@ def test_primary_claims_are_decided_by_their_own_intervals_by_hand(bars, verdict
     expected = [
         by_hand([36 / 36, 16 / 34, 38 / 38]),
         by_hand([29 / 6 / CEILING, 33 / 6 / CEILING, 36.5 / 6 / CEILING]),
-        by_hand([38 / CEILING, 39 / CEILING, 39 / CEILING])[:2] + (1.0,),
+        (*by_hand([38 / CEILING, 39 / CEILING, 39 / CEILING])[:2], 1.0),
     ]
     assert by_hand([38 / CEILING, 39 / CEILING, 39 / CEILING])[2] > 1.0
     for p, (mean, low, high) in zip(a["primary"], expected, strict=True):
@@ -216,7 +216,8 @@ def test_figure_1s_contrast_off_depth_and_bounded_cells_by_hand():
     bits.update({("fixed-first-4-0.8", s): row(30.0, 39.0, 39.5, 38.0 + s) for s in range(3)})
     a = analyse(results(bits))
     assert a["off_depth"] == [8, 64]
-    entry = next(c for c in a["comparisons"] if (c["a"], c["b"]) == ("fixed-first-4-0.8", "fixed-4"))
+    pair = ("fixed-first-4-0.8", "fixed-4")
+    entry = next(c for c in a["comparisons"] if (c["a"], c["b"]) == pair)
     off = [38.0 - 36.0, 39.0 - 16.0, 40.0 - 38.0]
     mean, low, high = by_hand(off)
     d = entry["mean_off_depth"]
