@@ -65,7 +65,7 @@ def test_a_tie_takes_the_cells_the_row_and_columns_name(files):
 def test_a_line_a_json_value_a_negation_and_an_expression(files):
     legend = "\n".join(
         (
-            'u: r | "uniform at the full budget:" [1-3]',
+            'u: r | "uniform at" "budget:" [1-3]',
             "m: -j /claims/0/mean %",
             "diff: -j /claims/0/mean",
             "steps: j /steps",
@@ -134,7 +134,9 @@ def test_a_reference_that_names_no_single_place_is_refused(files):
     for legend, why in (
         ("x: t | K0 | gap (a/b - 1)", "0 rows"),
         ("x: t | K0=4 | 95% interval", "column '95% interval' is not one of"),
-        ('x: r | "the"', "2 times in 1 lines"),
+        ('x: r | "the"', '"the" is 2 times'),
+        ('x: r | "full budget" "uniform"', '"uniform" is 0 times'),
+        ('x: r | "nowhere"', "must be in one line of r.md, not 0"),
         ("x: q /a", "no source named 'q'"),
         ("x: t | K0=4 | gap (a/b - 1) [2]", "[2-2] of 1 numbers"),
     ):

@@ -20,8 +20,8 @@ GitHub. A REFERENCE is one of
                                            each of ROW's ` & `-joined texts, under each header (a
                                            repeated one: the next after the column before it in
                                            the list, or the n-th: `95% interval#2`)
-    ALIAS | "TEXT"                         the line of a file that contains TEXT once: the numbers
-                                           after it
+    ALIAS | "TEXT" ["MORE" ...]            the one line of a file that contains TEXT (once): the
+                                           numbers after it, or after the first MORE after it
     ALIAS /json/pointer                    a JSON value (RFC 6901): a number or a list of them
 
 followed, optionally, by `[i]` or `[i-j]` (the i-th to j-th of its numbers, from 1) and `%` (times
@@ -52,21 +52,25 @@ END = "<!-- end tied numbers -->"
 TIE = re.compile(r"<!--@([\w.-]+)-->")
 LEGEND = re.compile(r"<!--@\n(.*?)-->", re.S)
 COMMENT = re.compile(r"<!--.*?-->", re.S)
-NUMBER = re.compile(r"(?<![\w.])[+-]?\d[\d,]*(?:\.\d+)?(?:[eE][+-]?\d+)?")
+NUMBER = re.compile(r"(?<![\w.])[+-]?\d(?:[\d,]*\d)?(?:\.\d+)?(?:[eE][+-]?\d+)?")
 SELECTION = re.compile(r"\s*\[(\d+)(?:-(\d+))?\]$")
 SETTINGS = re.compile(
     r"|".join(
         (
+            r"\b(?:switch(?:es|ing)?(?:\s+at)?|K0\s?=\s?\d+,?\s+at)\s+0\.\d+\b",  # a switch
             r"\b(?:K0|K|k|u|d|S|L)\s?=\s?\d+\b",  # serving depth, K0, updates, width, slots
+            r"\bdepths?[-\s]\d+\b(?!\.\d)",  # a serving depth
             r"\b\d+\.\.\d+\b",  # a range of depths, seeds or difficulties
-            r"\b(?:switch(?:es|ing)?(?: at)?|K0 ?= ?\d+ at) 0\.\d+\b",  # the switch fraction
-            r"\b\d+ (?:seeds?|arms?|levels?|factors?|workers?|cores?)\b",
-            r"\bseeds? \d+(?:(?:, | and )\d+)*\b",
-            r"\b\d+% (?:interval|t-interval|bands?|confidence)",
-            r"\b(?:at|Holm at) \d+%",
+            r"\b\d+x\b",  # a multiple of a depth
+            r"\b\d+[MB]\b",  # a model's size
+            r"\b\d+\s+(?:seeds?|arms?|levels?|factors?|workers?|cores?|people)\b",
+            r"\bseeds?\s+\d+(?:(?:,\s+|\s+and\s+)\d+)*\b",
+            r"\b(?:primary\s+)?claims?\s+\d\b",
+            r"\b\d+%\s+(?:interval|t-interval|bands?|confidence)",
+            r"\b\d+%\s+of\s+the\s+(?:FLOP\s+)?budget\b",
             r"\b\d{4}-\d{2}-\d{2}\b",  # a date
             r"§\d+",
-            r"\b(?:Figure|Table|issue|step) \d+\b",
+            r"\b(?:Figure|Table|issue|step)\s+\d+\b",
             r"\b\d+/\d+\b",  # a fraction of the tokens
             r"`[^`]*`",  # code
             r"\]\([^)]*\)",  # a link's address
@@ -187,15 +191,16 @@ def resolve(reference: str, files: dict[str, Path]) -> Source:
             raise ValueError(f"{rest} in {path.name} is not a number or a list of numbers")
         source = Source([Value(float(v), None) for v in listed], [])
     elif rest.startswith("|") and body.startswith('"') and body.count('"') >= 2:
-        anchor = body[1 : body.rindex('"')]
-        lines = [line for line in path.read_text().splitlines() if anchor in line]
-        if len(lines) != 1 or lines[0].count(anchor) != 1:
-            times = sum(line.count(anchor) for line in lines)
-            raise ValueError(
-                f'"{anchor}" must be once in one line of {path.name}: it is {times} times in '
-                f"{len(lines)} lines"
-            )
-        source = Source(*numbers_with_brackets(lines[0].split(anchor, 1)[1]))
+        anchors = re.findall(r'"([^"]+)"', body)
+        lines = [line for line in path.read_text().splitlines() if anchors[0] in line]
+        if len(lines) != 1:
+            raise ValueError(f'"{anchors[0]}" must be in one line of {path.name}, not {len(lines)}')
+        tail = lines[0]
+        for k, anchor in enumerate(anchors):
+            if anchor not in tail or (k == 0 and tail.count(anchor) != 1):
+                raise ValueError(f'"{anchor}" is {tail.count(anchor)} times where it is looked for')
+            tail = tail.split(anchor, 1)[1]
+        source = Source(*numbers_with_brackets(tail))
     elif rest.startswith("|") and " | " in body:
         row, columns = body.split(" | ", 1)
         cells = table_cells(path.read_text().splitlines(), row.split(" & "), columns.split(" + "))
@@ -238,9 +243,11 @@ def evaluate(expression: str, names: dict[str, Source]) -> float:
     return walk(ast.parse(expression.strip(), mode="eval").body)
 
 
-def legend(text: str, files: dict[str, Path]) -> dict[str, Source]:
-    """Every NAME of the block's legends, resolved in the order written."""
+def legend(text: str, files: dict[str, Path]) -> tuple[dict[str, Source], set[str]]:
+    """Every NAME of the block's legends, resolved in the order written, and the names the
+    expressions read."""
     names: dict[str, Source] = {}
+    read: set[str] = set()
     for block in LEGEND.finditer(text):
         for line in filter(str.strip, block.group(1).splitlines()):
             match = re.match(r"\s*([\w.-]+)\s*([:=])(.*)$", line)
@@ -250,14 +257,15 @@ def legend(text: str, files: dict[str, Path]) -> dict[str, Source]:
             if name in names:
                 raise ValueError(f"@{name} is defined twice")
             try:
-                names[name] = (
-                    resolve(body, files)
-                    if kind == ":"
-                    else Source([Value(evaluate(body, names), None)], [])
-                )
+                if kind == ":":
+                    names[name] = resolve(body, files)
+                else:
+                    names[name] = Source([Value(evaluate(body, names), None)], [])
+                    tree = ast.parse(body.strip(), mode="eval")
+                    read |= {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
             except (ValueError, KeyError, IndexError, SyntaxError) as e:
                 raise ValueError(f"@{name}: {body.strip()}: {e}") from None
-    return names
+    return names, read
 
 
 def matches(token: str, value: Value) -> bool:
@@ -323,7 +331,7 @@ def check_block(block: Block) -> list[str]:
         if not path.is_file():
             return [f"source {alias}={path} is not a committed file"]
     try:
-        names = legend(block.text, block.files)
+        names, read = legend(block.text, block.files)
     except ValueError as e:
         return [str(e)]
     text = LEGEND.sub(lambda m: "\n" * m.group(0).count("\n"), block.text)
@@ -357,5 +365,6 @@ def check_block(block: Block) -> list[str]:
                 problems.append(f"line {line(at)}: {token} is tied to @{name}, which is {shown}")
     untied += [(at, token) for at, token in prose_numbers(text) if at >= start]
     problems += [f"line {line(at)}: {token} is not tied (nor a setting)" for at, token in untied]
-    problems += [f"@{name} is in the legend but tied to nothing" for name in names.keys() - used]
+    unused = names.keys() - used - read
+    problems += [f"@{name} is in the legend but tied to nothing" for name in sorted(unused)]
     return problems
