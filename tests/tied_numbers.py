@@ -25,7 +25,8 @@ GitHub. A REFERENCE is one of
     ALIAS /json/pointer                    a JSON value (RFC 6901): a number or a list of them
 
 followed, optionally, by `[i]` or `[i-j]` (the i-th to j-th of its numbers, from 1) and `%` (times
-100, a JSON share as a percentage); `-ALIAS` negates the values, and swaps the ends of a bracketed
+100, a JSON share as a percentage); `REF ; REF` joins references' values (a range from two
+cells: "957-1,261 s"); `-ALIAS` negates the values, and swaps the ends of a bracketed
 `[low, high]`, for prose that says "0.076 nats [0.047, 0.104] above" of -0.0756 [-0.1042, -0.0470].
 An EXPRESSION computes from other names of the legend with + - * / and parentheses, e.g.
 `drop = (u16 / u4 - 1) * 100`.
@@ -63,11 +64,11 @@ SETTINGS = re.compile(
             r"\b\d+\.\.\d+\b",  # a range of depths, seeds or difficulties
             r"\b\d+x\b",  # a multiple of a depth
             r"\b\d+[MB]\b",  # a model's size
-            r"\b\d+\s+(?:seeds?|arms?|levels?|factors?|workers?|cores?|people)\b",
-            r"\bseeds?\s+\d+(?:(?:,\s+|\s+and\s+)\d+)*\b",
+            r"\b\d[\d,]*\s+(?:seeds?|arms?|levels?|factors?|workers?|cores?|people|blocks|rows)\b",
+            r"\b[Ss]eeds?\s+\d+(?:(?:,\s+|\s+and\s+)\d+)*\b",
             r"\b(?:primary\s+)?claims?\s+\d\b",
             r"\b\d+%\s+(?:interval|t-interval|bands?|confidence)",
-            r"\b\d+%\s+of\s+the\s+(?:FLOP\s+)?budget\b",
+            r"\b\d+%\s+of\s+the\s+(?:FLOP\s+budget|budget|steps|tokens)\b",
             r"\b\d{4}-\d{2}-\d{2}\b",  # a date
             r"§\d+",
             r"\b(?:Figure|Table|issue|step)\s+\d+\b",
@@ -167,6 +168,13 @@ def table_cells(lines: list[str], row: list[str], columns: list[str]) -> str:
 
 def resolve(reference: str, files: dict[str, Path]) -> Source:
     """A legend's REFERENCE (not an expression) as the values it names."""
+    parts = re.split(r'\s;\s(?=(?:[^"]*"[^"]*")*[^"]*$)', reference.strip())
+    if len(parts) > 1:  # several references, their values one after the other
+        sources = [resolve(part, files) for part in parts]
+        values = [v for source in sources for v in source.values]
+        offsets = [sum(len(x.values) for x in sources[:i]) for i in range(len(sources))]
+        pairs = [(a + o, b + o) for source, o in zip(sources, offsets) for a, b in source.pairs]
+        return Source(values, pairs)
     text = reference.strip()
     factor = 1.0
     if text.endswith("%"):
