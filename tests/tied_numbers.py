@@ -16,8 +16,9 @@ tie) as its source value has; a legend, `<!--@` on a line of its own and one `NA
 `NAME = EXPRESSION`) per line, says where each NAME comes from. Neither shows on the site or on
 GitHub. A REFERENCE is one of
 
-    ALIAS | ROW | COLUMN [+ COLUMN ...]    cells of a Markdown table: the row whose cells include
-                                           each of ROW's ` & `-joined texts, under each header (a
+    ALIAS | ROW | COLUMN [+ COLUMN ...]    cells of a Markdown table: of the tables with these
+                                           columns, the row whose cells include each of ROW's
+                                           ` & `-joined texts, under each header (a
                                            repeated one: the next after the column before it in
                                            the list, or the n-th: `95% interval#2`)
     ALIAS | "TEXT" ["MORE" ...]            the one line of a file that contains TEXT (once): the
@@ -134,7 +135,8 @@ class Source:
 
 
 def table_cells(lines: list[str], row: list[str], columns: list[str]) -> str:
-    """The text of the named columns' cells in the one table row whose cells include `row`."""
+    """The text of the named columns' cells in the one row, of the tables that have those
+    columns, whose cells include `row`."""
     header: list[str] = []
     found = []
     for i, line in enumerate(lines):
@@ -146,7 +148,8 @@ def table_cells(lines: list[str], row: list[str], columns: list[str]) -> str:
             header = cells
             continue
         plain = [c.replace("**", "") for c in cells]
-        if all(r in cells or r in plain for r in row):
+        named = all(c.partition("#")[0] in header for c in columns)  # a table with the columns
+        if named and all(r in cells or r in plain for r in row):
             found.append((header, cells))
     if len(found) != 1:
         raise ValueError(f"{len(found)} rows have the cells {row}")
