@@ -325,8 +325,9 @@ def tied_blocks(page: str, root: Path) -> list[Block]:
 
 
 def prose_numbers(prose: str) -> list[tuple[int, str]]:
-    """(offset, token) of every number of the prose that is not a setting (comments blanked)."""
-    prose = COMMENT.sub(lambda m: " " * len(m.group(0)), prose)
+    """(offset, token) of every number of the prose that is not a setting. Comments are blanked
+    to a word character at their end, so the dash of "957<!--@a-->-1,261" is a range's."""
+    prose = COMMENT.sub(lambda m: " " * (len(m.group(0)) - 1) + "_", prose)
     settings = [m.span() for m in SETTINGS.finditer(prose)]
     return [
         (m.start(), m.group(0))
