@@ -60,13 +60,13 @@ SETTINGS = re.compile(
     r"|".join(
         (
             r"\b(?:switch(?:es|ing)?(?:\s+at)?|K0\s?=\s?\d+,?\s+at)\s+0\.\d+\b",  # a switch
-            r"\b(?:K0|K|k|u|d|S|L)\s?=\s?\d+\b",  # serving depth, K0, updates, width, slots
+            r"\b(?:K0|K|k|u|d|S|L)\s?=\s?\d+\b(?!\.\d)",  # serving depth, K0, updates, width
             r"\bdepths?[-\s]\d+\b(?!\.\d)",  # a serving depth
             r"\b\d+\.\.\d+\b",  # a range of depths, seeds or difficulties
             r"\b\d+x\b",  # a multiple of a depth
             r"\b\d+[MB]\b",  # a model's size
             r"\b\d[\d,]*\s+(?:seeds?|arms?|levels?|factors?|workers?|cores?|people|blocks|rows)\b",
-            r"\b[Ss]eeds?\s+\d+(?:(?:,\s+|\s+and\s+)\d+)*\b",
+            r"\b[Ss]eeds?\s+\d+(?:(?:,\s+|\s+and\s+)\d+)*\b(?!\.\d)",
             r"\b(?:primary\s+)?claims?\s+\d\b",
             r"\b\d+%\s+(?:interval|t-interval|bands?|confidence)",
             r"\b\d+%\s+of\s+the\s+(?:FLOP\s+budget|budget|steps|tokens)\b",
