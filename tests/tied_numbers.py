@@ -25,7 +25,7 @@ GitHub. A REFERENCE is one of
                                            numbers after it, or after the first MORE after it
     ALIAS /json/pointer                    a JSON value (RFC 6901): a number or a list of them
 
-followed, optionally, by `[i]` or `[i-j]` (the i-th to j-th of its numbers, from 1) and `%` (times
+followed, optionally, by `[i]` or `[i-j]` (the i-th to j-th of its numbers, from 1) and ` %` (times
 100, a JSON share as a percentage); `REF ; REF` joins references' values (a range from two
 cells: "957-1,261 s"); `-ALIAS` negates the values, and swaps the ends of a bracketed
 `[low, high]`, for prose that says "0.076 nats [0.047, 0.104] above" of -0.0756 [-0.1042, -0.0470].
@@ -180,8 +180,8 @@ def resolve(reference: str, files: dict[str, Path]) -> Source:
         return Source(values, pairs)
     text = reference.strip()
     factor = 1.0
-    if text.endswith("%"):
-        text, factor = text[:-1].rstrip(), 100.0
+    if text.endswith(" %"):
+        text, factor = text[:-2].rstrip(), 100.0
     chosen = SELECTION.search(text)
     if chosen:
         text = text[: chosen.start()]
