@@ -252,6 +252,12 @@ def test_seed_table_against_hand_computed_intervals():
     ]  # fmt: skip
     per_run = table_markdown(hand_rows(), "uniform-seed0", [], same_seed=True)
     assert "of the same seed" in per_run
+    # One shared set (every row drawn by the same seed): the legend says so, not "each run's".
+    rows = [{**r, "validation_seed": 7} for r in hand_rows()]
+    shared = table_markdown(rows, "uniform-seed0", [], same_seed=True, shared_rows=True)
+    assert "drawn once from the whole validation split (by seed 7)" in shared
+    assert "by each run's seed" not in shared
+    assert "by each run's seed" in table_markdown(rows, "uniform-seed0", [], same_seed=True)
     assert (
         "holds only 5 sequences, fewer than the evaluation asked for: all of it was scored"
         in per_run
