@@ -4,7 +4,7 @@
 starts, so a missing path or package fails at once and nothing is half done. Each input yields
 its documents one at a time (a corpus never has to fit in memory) and fingerprints its content.
 Text that is not UTF-8 is an error naming the file and offset, never replaced: a mis-encoded
-corpus should be converted, not trained on. The formats are listed in docs/design.md §17.
+corpus should be converted, not trained on. The formats are listed in docs/reference/files.md.
 """
 
 from __future__ import annotations

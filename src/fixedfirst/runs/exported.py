@@ -12,7 +12,7 @@ weights_sha256}, "fixedfirst_version"}.
 
 An export holds no optimizer, RNG or data state: `fixedfirst.load(DIR)` needs only this directory
 and returns the model in eval mode, ready for `model(tokens, depth)`, `generate` or the KL-exit
-decoder. Writing an export is `export.py`.
+decoder. Writing an export is `writer.py`.
 """
 
 from __future__ import annotations
