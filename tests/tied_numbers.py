@@ -176,7 +176,11 @@ def resolve(reference: str, files: dict[str, Path]) -> Source:
         sources = [resolve(part, files) for part in parts]
         values = [v for source in sources for v in source.values]
         offsets = [sum(len(x.values) for x in sources[:i]) for i in range(len(sources))]
-        pairs = [(a + o, b + o) for source, o in zip(sources, offsets) for a, b in source.pairs]
+        pairs = [
+            (a + o, b + o)
+            for source, o in zip(sources, offsets, strict=True)
+            for a, b in source.pairs
+        ]
         return Source(values, pairs)
     text = reference.strip()
     factor = 1.0

@@ -241,7 +241,7 @@ def table_markdown(
         if not same_seed
         else "savings relative to the reference entry's run of the same seed on the same machine"
     )
-    drawn = {r.get("validation_seed") for r in rows} - {None}
+    drawn = {int(r["validation_seed"]) for r in rows if r.get("validation_seed") is not None}
     held_out = (
         "one set of validation rows drawn once from the whole validation split (by seed "
         f"{', '.join(map(str, sorted(drawn)))}), the same rows for every run"
