@@ -108,7 +108,7 @@ class FrontierSettings:
                 raise UserError(f"{s}.{name}: must be in 2..100000, got {getattr(self, name)}")
         if not 0 <= self.seed < 2**63:
             raise UserError(f"{s}.seed: must be in [0, 2**63), got {self.seed}")
-        self.speed  # noqa: B018  (checked now)
+        SpeedSettings(self.speed_rows, self.speed_tokens, self.speed_repeats)  # checks them
 
     @property
     def speed(self) -> SpeedSettings:
