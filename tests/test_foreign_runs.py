@@ -109,10 +109,12 @@ def saved_with(run: Path, *overrides: str):
 
 
 def test_resume_is_exact(straight, tmp_path):
-    """Paused after 7 steps (in the finish stage) and resumed: the same weights, bit for bit,
-    and the same log as the run straight through."""
+    """Paused after 3 steps (in the fixed stage at one pass, where the message gates have had
+    no gradient and so no AdamW state yet) and after 7 (in the finish) and resumed each time:
+    the same weights, bit for bit, and the same log as the run straight through."""
     config = straight["config"]
-    Trainer(config, tmp_path / "paused", quiet=True).train(stop_after=7)
+    Trainer(config, tmp_path / "paused", quiet=True).train(stop_after=3)
+    Trainer(config, tmp_path / "paused", resume=True, quiet=True).train(stop_after=7)
     assert len(train_records(tmp_path / "paused")) == 7
     Trainer(config, tmp_path / "paused", resume=True, quiet=True).train()
     a, b = final_weights(straight["root"] / "run"), final_weights(tmp_path / "paused")

@@ -130,6 +130,7 @@ def _measured_cost(architecture: str, options: str, seq_len: int) -> MeasuredFlo
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = build(section)
+        model.handle.set_depth(max(MEASURED_DEPTHS))  # one that cannot run: refused, unrun
         tokens = torch.randint(0, section.vocab_size, (1, seq_len + 1))
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import importlib
 import importlib.util
 from collections.abc import Iterator
@@ -116,16 +117,29 @@ def build_configuration(architecture: LoopedArchitecture, options: dict[str, Any
                 "eval.depths, switch.depth); leave the key out"
             )
         if key not in keys:
+            close = difflib.get_close_matches(key, keys, n=1)
+            hint = (
+                f"did you mean {close[0]}?"
+                if close
+                else f"its keys: {', '.join(keys[:4])}, ... ({len(keys)} in all)"
+            )
             raise UserError(
-                f"unknown key {TABLE}.{key}; {config_class.__name__} has no such field "
-                f"(its keys: {', '.join(k for k in keys if k != architecture.depth_key)})"
+                f"unknown key {TABLE}.{key}; {config_class.__name__} has no such field ({hint})"
             )
     try:
         with quiet_transformers():
             return config_class(**options)
-    except (TypeError, ValueError) as e:  # transformers' strict dataclasses raise both kinds
+    except (TypeError, ValueError, refusals()) as e:
         lines = [line.strip() for line in str(e).splitlines() if line.strip()]
         raise UserError(f"[{TABLE}]: {lines[-1] if lines else type(e).__name__}") from None
+
+
+def refusals() -> type[Exception]:
+    """What a configuration class raises for a value it refuses, besides TypeError and
+    ValueError: huggingface_hub's strict dataclasses' validation errors."""
+    from huggingface_hub.errors import StrictDataclassError
+
+    return StrictDataclassError
 
 
 def checked_options(architecture: LoopedArchitecture, options: dict[str, Any]) -> dict[str, Any]:

@@ -117,8 +117,8 @@ def load_run(
     """The run's model with the weights of a checkpoint, in eval mode on `device`: a run of
     fixedfirst's own looped transformer (what serving, export, inspection and the task metrics
     use); a run of a transformers architecture is refused in one line."""
+    model_config = open_run(run, data)[1].own_model("this command")  # before a checkpoint
     config, ckpt = find_checkpoint(run, step, data=data)
-    model_config = config.own_model("this command")
     check_fits(model_config, torch.device("cpu"))  # built on the CPU first
     model = LoopedTransformer(model_config)
     ckpt.load_model(model)

@@ -23,7 +23,7 @@ from torch import nn
 
 from fixedfirst.model import LoopedLM, LoopedTransformer
 from fixedfirst.runs.checkpoint import state_shapes, tied_aliases
-from fixedfirst.train.distributed import World
+from fixedfirst.train.distributed import World, broadcast_object
 
 
 class ParallelModel:
@@ -198,4 +198,17 @@ class ParallelModel:
                 state[alias] = state[canonical]
         options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=self.world.launched)
         set_model_state_dict(self.module, state, options=options)
-        set_optimizer_state_dict(self.module, optimizer, optim, options=options)
+        # A parameter no step has given a gradient yet (a transformers looped model's message
+        # gates through a fixed stage at one pass) has no AdamW state, in the checkpoint as in
+        # the run that wrote it (the names were checked on rank 0). torch gives every parameter
+        # a state first, by a step at zero gradients; those left without one in the checkpoint
+        # lose it again, so that their first real step counts as their first, as it did.
+        stated = broadcast_object(self.world, sorted(optim.get("state", {})))
+        optimizer_options = StateDictOptions(
+            full_state_dict=True, broadcast_from_rank0=self.world.launched, strict=False
+        )
+        set_optimizer_state_dict(self.module, optimizer, optim, options=optimizer_options)
+        with_state = set(stated)
+        for name, p in self.module.named_parameters():
+            if name not in with_state:
+                optimizer.state.pop(p, None)
