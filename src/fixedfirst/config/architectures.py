@@ -55,6 +55,49 @@ ARCHITECTURES = {
 }
 
 
+OWN_FEATURES: tuple[tuple[str, str], ...] = (
+    (
+        "every schedule kind, the auto switch (`plateau`, `depth-gap`), token and FLOP budgets "
+        "(`train.flops`, a sweep's `flops_of`), snapshots",
+        "apply: the compute model is measured (torch's FlopCounterMode at depths 1, 2, 3 at the "
+        "training sequence length, fitted; `fixedfirst compute` prints it)",
+    ),
+    (
+        "`eval.depths`, `fixedfirst eval`, a sweep's evaluation, the `depth-gap` probes",
+        "apply, one forward per depth (our model scores every depth in one pass of its "
+        "recurrence, the one-pass `nll_by_depth`)",
+    ),
+    (
+        "checkpoints, `--resume` (bit-identical), `fixedfirst branch`, DDP (`--nproc`, torchrun)",
+        "apply; DDP finds the parameters a step leaves without gradient (the message gates at "
+        "one pass, experts no token reached)",
+    ),
+    ("`train.grad_depth` (truncated backprop)", "refused: full backprop"),
+    (
+        "`model.state_init` and every other key of the looped transformer's [model]",
+        "refused: the architecture's own keys go in [model.transformers]",
+    ),
+    (
+        "`train.compile`",
+        "`true` refused: Inkling2Loop declares it cannot compile as one graph; `auto` trains "
+        "eagerly",
+    ),
+    ("`train.checkpoint_activations`", "refused"),
+    ('`train.strategy = "fsdp"`', "refused: `ddp`"),
+    (
+        "the memory model: `train.check_memory`, `fixedfirst plan`",
+        "not applied (a run's log says its memory is not estimated); `plan` refused",
+    ),
+    (
+        "`generate`, `inspect`, `export`, `diagnose`, `downstream`, `eval --task KIND`",
+        "refused: they serve fixedfirst's own model",
+    ),
+)
+"""Which of fixedfirst's own features a run of a transformers architecture has (the
+configuration reference prints it; each refusal is one line, config/run.py and
+`RunConfig.own_model`)."""
+
+
 def looped_architecture(name: str) -> LoopedArchitecture:
     """The architecture `name`, or a one-line error: not a class fixedfirst sets the depth of
     (and whether transformers has it at all)."""

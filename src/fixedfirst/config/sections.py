@@ -127,7 +127,8 @@ class ModelConfig:
 class TransformersModelConfig:
     """A looped architecture of the transformers library, trained and scored by fixedfirst's own
     commands (`[model] kind = "transformers"`; docs/guides/any-loop.md). Its keys replace the
-    looped transformer's: a key of the table above in this section is refused."""
+    looped transformer's (a key of the table above is refused here); the architecture's own
+    configuration is the table [model.transformers]."""
 
     SECTION: ClassVar[str] = "model"
 
