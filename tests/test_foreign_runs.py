@@ -198,9 +198,9 @@ def test_a_sweep_with_a_compute_matched_arm(straight, capsys, tmp_path):
 
 
 def test_two_ddp_processes_train_what_one_does(straight, tmp_path):
-    """`--nproc 2` on gloo: at one pass the message gates get no gradient, and a step's tokens
-    may reach only some experts; DDP, told the model leaves parameters unused, trains the same
-    run as one process."""
+    """`--nproc 2` on gloo: at one pass the message gates get no gradient (an expert no token
+    reached still has one: the experts are one tensor per layer); DDP, told the model leaves
+    parameters unused, trains the same run as one process."""
     run = tmp_path / "ddp"
     env = {
         **os.environ,

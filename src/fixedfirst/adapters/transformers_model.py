@@ -5,9 +5,10 @@ configuration. `build` makes the model and wraps it as a `LoopedLM`, the shape o
 evaluation call: `forward(tokens, depth)` sets the depth through the model's depth handle
 (handles.py) and returns its logits, and scoring several depths is one forward per depth, since
 the model has no readout between its passes. Two declarations follow from the architecture: a
-step may leave parameters without a gradient (Inkling2Loop's message gates at one pass, experts
-that no token reached), so DDP looks for them; and it is never compiled (Inkling2Loop declares it
-cannot compile as one graph, and fixedfirst compiles only its own model's loop). The compute
+step may leave parameters without a gradient (Inkling2Loop's 13 message-gate weights of this
+size's one looped layer, at one pass), so DDP looks for them; and it is never compiled
+(Inkling2Loop declares it cannot compile as one graph, and fixedfirst compiles only its own
+model's loop). The compute
 model is measured (measured.py): FLOPs of one sequence of the training length at depths 1..3,
 fitted, once per process and configuration.
 """

@@ -69,8 +69,8 @@ OWN_FEATURES: tuple[tuple[str, str], ...] = (
     ),
     (
         "checkpoints, `--resume` (bit-identical), `fixedfirst branch`, DDP (`--nproc`, torchrun)",
-        "apply; DDP finds the parameters a step leaves without gradient (the message gates at "
-        "one pass, experts no token reached)",
+        "apply; DDP finds the parameters a step leaves without gradient (Inkling2Loop's "
+        "message gates at one pass; its experts are one tensor per layer, used by every step)",
     ),
     ("`train.grad_depth` (truncated backprop)", "refused: full backprop"),
     (

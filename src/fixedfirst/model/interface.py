@@ -20,8 +20,8 @@ class LoopedLM(nn.Module):
     """A language model whose depth (loop passes) is an argument of every forward."""
 
     leaves_parameters_unused: bool = False
-    """True when a step may give some parameters no gradient (at one pass, or experts no token
-    reached): DDP then finds them each step (`find_unused_parameters`)."""
+    """True when a step may give some parameters no gradient (Inkling2Loop's message gates at one
+    pass): DDP then finds them each step (`find_unused_parameters`)."""
     never_compiled: str | None = None
     """Why `train.compile` never compiles this model (None: `compile_loop` compiles it)."""
 

@@ -72,8 +72,8 @@ class ParallelModel:
         # often the core was applied, because autograd sums a reused parameter's gradient before
         # accumulating it. tests/test_distributed.py runs varying depths with grad_depth < K.
         # A model that declares otherwise (model/interface.py: a transformers looped model, whose
-        # message gates run only from the second pass and whose experts may receive no token)
-        # has DDP find the parameters each step leaves unused, and reduce zeros for them.
+        # message gates run only from the second pass) has DDP find the parameters each step
+        # leaves unused.
         # broadcast_buffers=False: the buffers (rotary tables, the evaluation initial state) are
         # deterministic functions of the configuration, identical on every rank.
         return DistributedDataParallel(
