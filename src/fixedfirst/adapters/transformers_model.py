@@ -5,8 +5,8 @@ configuration. `build` makes the model and wraps it as a `LoopedLM`, the shape o
 evaluation call: `forward(tokens, depth)` sets the depth through the model's depth handle
 (handles.py) and returns its logits, and scoring several depths is one forward per depth, since
 the model has no readout between its passes. Two declarations follow from the architecture: a
-step may leave parameters without a gradient (Inkling2Loop's 13 message-gate weights of this
-size's one looped layer, at one pass), so DDP looks for them; and it is never compiled
+step may leave parameters without a gradient (at one pass, Inkling2Loop's message gates and
+the query that reads the previous pass), so DDP looks for them; and it is never compiled
 (Inkling2Loop declares it cannot compile as one graph, and fixedfirst compiles only its own
 model's loop). The compute
 model is measured (measured.py): FLOPs of one sequence of the training length at depths 1..3,
