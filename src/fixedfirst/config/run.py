@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeAlias
 
+from fixedfirst.config.architectures import compiles_as_one_graph
 from fixedfirst.config.schema import Section, build_section, require, shown
 from fixedfirst.config.sections import (
     DataConfig,
@@ -153,8 +154,8 @@ def model_section(raw: dict[str, Any]) -> ModelSection:
         if key in own and key not in fields:
             raise UserError(
                 f"model.{key} is a key of fixedfirst's own looped transformer; a transformers "
-                f"architecture takes its configuration from [model.transformers] (leave "
-                f"model.kind out for ours)"
+                "architecture takes its configuration from [model.transformers] (leave "
+                "model.kind out for ours)"
             )
         if isinstance(value, dict) and key != "transformers":
             raise UserError(
@@ -172,8 +173,6 @@ def model_section(raw: dict[str, Any]) -> ModelSection:
 def foreign_refusals(model: TransformersModelConfig, train: TrainConfig) -> list[str]:
     """What a run of a transformers architecture cannot have of fixedfirst's own model's
     training features, one line each (docs/guides/configuration.md lists what applies)."""
-    from fixedfirst.config.architectures import compiles_as_one_graph
-
     name = f"transformers' {model.architecture}"
     refused = []
     if train.grad_depth is not None:
