@@ -130,6 +130,12 @@ COMMITTED = (
         "chains", "chains-report.json", ("chains-report.md",), report(chains_report.report_markdown)
     ),
     Committed(
+        "chains, fresh seeds",
+        "chains-fresh-report.json",
+        ("chains-fresh-report.md",),
+        report(chains_report.report_markdown),
+    ),
+    Committed(
         "figure 4",
         "figure4-report.json",
         ("figure4-report.md",),
