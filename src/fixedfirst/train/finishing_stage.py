@@ -26,11 +26,12 @@ def finishing_stage(
     fraction: float,
     k_max: int,
     lr: Literal["constant", "rewarm"] = "constant",
-    k_min: int = 1,
+    peak: float = 0.3,
+    warmup: float = 0.1,
 ) -> RunConfig:
     """The configuration of `config`'s run (fixed depth, trained `trained_steps` steps) going on
-    for `fraction` of its tokens more at depths uniform in k_min..k_max, at the finishing rate
-    `lr` (the rewarm's peak and warmup at their defaults: `--set train.finishing.peak=...`)."""
+    for `fraction` of its tokens more at depths uniform in 1..k_max, at the finishing rate `lr`
+    (`rewarm`: up to `peak` of the peak rate over `warmup` of the finishing steps)."""
     schedule = config.schedule
     if schedule.kind != "fixed":
         raise UserError(
@@ -55,13 +56,13 @@ def finishing_stage(
         k0=schedule.depth,
         switch=trained_steps / total,
         finish="uniform",
-        k_min=k_min,
+        k_min=1,
         k_max=k_max,
     )
     train = replace(
         config.train,
         tokens=total * config.train.tokens_per_step,
         flops=None,
-        finishing=FinishingLR(start_step=trained_steps, lr=lr),
+        finishing=FinishingLR(trained_steps, lr, peak, warmup),
     )
     return replace(config, schedule=finish, train=train)
