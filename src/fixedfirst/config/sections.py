@@ -281,9 +281,7 @@ class FinishingLR:
         s = self.SECTION
         require(self.start_step >= 1, f"{s}.start_step", f"must be >= 1, got {self.start_step}")
         require(0.0 < self.peak <= 1.0, f"{s}.peak", f"must be in (0, 1], got {self.peak}")
-        require(
-            0.0 <= self.warmup < 1.0, f"{s}.warmup", f"must be in [0, 1), got {self.warmup}"
-        )
+        require(0.0 <= self.warmup < 1.0, f"{s}.warmup", f"must be in [0, 1), got {self.warmup}")
 
 
 @dataclass

@@ -41,7 +41,10 @@ def band_table(a: dict[str, Any], role: str, depths: list[int], labels: dict[str
 
 
 def primary_table(a: dict[str, Any]) -> str:
-    lines = ["| comparison | band | a | b | a - b, points [95%] | verdict |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| comparison | band | a | b | a - b, points [95%] | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
     for p in a["primary"]:
         bar = "" if p["bar"] is None else f" (bar {100 * p['bar']:.0f})"
         lines.append(
@@ -59,7 +62,8 @@ def versus_table(a: dict[str, Any], labels: dict[str, str]) -> str:
         "|" + "---|" * (len(cells) + 1),
     ]
     for arm, row in a["versus_reference"].items():
-        lines.append(f"| {labels.get(arm, arm)} | " + " | ".join(points(row[c]) for c in cells) + " |")
+        shown = " | ".join(points(row[c]) for c in cells)
+        lines.append(f"| {labels.get(arm, arm)} | {shown} |")
     return "\n".join(lines)
 
 
@@ -73,9 +77,8 @@ def plot_bands(
     for ax, role in zip(axes, roles, strict=True):
         for arm in a["arms"]:
             cells = [a["band_accuracy"][arm][role][str(d)] for d in depths]
-            (line,) = ax.plot(
-                depths, [100 * c["mean"] for c in cells], marker="o", ms=3, label=labels.get(arm, arm)
-            )
+            means = [100 * c["mean"] for c in cells]
+            (line,) = ax.plot(depths, means, marker="o", ms=3, label=labels.get(arm, arm))
             if cells[0]["low"] is not None:
                 ax.fill_between(
                     depths,

@@ -1,5 +1,6 @@
 """Finishing a model trained at one depth: how many tokens of a uniform-depth finishing stage, at
-which learning rate, buy depth flexibility (issue 58, docs/studies/finishing.md).
+which learning rate, buy depth flexibility (issue 58; docs/guides/any-loop.md, "Make your
+fixed-depth looped model depth-flexible").
 
 Base runs train at a fixed depth K with every seed of the preset (our chains model at K = 4 in
 the `dense` preset, transformers' looped mixture-of-experts at 2 passes in `moe`). Each finished
@@ -115,7 +116,7 @@ class FinishingSettings:
             raise UserError(f"{s}.primary: every comparison needs its own name, got {names}")
         for i, p in enumerate(self.primary):
             try:
-                p.check(self.arms, self.depths)
+                p.check(self.arms, self.depths, "experiment.rates and experiment.fractions")
             except UserError as e:
                 raise UserError(f"{s}.primary[{i}]: {e}") from None
 
@@ -220,9 +221,7 @@ class FinishingStudy(PresetStudy[FinishingSettings]):
             )
         ]
         for name, rate, fraction in self.finishes(planned):
-            job = once_finished(
-                name, run, finish_job, root, name, rate, fraction, self.experiment
-            )
+            job = once_finished(name, run, finish_job, root, name, rate, fraction, self.experiment)
             job.say = partial(print_scores, name)
             steps = run_plan(planned.config).total_steps
             budget = run_plan(self.experiment.finish(planned.config, steps, rate, fraction))
@@ -274,6 +273,7 @@ class FinishingStudy(PresetStudy[FinishingSettings]):
             "format": "fixedfirst-finishing-results",
             "version": 1,
             "preset": self.preset,
+            "reference": BASE,
             "flop_budget": e.flops,
             "model": asdict(first.model),
             "task": asdict(options),

@@ -15,9 +15,14 @@ from typing import Any
 
 from fixedfirst.studies.chains.analysis import PrimaryComparison
 from fixedfirst.studies.depth_arms import analyse_arms
-from fixedfirst.studies.depth_tables import band_table, percent, plot_bands, points
-from fixedfirst.studies.depth_tables import primary_table, versus_table
-from fixedfirst.studies.finishing.experiment import BASE
+from fixedfirst.studies.depth_tables import (
+    band_table,
+    percent,
+    plot_bands,
+    points,
+    primary_table,
+    versus_table,
+)
 from fixedfirst.studies.report_files import write_numbers_and_report
 
 NUMBERS_FORMAT = "fixedfirst-finishing-report"
@@ -41,6 +46,7 @@ def report_numbers(results: dict[str, Any]) -> dict[str, Any]:
         "format": NUMBERS_FORMAT,
         "version": 1,
         "preset": results["preset"],
+        "reference": results["reference"],
         "flop_budget": results["flop_budget"],
         "chance": results["chance"],
         "model": results["model"],
@@ -60,8 +66,8 @@ def write_report(results: dict[str, Any], out: Path) -> None:
     write_numbers_and_report(out, report_numbers(results), report_markdown)
 
 
-def _labels(e: dict[str, Any]) -> dict[str, str]:
-    out = {BASE: f"fixed K={e['depth']} (no finishing)"}
+def _labels(e: dict[str, Any], base: str) -> dict[str, str]:
+    out = {base: f"fixed K={e['depth']} (no finishing)"}
     for rate in e["rates"]:
         for fraction in e["fractions"]:
             out[f"{rate}-{fraction:g}"] = f"{rate}, {100 * fraction:g}% of the tokens"
@@ -70,7 +76,8 @@ def _labels(e: dict[str, Any]) -> dict[str, str]:
 
 def plot_figure(results: dict[str, Any], path: Path) -> None:
     e = results["experiment"]
-    plot_bands(results["analysis"], e["depths"], _labels(e), results["chance"], path)
+    labels = _labels(e, results["reference"])
+    plot_bands(results["analysis"], e["depths"], labels, results["chance"], path)
 
 
 def guide_table(numbers: dict[str, Any], a: dict[str, Any]) -> str:
@@ -85,12 +92,12 @@ def guide_table(numbers: dict[str, Any], a: dict[str, Any]) -> str:
         arm: sorted({r["finishing_tokens"] for r in numbers["runs"].values() if r["arm"] == arm})
         for arm in a["arms"]
     }
-    labels = _labels(e)
+    labels = _labels(e, a["reference"])
     for arm in a["arms"]:
         low, high = tokens[arm][0], tokens[arm][-1]
         shown = f"{low:,}" if low == high else f"{low:,}-{high:,}"
         row = [percent(a["band_accuracy"][arm][r][str(d)]) for r, d in cells]
-        if arm != BASE:
+        if arm != a["reference"]:
             row = [
                 f"{c} ({points(_difference(a, arm, r, d))})"
                 for c, (r, d) in zip(row, cells, strict=True)
@@ -109,8 +116,8 @@ def report_markdown(numbers: dict[str, Any]) -> str:
     primary = [PrimaryComparison(**p) for p in e["primary"]]
     depths = sorted({*e["compare_depths"], e["depth"], e["k_max"], 1, max(e["depths"])})
     depths = [d for d in depths if d in e["depths"]]
-    a = analyse_arms(numbers["runs"], e["depths"], BASE, depths, primary)
-    labels = _labels(e)
+    a = analyse_arms(numbers["runs"], e["depths"], numbers["reference"], depths, primary)
+    labels = _labels(e, a["reference"])
     family = a["exploratory"]
     wall = numbers.get("wall_clock_s") or {}
     workers = numbers.get("workers") or {}

@@ -1,5 +1,5 @@
 """Fixed-first on a looped mixture-of-experts: transformers' Inkling2LoopForCausalLM on the chains
-task, at matched modeled FLOPs (issue 58, docs/studies/moe.md).
+task, at matched modeled FLOPs (issue 58; docs/guides/any-loop.md says how to run it).
 
 Four schedules, each trained with every seed of the preset to one modeled FLOP budget (the
 model's compute model is measured, adapters/measured.py): fixed at 2 passes, uniform over 1..6,
@@ -180,6 +180,7 @@ class MoeStudy(PresetStudy[MoeSettings]):
             "format": "fixedfirst-moe-results",
             "version": 1,
             "preset": self.preset,
+            "reference": REFERENCE,
             "flop_budget": e.flops,
             "model": asdict(first.model),
             "task": asdict(options),

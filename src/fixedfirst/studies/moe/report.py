@@ -9,9 +9,13 @@ from typing import Any
 
 from fixedfirst.studies.chains.analysis import PrimaryComparison
 from fixedfirst.studies.depth_arms import analyse_arms
-from fixedfirst.studies.depth_tables import band_table, percent, plot_bands, primary_table
-from fixedfirst.studies.depth_tables import versus_table
-from fixedfirst.studies.moe.experiment import REFERENCE
+from fixedfirst.studies.depth_tables import (
+    band_table,
+    percent,
+    plot_bands,
+    primary_table,
+    versus_table,
+)
 from fixedfirst.studies.moe.router_analysis import analyse_router
 from fixedfirst.studies.report_files import write_numbers_and_report
 
@@ -27,6 +31,7 @@ def report_numbers(results: dict[str, Any]) -> dict[str, Any]:
         "format": NUMBERS_FORMAT,
         "version": 1,
         "preset": results["preset"],
+        "reference": results["reference"],
         "flop_budget": results["flop_budget"],
         "chance": results["chance"],
         "model": results["model"],
@@ -57,7 +62,10 @@ def plot_figure(results: dict[str, Any], path: Path) -> None:
 
 
 def _cost_lines(numbers: dict[str, Any]) -> list[str]:
-    lines = ["| run | seed | steps | tokens | modeled FLOPs | wall-clock (s) |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| run | seed | steps | tokens | modeled FLOPs | wall-clock (s) |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, r in numbers["runs"].items():
         lines.append(
             f"| {name} | {r['seed']} | {r['steps']} | {r['tokens']:,} | {r['flops']:.4g} "
@@ -97,7 +105,8 @@ def report_markdown(numbers: dict[str, Any]) -> str:
     """report.md from report.json's numbers (or results.json, which holds them all)."""
     e, task, model = numbers["experiment"], numbers["task"], numbers["model"]["options"]
     primary = [PrimaryComparison(**p) for p in e["primary"]]
-    a = analyse_arms(numbers["runs"], e["depths"], REFERENCE, e["compare_depths"], primary)
+    reference = numbers["reference"]
+    a = analyse_arms(numbers["runs"], e["depths"], reference, e["compare_depths"], primary)
     router = analyse_router(numbers["runs"])
     labels = {r["arm"]: r["schedule"] for r in numbers["runs"].values()}
     seeds = ", ".join(map(str, a["seeds"]))
@@ -144,7 +153,7 @@ def report_markdown(numbers: dict[str, Any]) -> str:
     for role in a["bands"]:
         lines += [band_table(a, role, e["depths"], labels), ""]
     lines += [
-        f"## Against {labels.get(REFERENCE, REFERENCE)}, at matched FLOPs",
+        f"## Against {labels.get(reference, reference)}, at matched FLOPs",
         "",
         versus_table(a, labels),
         "",

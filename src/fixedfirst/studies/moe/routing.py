@@ -21,11 +21,11 @@ from fixedfirst.runs.checkpoint import MODEL_FILE, CheckpointManager
 from fixedfirst.runs.directory import RunDir
 from fixedfirst.runs.opening import find_checkpoint, load_any_run
 from fixedfirst.studies.depth_scoring import cached
-from fixedfirst.tasks.chains.source import evaluation_seed, evaluation_set
 from fixedfirst.studies.diagnose.finishing import SWITCH_TAG
+from fixedfirst.tasks.chains.source import evaluation_seed, evaluation_set
 
 
-def loop_routers(model: TransformersLoop) -> list[tuple[int, torch.nn.Module]]:
+def loop_routers(model: TransformersLoop) -> list[tuple[int, Any]]:
     """(layer index, router) of every loop layer with a routed mixture of experts."""
     network: Any = model.network
     text = network.model
@@ -51,18 +51,14 @@ def expert_shares(
     """Loop layer index (as a string) -> [pass][expert] share of the picks, over every token of
     `tokens` (B, T), from forwards at `depth`."""
     routers = loop_routers(model)
-    counts = {
-        index: torch.zeros(depth, router.num_experts, dtype=torch.float64)
-        for index, router in routers
-    }
+    experts = {index: int(router.num_experts) for index, router in routers}
+    counts = {index: torch.zeros(depth, experts[index], dtype=torch.float64) for index in experts}
     calls = dict.fromkeys(counts, 0)
 
     def counter(index: int) -> Any:
         def hook(module: torch.nn.Module, args: Any, output: tuple[torch.Tensor, ...]) -> None:
-            picks = output[2].reshape(-1)
-            counts[index][calls[index]] += torch.bincount(picks, minlength=module.num_experts)[
-                : module.num_experts
-            ].double()
+            picks = torch.bincount(output[2].reshape(-1), minlength=experts[index])
+            counts[index][calls[index]] += picks[: experts[index]].double()
             calls[index] += 1
 
         return hook
