@@ -318,8 +318,10 @@ class TrainConfig:
     weight_decay: float = 0.1
     """AdamW weight decay, applied to matrices only (not norms)."""
     finishing: FinishingLR | None = None
-    """A finishing stage's learning rate (`[train.finishing]`); unset: the schedule above over the
-    whole run."""
+    """A finishing stage's learning rate, the table `[train.finishing]` that `fixedfirst branch
+    --finish` writes: `start_step` (the steps the original run trained, which keep its rate), `lr`
+    (`constant` at the final rate, or `rewarm`), `peak` (0.3 of `lr`) and `warmup` (0.1 of the
+    stage). Unset: the schedule above over the whole run."""
     beta1: float = 0.9
     """AdamW beta1."""
     beta2: float = 0.95
