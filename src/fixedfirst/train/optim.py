@@ -75,4 +75,4 @@ def finishing_lr_at(
         return final + (peak - final) * (into + 1) / warmup_steps
     span = max(1, steps - 1 - warmup_steps)
     progress = min(1.0, (into - warmup_steps) / span)
-    return final + (peak - final) * 0.5 * (1 + math.cos(math.pi * progress))
+    return final + (peak - final) * (1 + math.cos(math.pi * progress)) / 2
