@@ -59,6 +59,26 @@ def truncated_normal(
     return torch.special.ndtri(u).mul_(std)
 
 
+def evaluation_state(length: int, d: int, std: float, seed: int) -> torch.Tensor:
+    """The fixed evaluation state (length, d): N(0, std^2) truncated to +-STATE_CLIP std, drawn
+    on the CPU from a generator seeded by `seed`, by rejection (every value outside the bounds
+    is redrawn, the whole tensor's worth at a time, until none is). That is how torch 2.13's
+    `trunc_normal_` drew it for every run evaluated so far; drawn here, every torch release
+    gives these values (2.11's `trunc_normal_` maps uniforms through the normal quantile, other
+    values), so that a run scores the same everywhere. Drawn once per model: its host syncs cost
+    nothing. Under the meta device (counting parameters) nothing is drawn."""
+    state = torch.empty(length, d)
+    if state.is_meta:
+        return state
+    generator = torch.Generator().manual_seed(seed)
+    bound = torch.tensor(STATE_CLIP * std, dtype=torch.float32).item()  # as float32 rounds it
+    values = torch.empty(length, d, device="cpu").normal_(0.0, std, generator=generator)
+    while bool((outside := (values < -bound) | (values > bound)).any()):
+        redrawn = torch.empty_like(values).normal_(0.0, std, generator=generator)
+        values = torch.where(outside, redrawn, values)
+    return values.to(state.device)
+
+
 class LoopedTransformer(nn.Module):
     eval_state: torch.Tensor
 
@@ -81,14 +101,7 @@ class LoopedTransformer(nn.Module):
         # The evaluation initial state: one fixed draw per position, so that the same tokens give
         # the same NLL every time and cached decoding sees the same state as a full forward.
         self.state_std = math.sqrt(2 / (5 * d))
-        eval_state = torch.empty(config.max_seq_len, d)
-        torch.nn.init.trunc_normal_(
-            eval_state,
-            std=self.state_std,
-            a=-3 * self.state_std,
-            b=3 * self.state_std,
-            generator=torch.Generator().manual_seed(config.eval_seed),
-        )
+        eval_state = evaluation_state(config.max_seq_len, d, self.state_std, config.eval_seed)
         self.register_buffer("eval_state", eval_state, persistent=False)
         self.loop_compiled = False
         """Set by `compile_loop`: cache-less iterations run compiled."""
@@ -217,7 +230,7 @@ class LoopedTransformer(nn.Module):
         one graph. The depth loop stays in Python, so no depth recompiles; decoding with a
         cache stays eager. Parameter names, and so checkpoints, are unchanged."""
         for block in (*self.prelude, *self.coda):
-            block.compile()
+            block.compile(fullgraph=True)
         self.loop_compiled = True
 
     # -- whole forwards, evaluation and decoding ----------------------------------------------
@@ -438,7 +451,7 @@ class LoopedTransformer(nn.Module):
 def compiled_iteration() -> Callable[..., torch.Tensor]:
     """One compiled `iterate_eager` for every model of the process: the model is an argument,
     so a copy of a compiled model runs its own weights (dynamo guards on their shapes)."""
-    return torch.compile(LoopedTransformer.iterate_eager)
+    return torch.compile(LoopedTransformer.iterate_eager, fullgraph=True)
 
 
 def sample_next(
