@@ -9,9 +9,11 @@ FIXEDFIRST_PEAK_FLOPS gives one. A run takes the cores that are idle when it sta
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
+from collections.abc import Iterator
 from functools import cache
 
 import torch
@@ -26,6 +28,38 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise UserError("train.device = 'cuda' but no CUDA device is here; use 'auto' or 'cpu'")
     return torch.device(name)
+
+
+ALLOCATOR_ENV = "PYTORCH_CUDA_ALLOC_CONF"
+EXPANDABLE = "expandable_segments:True"
+"""The CUDA allocator's setting the trainer asks for when nobody chose one: memory grows by
+mapping more pages into one segment instead of allocating blocks of new sizes, so the blocks
+that depths of different activation sizes leave behind do not fragment it (docs/design.md §8)."""
+
+
+def cuda_settings(device: torch.device) -> None:
+    """A training process's CUDA settings, before its first allocation: TF32 for the float32
+    matmuls (the optimizer's and autocast's fp32 work; bf16 matmuls are unaffected; fp32
+    evaluation turns it off, `exact_float32`), and the allocator's expandable segments unless
+    ALLOCATOR_ENV (or torch's newer PYTORCH_ALLOC_CONF) says otherwise. Nothing on the CPU."""
+    if device.type != "cuda":
+        return
+    torch.set_float32_matmul_precision("high")
+    chosen = os.environ.get(ALLOCATOR_ENV) or os.environ.get("PYTORCH_ALLOC_CONF")
+    if not chosen and not torch.cuda.is_initialized():
+        os.environ[ALLOCATOR_ENV] = EXPANDABLE
+
+
+@contextlib.contextmanager
+def exact_float32() -> Iterator[None]:
+    """float32 matmuls in full float32 (no TF32) while inside: what a CPU computes, so that an
+    evaluation on a GPU can be compared with one there."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
