@@ -108,4 +108,5 @@ def live_storages(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> s
     tensors = [*model.parameters(), *model.buffers()]
     for state in optimizer.state.values():
         tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
-    return {t.untyped_storage().data_ptr() for t in tensors}
+    local = [t.to_local() if hasattr(t, "to_local") else t for t in tensors]  # a DTensor's shard
+    return {t.untyped_storage().data_ptr() for t in local}
