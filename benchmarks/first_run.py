@@ -38,6 +38,7 @@ import dataclasses
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -217,12 +218,13 @@ def matmul_rate(device: torch.device, dtype: torch.dtype, n: int, zeros: bool = 
 
 def environment(report: Report, s: Setup) -> dict[str, float | None]:
     section = "environment"
-    report.row(section, "python", f"{platform.python_version()} ({sys.executable})")
-    fixedfirst = sys.modules["fixedfirst"].__file__
+    package = Path(sys.modules["fixedfirst"].__file__ or "").parent
+    where = package.relative_to(ROOT) if package.is_relative_to(ROOT) else package
     report.row(
         section,
-        "torch",
-        f"{torch.__version__}, CUDA {torch.version.cuda}; fixedfirst from {fixedfirst}",
+        "python, torch",
+        f"Python {platform.python_version()}, torch {torch.__version__} (CUDA "
+        f"{torch.version.cuda or 'none'}); fixedfirst from {where}",
     )
     datasheet = None
     if s.cuda:
@@ -665,11 +667,13 @@ def main(argv: list[str] | None = None) -> int:
         speed(report, s, budget, peaks, "compiled", eager)
     if s.cuda and budget.allows(report, "gpu tests", 90.0):
         gpu_tests(report)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = time.process_time() + children.ru_utime + children.ru_stime
     report.row(
         "total",
         "wall-clock",
-        f"{time.perf_counter() - started:.0f} s; {len(report.failed)} check(s) failed"
-        + "".join(f"; {name}" for name in report.failed),
+        f"{time.perf_counter() - started:.0f} s ({cpu:.0f} s of CPU); {len(report.failed)} "
+        "check(s) failed" + "".join(f"; {name}" for name in report.failed),
         not report.failed,
     )
     return 1 if report.failed else 0

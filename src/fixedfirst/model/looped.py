@@ -227,8 +227,10 @@ class LoopedTransformer(nn.Module):
     def compile_loop(self) -> None:
         """torch.compile in place what a training or evaluation forward runs: each prelude and
         coda block, and a core iteration (the injection's matmul-add and every core block) as
-        one graph. The depth loop stays in Python, so no depth recompiles; decoding with a
-        cache stays eager. Parameter names, and so checkpoints, are unchanged."""
+        one graph, each whole (`fullgraph`: a graph break is an error, not a silent split).
+        The depth loop stays in Python, so no depth recompiles; the trainer builds every graph
+        a run needs before step 0 (train/warm_up.py); decoding with a cache stays eager.
+        Parameter names, and so checkpoints, are unchanged."""
         for block in (*self.prelude, *self.coda):
             block.compile(fullgraph=True)
         self.loop_compiled = True

@@ -18,11 +18,10 @@ from fixedfirst.config import TrainConfig
 def build_optimizer(
     model: nn.Module, config: TrainConfig, fused: bool = False
 ) -> torch.optim.AdamW:
-    """AdamW over `model`'s parameters. `fused` (the trainer's choice on CUDA): one kernel
-    updates every tensor, and the step counts stay on the device, so a step reads nothing on
-    the host; the unfused AdamW keeps them on the host, where they cost a CUDA step nothing but
-    launches. The CPU keeps the unfused one: the runs trained there are bit for bit those of
-    earlier releases."""
+    """AdamW over `model`'s parameters. `fused` (the trainer's choice on CUDA): a few kernels
+    update every tensor, and the step counts live on the device, so a step reads no value on
+    the host (the unfused one reads its step counts there, which on a GPU costs launches, not
+    a sync). The CPU keeps the unfused one: runs trained there stay bit for bit what they were."""
     decay: list[nn.Parameter] = []
     no_decay: list[nn.Parameter] = []
     for p in model.parameters():
