@@ -295,8 +295,8 @@ def parity(report: Report, s: Setup) -> None:
             report.row(
                 section,
                 f"scoring, {precision}, depth {depth}",
-                f"|NLL - CPU's| {nll:.2e} (tolerance {TOLERANCE[precision]:g}), max |logit - "
-                f"CPU's| {logits:.2e}: {verdict(ok)}",
+                f"NLL off the CPU's by {nll:.2e} (tolerance {TOLERANCE[precision]:g}), logits "
+                f"by at most {logits:.2e}: {verdict(ok)}",
                 ok,
             )
     del targets
@@ -335,7 +335,7 @@ def parity(report: Report, s: Setup) -> None:
         report.row(
             section,
             f"3 training steps, {precision}, depth 4",
-            f"losses {numbers(got)} against the CPU's {numbers(cpu)}: max |difference| "
+            f"losses {numbers(got)} against the CPU's {numbers(cpu)}: largest difference "
             f"{worst:.2e}: {verdict(ok)}",
             ok,
         )
@@ -457,7 +457,7 @@ def trainer_run(report: Report, s: Setup, peak: float) -> None:
         report.row(
             section,
             "last evaluation, bf16 against fp32",
-            f"max |difference| {worst:.2e} over depths {', '.join(nll)}",
+            f"largest difference {worst:.2e} over depths {', '.join(nll)}",
             worst <= TOLERANCE["bf16"],
         )
     else:
