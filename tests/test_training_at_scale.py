@@ -109,6 +109,30 @@ def test_adamw_is_fused_where_the_trainer_asks():
     assert not build_optimizer(model, TrainConfig()).defaults["fused"]  # the CPU's, as before
 
 
+def test_a_bf16_runs_last_evaluation_is_made_in_fp32_too(tmp_path):
+    """On a GPU a bf16 run's last evaluation is also made in fp32 (TF32 off), what a CPU
+    scores; here the CPU's bf16 autocast stands in for the GPU's, the evaluations set as the
+    trainer sets them on CUDA. The fp32 numbers are the fp32 model's, the bf16 ones near them."""
+    from fixedfirst.evaluation.nll import validation_nll
+    from fixedfirst.train.metrics import read_metrics
+
+    config = tiny_config("train.tokens=1024", "train.precision=bf16", "eval.depths=[1,2]")
+    run = Trainer(config, str(tmp_path / "run"), quiet=True)
+    assert run.eval_dtypes == [torch.bfloat16]  # on the CPU, as before
+    run.eval_dtypes = [torch.bfloat16, torch.float32]
+    run.train()
+    evaluations = [
+        r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "eval"
+    ]
+    assert all("nll_by_depth_fp32" not in r for r in evaluations[:-1])
+    last = evaluations[-1]
+    exact = validation_nll(run.model, run.val_batches, [1, 2], torch.device("cpu"))
+    assert last["nll_by_depth_fp32"] == {str(d): v for d, v in exact.items()}
+    for depth, nll in last["nll_by_depth"].items():
+        assert nll == pytest.approx(last["nll_by_depth_fp32"][depth], abs=0.02)
+        assert nll != last["nll_by_depth_fp32"][depth]
+
+
 # -- checkpoints written beside the training ---------------------------------------------------
 
 
