@@ -6,7 +6,7 @@ import argparse
 import json
 
 from fixedfirst.cli.arguments import add_config_arguments, config_from_args
-from fixedfirst.compute.flops import realised_flops, schedule_flops
+from fixedfirst.compute.flops import train_flops
 from fixedfirst.compute.plan import UNIFORM_REFERENCE, plan_run
 from fixedfirst.schedules import Schedule, describe
 
@@ -37,19 +37,18 @@ def report(config) -> dict:
     auto = None
     if budget.switch_window is not None:  # and its dearest switch as a rule
         floor, ceiling = budget.switch_window
-        at_ceiling = budget.schedule.with_switch_step(ceiling)
+        at_ceiling = budget.decided(ceiling)
         auto = {
             "rule": config.switch.rule,
             "floor_step": floor,
             "ceiling_step": ceiling,
-            "realised_flops_at_ceiling": realised_flops(
-                at_ceiling, fm, budget.total_steps, t.tokens_per_step, t.grad_depth
+            "realised_flops_at_ceiling": train_flops(
+                fm, at_ceiling.histogram(), t.tokens_per_step, t.grad_depth
             ),
-            "modeled_savings_at_ceiling": budget.decided(ceiling).modeled_savings(),
+            "modeled_savings_at_ceiling": at_ceiling.modeled_savings(),
         }
-    uniform = schedule_flops(
-        Schedule(UNIFORM_REFERENCE, t.seed), fm, budget.total_steps, t.tokens_per_step, t.grad_depth
-    )
+    reference = Schedule(UNIFORM_REFERENCE, t.seed).expected_histogram(budget.total_steps)
+    uniform = train_flops(fm, reference, t.tokens_per_step, t.grad_depth)
     stages = [
         {
             "phase": s.phase,

@@ -247,15 +247,6 @@ def fewest_gpus(config: RunConfig, hardware: Hardware, depth: int) -> int | None
     return None
 
 
-def steps_at(run: RunPlan, depth: int) -> float:
-    """How many of the run's steps draw `depth` (its costed schedule's realised depths)."""
-
-    def hit(k: int) -> float:
-        return float(k == depth)
-
-    return run.costed_schedule.realised_total(hit, run.total_steps)
-
-
 def plan_on_gpus(config: RunConfig, hardware: Hardware) -> GpuPlan:
     t = config.train
     run = plan_run(config)
@@ -271,11 +262,8 @@ def plan_on_gpus(config: RunConfig, hardware: Hardware) -> GpuPlan:
     )
     fm = run.flop_model
     graded = (lambda k: k) if t.grad_depth is None else (lambda k: min(k, t.grad_depth))
-    per_token = run.costed_schedule.realised_total(
-        lambda k: graded(k) * fm.iteration, run.total_steps
-    )
+    per_token = run.histogram().total(lambda k: graded(k) * fm.iteration)
     nothing_fits = all(o.largest_micro_batch is None for o in options)
-    counts = {k: steps_at(run, k) for k in range(1, depth + 1)}
     return GpuPlan(
         config=config,
         hardware=hardware,
@@ -286,5 +274,5 @@ def plan_on_gpus(config: RunConfig, hardware: Hardware) -> GpuPlan:
         configured=configured,
         recompute_flops=t.tokens_per_step * per_token,
         gpus_needed=fewest_gpus(config, hardware, depth) if nothing_fits else None,
-        depth_steps={k: n for k, n in counts.items() if n},
+        depth_steps={k: n for k, n in run.histogram().steps().items() if n},
     )

@@ -305,8 +305,8 @@ class Trainer:
     def _step(self, step: int) -> StepRecord:
         """Train step `step` (0-based) at the schedule's depth and learning rate and count it."""
         t, total = self.config.train, self.plan.total_steps
-        phase = self.plan.schedule.stage_at(step, total).phase
-        depth = self.plan.depth(step)
+        planned = self.plan.at(step)  # the depth and phase the plan gives this step
+        depth, phase = planned.depth, planned.phase
         lr = lr_at(step, total, t)
         started = time.perf_counter()
         batch = self.batches.next()
