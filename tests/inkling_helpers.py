@@ -8,10 +8,15 @@ import importlib.util
 import pytest
 import torch
 
-HAS_INKLING = (
-    importlib.util.find_spec("transformers") is not None
-    and importlib.util.find_spec("transformers.models.inkling2_loop") is not None
-)
+
+def has_inkling() -> bool:
+    try:
+        return importlib.util.find_spec("transformers.models.inkling2_loop") is not None
+    except ImportError:  # no transformers at all, or one that cannot tell
+        return False
+
+
+HAS_INKLING = has_inkling()
 needs_inkling = pytest.mark.skipif(
     not HAS_INKLING, reason="this transformers has no Inkling2Loop models (5.24 or later does)"
 )
@@ -87,3 +92,54 @@ def batches(rows: int, length: int, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     start = torch.randint(0, VOCAB, (rows, 1), generator=g)
     return (start + torch.arange(length)) % VOCAB
+
+
+def toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return repr(value)
+
+
+TINY_TABLE = "\n".join(
+    f"{key} = {toml_value(value)}"
+    for key, value in TINY.items()
+    if value is not None and key != "loop_num_passes"  # the depth is the schedule's
+)
+"""TINY as the table [model.transformers] of a run configuration."""
+
+INKLING_TOML = f"""
+[model]
+kind = "transformers"
+architecture = "Inkling2LoopForCausalLM"
+
+[model.transformers]
+{TINY_TABLE}
+
+[schedule]
+kind = "fixed-first"
+k0 = 1
+switch = 0.5
+k_max = 3
+
+[train]
+tokens = 1280
+batch_size = 8
+micro_batch_size = 4
+seq_len = 16
+lr = 3e-3
+warmup = 0.1
+log_every = 1
+checkpoint_every = 4
+keep_checkpoints = 2
+device = "cpu"
+
+[eval]
+depths = [1, 2, 3]
+batches = 1
+"""
+"""fixedfirst's own commands on TINY: 10 steps of 8 sequences of 16 tokens, one pass for the
+first 5, then 1 to 3 passes; the synthetic data's vocabulary is the model's (64)."""

@@ -9,7 +9,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from fixedfirst.adapters import handles
+from fixedfirst.adapters import handles, hf_trainer, measured
 from fixedfirst.adapters.scheduler import DepthScheduler
 from tests.inkling_helpers import PassCounter, needs_inkling
 
@@ -50,7 +50,11 @@ def test_the_pages_loops_run_the_plans_passes_step_by_step(tmp_path, monkeypatch
         PassCounter.end(counter)
         steps.append(current[0] if current else None)  # None: measuring, before any step
 
-    monkeypatch.setattr(handles, "depth_handle", handle)
+    # Every module that took the name at its import gets the counting one, and gets the real one
+    # back afterwards: a module first imported while only `handles` was patched kept the
+    # counting function for the rest of the process (tests/test_trainer_callback.py then failed).
+    for module in (handles, hf_trainer, measured):
+        monkeypatch.setattr(module, "depth_handle", handle)
     monkeypatch.setattr(DepthScheduler, "begin", begin)
     monkeypatch.setattr(counter, "end", end)
     monkeypatch.chdir(tmp_path)

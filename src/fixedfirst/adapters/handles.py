@@ -64,14 +64,21 @@ class ConfigDepth:
     export (`config.depth`) and transformers' Inkling2Loop models (`loop_num_passes` of each text
     configuration the model holds: its own, or a multimodal model's `text_config`)."""
 
-    def __init__(self, configs: list[Any], key: str, model_name: str) -> None:
+    def __init__(self, configs: list[Any], key: str, model_name: str, loops: str = "") -> None:
         self.configs, self.key, self.model_name = configs, key, model_name
+        self.loops = loops
+        """Empty, or why the model loops nothing (then it runs depth 1 only)."""
 
     def set_depth(self, depth: int) -> None:
         if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= MAX_DEPTH:
             raise UserError(
                 f"{self.model_name} cannot run depth {depth!r}: its {self.key} must be an "
                 f"integer in 1..{MAX_DEPTH}"
+            )
+        if self.loops and depth > 1:
+            raise UserError(
+                f"{self.model_name} cannot run depth {depth}: {self.loops}, so every depth "
+                "computes depth 1; loop at least one layer"
             )
         for config in self.configs:
             setattr(config, self.key, depth)
@@ -100,7 +107,15 @@ def depth_handle(model: nn.Module, set_depth: Callable[[int], None] | None = Non
     if model_type in ("inkling2_loop", "inkling2_loop_text"):
         text_model = inkling2_loop().Inkling2LoopTextModel
         configs = [m.config for m in model.modules() if isinstance(m, text_model)]
-        return ConfigDepth(list({id(c): c for c in configs}.values()), "loop_num_passes", name)
+        configs = list({id(c): c for c in configs}.values())
+        empty = [c for c in configs if c.loop_layer_index_end <= c.loop_layer_index_start]
+        loops = (
+            f"it loops no layer (loop_layer_index_start = {empty[0].loop_layer_index_start}, "
+            f"loop_layer_index_end = {empty[0].loop_layer_index_end})"
+            if empty
+            else ""
+        )
+        return ConfigDepth(configs, "loop_num_passes", name, loops)
     raise UserError(
         f"no depth handle for {name}: fixedfirst sets the depth of LoopedTransformer, its "
         "Hugging Face export and transformers' Inkling2Loop models; give "

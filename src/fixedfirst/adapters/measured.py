@@ -50,6 +50,16 @@ class MeasuredFlops:
     def forward(self, depth: int) -> float:
         return self.forward_base + depth * self.forward_per_depth
 
+    def eval_all_depths(self, depths: list[int]) -> float:
+        """Scoring at every depth of `depths`: one forward per depth (a model we did not write
+        has no readout between its passes to score several depths in one)."""
+        return sum(self.forward(depth) for depth in set(depths))
+
+    @property
+    def non_recurrent_ratio(self) -> float:
+        """A forward's work outside the loop over one pass's (the a/b of docs/design.md §3)."""
+        return self.forward_base / self.forward_per_depth
+
 
 def counted_flops(
     model: nn.Module, loss: Callable[[], torch.Tensor], handle: DepthHandle, depth: int

@@ -7,7 +7,7 @@ import json
 
 from fixedfirst.cli.arguments import add_config_arguments, config_from_args
 from fixedfirst.compute.flops import train_flops
-from fixedfirst.compute.plan import UNIFORM_REFERENCE, plan_run
+from fixedfirst.compute.plan import UNIFORM_REFERENCE
 from fixedfirst.schedules import Schedule, describe
 
 SHOWN_DEPTHS = (1, 2, 4, 8, 16, 32, 64)
@@ -19,19 +19,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
-def parameter_counts(config) -> dict[str, int]:
-    """Parameter counts without building the model (meta device: no memory, no init)."""
-    import torch
-
-    from fixedfirst.model import LoopedTransformer
-
-    with torch.device("meta"):
-        return LoopedTransformer(config.model).parameter_counts()
-
-
 def report(config) -> dict:
+    from fixedfirst.adapters.measured import MeasuredFlops
+    from fixedfirst.adapters.run_model import parameter_counts, run_plan
+
     t = config.train
-    budget = plan_run(config)
+    budget = run_plan(config)
     fm = budget.flop_model
     schedule = budget.costed_schedule  # an auto switch at its floor
     auto = None
@@ -61,9 +54,18 @@ def report(config) -> dict:
         }
         for s in schedule.stages(budget.total_steps)
     ]
+    measured = None
+    if isinstance(fm, MeasuredFlops):  # a model we did not write: its FLOPs were counted
+        measured = {
+            "model": config.model.architecture,
+            "depths": [depth for depth, _, _ in fm.measured],
+            "train_flops_per_token": [train for _, train, _ in fm.measured],
+            "forward_flops_per_token": [forward for _, _, forward in fm.measured],
+        }
     return {
         "schedule": describe(config.schedule),
-        "parameters": parameter_counts(config),
+        "parameters": parameter_counts(config.model),
+        "measured": measured,
         "seq_len": t.seq_len,
         "forward_flops_per_token": {str(k): fm.forward(k) for k in SHOWN_DEPTHS},
         "train_flops_per_token": {str(k): fm.train(k, t.grad_depth) for k in SHOWN_DEPTHS},
@@ -87,13 +89,21 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(r, indent=2))
         return 0
-    p = r["parameters"]
+    p, m = r["parameters"], r["measured"]
+    if m is not None:
+        print(f"model: transformers' {m['model']}")
     print(f"schedule: {r['schedule']}")
-    print(
-        "parameters: "
-        + ", ".join(f"{k} {v / 1e6:.2f}M" for k, v in p.items() if k != "total")
-        + f"; total {p['total'] / 1e6:.2f}M"
-    )
+    parts = ", ".join(f"{k} {v / 1e6:.2f}M" for k, v in p.items() if k != "total")
+    print(f"parameters: {parts + '; ' if parts else ''}total {p['total'] / 1e6:.2f}M")
+    if m is not None:
+        counted = ", ".join(
+            f"K={k}: {f:.4e} / {t:.4e}"
+            for k, f, t in zip(
+                m["depths"], m["forward_flops_per_token"], m["train_flops_per_token"], strict=True
+            )
+        )
+        print(f"measured by torch's FlopCounterMode, per token (forward / training): {counted}")
+        print("  every other depth from the straight line through them:")
     print(f"FLOPs per token at seq_len {r['seq_len']} (forward / training):")
     for k in SHOWN_DEPTHS:
         fwd, trn = r["forward_flops_per_token"][str(k)], r["train_flops_per_token"][str(k)]

@@ -28,6 +28,19 @@ class CostModel(Protocol):
     def train(self, depth: int, grad_depth: int | None = None) -> float: ...
 
 
+class RunCost(CostModel, Protocol):
+    """What fixedfirst's commands need of the compute model of a run's model, ours or measured:
+    also a forward, scoring at several depths (an auto switch's probes) and the ratio of the
+    work outside the loop to one pass of it."""
+
+    def forward(self, depth: int) -> float: ...
+
+    def eval_all_depths(self, depths: list[int]) -> float: ...
+
+    @property
+    def non_recurrent_ratio(self) -> float: ...
+
+
 @dataclass(frozen=True)
 class FlopModel:
     """Forward FLOPs per token of each piece of the model at one sequence length."""

@@ -5,7 +5,8 @@ draws make its depth histogram, and the compute model costs the histogram (compu
 token budget is a number of steps; a FLOP budget is the number of steps whose drawn depths fit it,
 so runs with different schedules end within one step below the same FLOPs (docs/design.md §3); an
 auto switch is planned at its dearest allowed step (§14). The same `RunPlan` drives our trainer
-(`plan_run`) and anyone's loop on any looped model (`plan_schedule`, fixedfirst.adapters).
+(`plan_costed_run`, on our model or a transformers one) and anyone's loop on any looped model
+(`plan_schedule`, fixedfirst.adapters).
 """
 
 from __future__ import annotations
@@ -121,11 +122,20 @@ class RunPlan(Generic[CostT]):
 
 
 def plan_run(config: RunConfig, total_steps: int | None = None) -> RunPlan[FlopModel]:
+    """The plan of a run of fixedfirst's own model, costed from its shape (`plan_costed_run`);
+    a run of any model its [model] names: `adapters.run_model.run_plan`."""
+    model = config.own_model("the compute model of a model's shape")
+    return plan_costed_run(config, flop_model(model, config.train.seq_len), total_steps)
+
+
+def plan_costed_run(
+    config: RunConfig, cost: CostT, total_steps: int | None = None
+) -> RunPlan[CostT]:
     """Resolve `train.tokens` (or, when set, `train.flops`) into a number of optimizer steps and
-    cost it; `total_steps` instead takes a number of steps as given (a run already planned)."""
+    cost them under `cost`, the compute model of the run's model; `total_steps` instead takes a
+    number of steps as given (a run already planned)."""
     t = config.train
     schedule = Schedule(config.schedule, t.seed)
-    cost = flop_model(config.model, t.seq_len)
     switch = config.switch if config.schedule.auto_switch else None
     if total_steps is None and t.flops is not None:
         total_steps = fit_budget(schedule, cost, t.flops, t.tokens_per_step, t.grad_depth, switch)

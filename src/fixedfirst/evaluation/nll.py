@@ -10,7 +10,7 @@ import torch
 
 from fixedfirst.data.source import Batch
 from fixedfirst.machine.device import exact_float32
-from fixedfirst.model import LoopedTransformer
+from fixedfirst.model import LoopedLM
 from fixedfirst.model.loss import IGNORE_INDEX
 
 SERVING_RANGE = range(1, 17)
@@ -48,7 +48,7 @@ class HeldOutScores:
 
 
 def score_held_out(
-    model: LoopedTransformer,
+    model: LoopedLM,
     batches: list[Batch],
     depths: list[int],
     device: torch.device,
@@ -96,7 +96,7 @@ def score_held_out(
 
 
 def validation_nll(
-    model: LoopedTransformer,
+    model: LoopedLM,
     batches: list[Batch],
     depths: list[int],
     device: torch.device,

@@ -206,7 +206,14 @@ def step_memory(
 ) -> TrainingMemory:
     t = config.train
     return training_memory(
-        config.model, where, micro, local // micro, t.seq_len, depth, t.grad_depth, checkpoint
+        config.own_model("the memory model (fixedfirst plan)"),
+        where,
+        micro,
+        local // micro,
+        t.seq_len,
+        depth,
+        t.grad_depth,
+        checkpoint,
     )
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from fixedfirst.adapters.run_model import build_model, foreign_model_note
 from fixedfirst.compute.memory import GIB, deepest_depth
 from fixedfirst.compute.plan import RunPlan
 from fixedfirst.config import RunConfig
@@ -32,7 +33,6 @@ from fixedfirst.machine.device import (
     choose_threads,
     run_peak_flops,
 )
-from fixedfirst.model import LoopedTransformer
 from fixedfirst.progress import Progress
 from fixedfirst.runs.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.runs.directory import RunDir, config_record
@@ -107,7 +107,11 @@ class Trainer:
             self.device.type, self.dtype, self.given_peak
         )
         peak = self.peak_flops = self.peak_per_process * self.world_size
-        self.compiled = compilation.decide(t.compile, self.device, self.plan.flops, peak)
+        torch.manual_seed(t.seed)  # the same initial weights on every rank
+        model = build_model(config.model).to(self.device)
+        self.compiled = compilation.decide(
+            t.compile, self.device, self.plan.flops, peak, model.never_compiled
+        )
         how = "compiled" if self.compiled.compile else "eager"
         self.precision = "bf16" if self.dtype == torch.bfloat16 else "fp32"
         # Evaluations run in the run's precision; on a GPU a bf16 run's last one in fp32 too,
@@ -115,6 +119,9 @@ class Trainer:
         self.eval_dtypes = [self.dtype]
         if self.device.type == "cuda" and self.dtype != torch.float32:
             self.eval_dtypes.append(torch.float32)
+        note = foreign_model_note(config.model)
+        if note is not None:
+            self._say(note)
         self._say(f"data: {self.source.describe()}")
         self._say(
             f"{self.threads} thread(s) ({threads_why}); {how} ({self.compiled.reason}); "
@@ -122,8 +129,6 @@ class Trainer:
             f"MFU against {self.peak_flops:.3g} FLOP/s ({self.peak_from})"
         )
 
-        torch.manual_seed(t.seed)  # the same initial weights on every rank
-        model = LoopedTransformer(config.model).to(self.device)
         if self.compiled.compile:
             model.compile_loop()
         self.parallel = ParallelModel(model, self.world, t.strategy, self.device, self.dtype)
@@ -226,7 +231,7 @@ class Trainer:
                 self.metrics.truncate(0)  # nothing saved yet: start over cleanly
                 self._say(f"resume: {self.run.path} has no checkpoint yet; starting from step 0")
                 return None
-            loaded["weights"] = ckpt.load_weights(self.parallel.parameter_shapes())
+            loaded["weights"] = ckpt.load_weights(self.parallel.state_shapes())
             check_same_config(ckpt, self.config, self.run.path)
             state = ckpt.load_trainer_state()
             check_trainer_state(ckpt, state, self.source, self.parallel, self.optimizer)

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from fixedfirst.compute.plan import plan_run
+from fixedfirst.adapters.run_model import run_plan
 from fixedfirst.evaluation.nll import SERVING_RANGE
 from fixedfirst.files.writing import write_text_atomic
 from fixedfirst.schedules import describe
@@ -55,7 +55,7 @@ def result_row(
     config = planned.config
     switch = summary.get("switch")
     probe_flops = (switch or {}).get("probe_flops", 0.0)
-    plan = plan_run(config, summary["total_steps"])
+    plan = run_plan(config, summary["total_steps"])
     if switch and switch.get("auto") and switch["step"] is not None:
         plan = plan.decided(switch["step"])
     return {
