@@ -14,19 +14,20 @@ from fixedfirst.config import TrainConfig
 from fixedfirst.data.source import Batch
 from fixedfirst.errors import UserError
 from fixedfirst.evaluation.nll import validation_nll
-from fixedfirst.model import LoopedTransformer, looped
+from fixedfirst.model import LoopedLM, LoopedTransformer, looped
 from fixedfirst.train import warm_up
 from fixedfirst.train.optim import build_optimizer
 from fixedfirst.train.parallel import ParallelModel
 from fixedfirst.train.step import StepContext, state_seeds, train_step
 from fixedfirst.train.trainer import Trainer
 from tests.conftest import tiny_model_config
+from tests.inkling_helpers import has_inkling, tiny_inkling
 from tests.trainer_helpers import tiny_config
 
 CPU = torch.device("cpu")
 
 
-def context(model: LoopedTransformer, **train) -> StepContext:
+def context(model: LoopedLM, **train) -> StepContext:
     config = TrainConfig(batch_size=4, seq_len=16, micro_batch_size=2, **train)
     return StepContext(ParallelModel.alone(model), build_optimizer(model, config), config)
 
@@ -138,3 +139,14 @@ def test_the_trainer_measures_before_step_0_where_a_budget_is_known(tmp_path, mo
     monkeypatch.setattr(warm_up, "capacity_to_measure", lambda device: 1 << 40)
     Trainer(config, str(tmp_path / "run")).train()
     assert "before step 0: depth 6 measured" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not has_inkling(), reason="needs transformers with inkling2_loop")
+def test_the_deepest_step_of_a_model_we_did_not_write_is_measured():
+    """The warm-up draws its tokens below the model's own vocabulary, which a transformers model
+    declares in its config (ours in ModelConfig): on a GPU every run measures this step."""
+    from fixedfirst.adapters.transformers_model import TransformersLoop
+
+    model = TransformersLoop(tiny_inkling(), "Inkling2LoopForCausalLM")
+    measured = warm_up.warm_up(context(model), 3, 16, [], capacity=1 << 40)
+    assert measured is not None and measured.depth == 3 and measured.peak > 0

@@ -86,6 +86,7 @@ class LoopedTransformer(LoopedLM):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
+        self.vocab_size = config.vocab_size
         d = config.d_model
         self.embed = nn.Embedding(config.vocab_size, d)
         self.prelude = nn.ModuleList(Block(config) for _ in range(config.n_prelude))

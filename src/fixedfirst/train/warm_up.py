@@ -98,7 +98,7 @@ def deepest_step(
     micro = context.train.micro_batch(context.model.world.world_size)
     tokens = torch.randint(
         0,
-        module.config.vocab_size,
+        module.vocab_size,
         (micro, seq_len + 1),
         generator=torch.Generator().manual_seed(0),  # the global RNG is the run's, untouched
     ).to(device)
