@@ -49,6 +49,7 @@ class TransformersLoop(LoopedLM):
         self.network = network
         self.architecture = architecture
         self.handle = depth_handle(network)
+        self.vocab_size = int(network.config.vocab_size)
         self.leaves_parameters_unused = True
         why = "declares it cannot compile as one graph"
         if compiles_as_one_graph(architecture):
