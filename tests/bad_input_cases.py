@@ -1075,6 +1075,7 @@ def all_cases() -> list[Case]:
     from tests.bad_input_frontier import FRONTIER_CASES
     from tests.bad_input_inspect import INSPECT_CASES
     from tests.bad_input_memory import MEMORY_CASES
+    from tests.bad_input_moe import MOE_CASES
     from tests.bad_input_newcomer import NEWCOMER_CASES
 
     return (
@@ -1089,6 +1090,7 @@ def all_cases() -> list[Case]:
         + NEWCOMER_CASES
         + FRONTIER_CASES
         + FOREIGN_CASES
+        + MOE_CASES
     )
 
 
