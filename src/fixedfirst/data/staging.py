@@ -49,11 +49,12 @@ class Staging:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            holder = os.pread(lock, 200, 0).decode(errors="replace").strip() or "unknown"
+            pid, _, command = os.pread(lock, 300, 0).decode(errors="replace").strip().partition(" ")
             os.close(lock)
             self.made.clear()  # not ours to remove: the other prepare's parents too
+            holder = f"PID {pid}, `{command}`" if pid.isdigit() else "another process"
             raise UserError(
-                f"--out {shown(self.out)}: another prepare is writing it now (PID {holder}); "
+                f"--out {shown(self.out)}: another prepare is writing it now ({holder}); "
                 "wait for it to finish, or choose another --out"
             ) from None
         self.lock = lock
@@ -61,7 +62,8 @@ class Staging:
             if leftover.name != LOCK_FILE:
                 _remove(leftover)
         os.ftruncate(lock, 0)
-        os.pwrite(lock, f"{os.getpid()}, `{' '.join(sys.argv)}`".encode(), 0)
+        command = " ".join(["prepare", *sys.argv[2:]] if sys.argv[1:2] == ["prepare"] else sys.argv)
+        os.pwrite(lock, f"{os.getpid()} {command}\n".encode(), 0)
         return self
 
     @property
