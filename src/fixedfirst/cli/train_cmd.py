@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
             raise UserError("give a CONFIG.toml (or --resume to continue RUN/config.toml)")
         config = RunDir(args.out).saved_config(args.overrides)
     else:
-        config = load_config(args.config, args.overrides)
+        config = load_config(args.config, args.overrides, written=True)
     if args.nproc is not None:
         return launch(args, config)
     try:
