@@ -40,8 +40,8 @@ import fixedfirst.tasks  # noqa: F401  (registers the chains data kind)
 from fixedfirst.model import FULL_CACHE, BoundedCache, KVCache, parse_cache_strategy
 from fixedfirst.model.kv_cache import entries_per_token
 from fixedfirst.model.loss import IGNORE_INDEX
+from fixedfirst.runs.opening import load_run
 from fixedfirst.serve import FixedDepth, left_pad, teacher_forced
-from fixedfirst.train.opening import load_run
 
 PROMPT_LENGTHS = (8, 12, 16, 20, 24, 28, 32, 40)
 

@@ -33,8 +33,8 @@ import torch.nn.functional as F
 
 from fixedfirst.compute.flops import flop_model
 from fixedfirst.model.loss import IGNORE_INDEX
+from fixedfirst.runs.opening import load_run
 from fixedfirst.serve import KLExit, teacher_forced_kl_exit
-from fixedfirst.train.opening import load_run
 
 
 def validation_batches(loaded, n_batches: int):

@@ -22,11 +22,11 @@ import torch
 from fixedfirst.config import load_config
 from fixedfirst.data.registry import kind_options
 from fixedfirst.model import LoopedTransformer
+from fixedfirst.runs.directory import RunDir
 from fixedfirst.studies.bios.experiment import ExperimentConfig, snapshot_checkpoint
 from fixedfirst.tasks.bios.recall import build_prompts, exact_match, shared_prefix_length
 from fixedfirst.tasks.bios.tokenizer import BiosTokenizer
 from fixedfirst.tasks.bios.world import build_world
-from fixedfirst.train.run_dir import RunDir
 
 
 def main() -> None:

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from fixedfirst.compute.flops import flop_model
 from fixedfirst.model import FULL_CACHE, parse_cache_strategy
 from fixedfirst.model.loss import IGNORE_INDEX, next_token_loss
+from fixedfirst.runs.opening import load_run
 from fixedfirst.serve import (
     FixedDepth,
     exit_rule,
@@ -48,7 +49,6 @@ from fixedfirst.serve import (
     teacher_forced_exit,
 )
 from fixedfirst.serve.speculative import SpeculationStats, stream_speculative
-from fixedfirst.train.opening import load_run
 
 PROMPT_LENGTHS = [8, 12, 16, 20, 24, 28, 32, 36]
 

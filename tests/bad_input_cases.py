@@ -97,7 +97,7 @@ class OpensAFile:
 
 def pickled_code_in_trainer_state(work: Path) -> None:
     """trainer.pt replaced by a pickle with a code payload, its checksum updated to match."""
-    from fixedfirst.train.checkpoint import sha256
+    from fixedfirst.runs.checkpoint import sha256
 
     ckpt = checkpoint_dir(work, "run", 8)
     torch.save({"optimizer": OpensAFile(), "data": {}}, ckpt / "trainer.pt")

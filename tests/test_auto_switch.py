@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from fixedfirst.compute.plan import plan_run
+from fixedfirst.runs.checkpoint import CheckpointManager
 from fixedfirst.schedules import Schedule
 from fixedfirst.train.auto_switch import switch_summary
-from fixedfirst.train.checkpoint import CheckpointManager
 from fixedfirst.train.counters import format_summary
 from fixedfirst.train.metrics import read_metrics
 from fixedfirst.train.trainer import Trainer
@@ -33,9 +33,9 @@ from tests.trainer_helpers import (
 ROOT = Path(__file__).resolve().parents[1]
 AUTO = ("schedule.switch=auto", "switch.every=2", "switch.window=0.3", "train.tokens=8192")
 """64 steps of the tiny model; the floor is step 32, the ceiling step 58."""
-RULES = {  # thresholds at which both fire between floor and ceiling (plateau at 34, depth-gap 46)
+RULES = {  # thresholds at which both fire between floor and ceiling (plateau at 34, depth-gap 42)
     "plateau": ("switch.rule=plateau", "switch.threshold=2.0"),
-    "depth-gap": ("switch.rule=depth-gap", "switch.threshold=0.02"),
+    "depth-gap": ("switch.rule=depth-gap", "switch.threshold=0.005"),
 }
 
 

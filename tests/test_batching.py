@@ -90,9 +90,9 @@ def test_padded_batch_under_each_exit_rule_equals_each_alone(model, name, thresh
 
 
 def test_generate_batch_matches_single_prompt_generation(text_run):
+    from fixedfirst.runs.served import load_served
     from fixedfirst.serve.decoding import Adaptive, FixedDepth
     from fixedfirst.serve.generation import generate_text
-    from fixedfirst.serve.loading import load_served
 
     served = load_served(text_run / "run")
     texts = ["the river", "a", "quartz lamp harbor"]

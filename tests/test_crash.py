@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HELD_CHECKPOINT = """
 import sys, time
 from pathlib import Path
-import fixedfirst.train.checkpoint as checkpoint
+import fixedfirst.runs.checkpoint as checkpoint
 original = checkpoint._write_file
 held, release = sys.argv[1], Path(sys.argv[2])
 def held_open(path, write):
@@ -118,8 +118,8 @@ def test_a_crash_while_a_checkpoint_of_the_same_step_is_replaced(tmp_path, monke
     """Saving a step again (the switch and the end at one step, a corrupt checkpoint saved
     anew) must leave a loadable checkpoint of that step at every moment: here the process
     dies after the old one was moved aside and before the new one is renamed in."""
-    from fixedfirst.train import checkpoint
-    from fixedfirst.train.checkpoint import CheckpointManager
+    from fixedfirst.runs import checkpoint
+    from fixedfirst.runs.checkpoint import CheckpointManager
 
     manager = CheckpointManager(tmp_path / "checkpoints")
     meta = {"metrics_bytes": 0}
@@ -152,8 +152,8 @@ def test_a_crash_while_a_checkpoint_of_the_same_step_is_replaced(tmp_path, monke
 
 def test_a_failed_rename_puts_the_replaced_checkpoint_back(tmp_path, monkeypatch):
     from fixedfirst.errors import UserError
-    from fixedfirst.train import checkpoint
-    from fixedfirst.train.checkpoint import CheckpointManager
+    from fixedfirst.runs import checkpoint
+    from fixedfirst.runs.checkpoint import CheckpointManager
 
     manager = CheckpointManager(tmp_path / "checkpoints")
     manager.save(4, {"w": torch.zeros(3)}, {}, {"metrics_bytes": 0}, ["switch"])

@@ -11,13 +11,13 @@ import torch
 from safetensors.torch import load_file
 
 from fixedfirst.cli.main import main
+from fixedfirst.runs.checkpoint import META_FILE, TRAINER_FILE, CheckpointManager, sha256
 from fixedfirst.stats.intervals import two_way_bootstrap
 from fixedfirst.studies.diagnose.figure import figure4
 from fixedfirst.studies.diagnose.finishing import FinishingChain, open_run_state
 from fixedfirst.studies.diagnose.report import report_markdown
 from fixedfirst.studies.diagnose.runner import DiagnoseOptions, run_diagnostic
 from fixedfirst.studies.diagnose.summary import contained_from, first_u_containing_zero
-from fixedfirst.train.checkpoint import META_FILE, TRAINER_FILE, CheckpointManager, sha256
 from fixedfirst.train.trainer import Trainer
 from tests.report_checks import assert_report_remade
 from tests.trainer_helpers import tiny_config

@@ -33,8 +33,8 @@ import torch
 from safetensors.torch import load_file
 
 from fixedfirst.compute.plan import plan_run
+from fixedfirst.runs.checkpoint import CheckpointManager
 from fixedfirst.schedules import Schedule
-from fixedfirst.train.checkpoint import CheckpointManager
 from fixedfirst.train.metrics import read_metrics
 from fixedfirst.train.trainer import Trainer
 from tests.test_crash import resume_here

@@ -26,8 +26,8 @@ import pytest
 import torch
 
 from fixedfirst.cli.main import main
-from fixedfirst.train import checkpoint
-from fixedfirst.train.checkpoint import CheckpointManager
+from fixedfirst.runs import checkpoint
+from fixedfirst.runs.checkpoint import CheckpointManager
 from tests.bad_input_cases import flip_byte
 from tests.test_crash import assert_same_run
 from tests.trainer_helpers import write_tiny_config

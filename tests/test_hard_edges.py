@@ -16,8 +16,8 @@ import time
 import pytest
 
 from fixedfirst.cli.main import main
+from fixedfirst.runs.directory import CONFIG_MARK
 from fixedfirst.train.interrupt import REQUEUE_STATUS
-from fixedfirst.train.run_dir import CONFIG_MARK
 from fixedfirst.train.trainer import Trainer
 from tests.test_crash import ROOT, assert_same_run, resume_here, start, wait_for
 from tests.trainer_helpers import TINY_TOML, tiny_config, train_records, write_tiny_config

@@ -19,7 +19,7 @@ import torch
 from fixedfirst.cli.main import main
 from fixedfirst.data.tokenizer import BpeTokenizer, WordTokenizer
 from fixedfirst.export.hf.tokenizer import hf_tokenizer_files
-from fixedfirst.serve.loading import load_served
+from fixedfirst.runs.served import load_served
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

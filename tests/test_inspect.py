@@ -99,7 +99,7 @@ def test_page_numbers_equal_eval_on_the_same_sequences(text_run, tmp_path):
 def test_a_long_text_is_scored_window_by_window_like_separate_forwards(text_run, tmp_path):
     """Every position's NLL, top prediction and the depth it settles at, against one forward per
     depth and window (not the one-pass evaluation the page uses)."""
-    from fixedfirst.serve.loading import load_served
+    from fixedfirst.runs.served import load_served
 
     text = "the river stone lamp " * 7 + "orbit cedar quartz violet harbor " * 2  # 213 bytes
     (tmp_path / "text.txt").write_text(text)
@@ -145,9 +145,9 @@ def test_exit_rules_stop_where_generation_stops(text_run):
     """Generating from the start token alone decodes every position under the rule, so on the
     text it generated the page's stopping depths are generation's."""
     from fixedfirst.data.registry import ScoredSequence
+    from fixedfirst.runs.served import load_served
     from fixedfirst.serve.adaptive import stream_adaptive
     from fixedfirst.serve.exit_rules import EXIT_RULES, exit_rule
-    from fixedfirst.serve.loading import load_served
 
     served = load_served(text_run / "run")
     start = torch.tensor([[served.tokenizer.start_id]])
@@ -165,9 +165,9 @@ def test_chains_example_is_scored_like_the_task(chains_run, tmp_path):
     """The labels are the evaluation program's, and right/wrong at each depth on the long chain
     is the chains task's own correctness (tasks/chains/accuracy.py)."""
     from fixedfirst.data.registry import kind_options
+    from fixedfirst.runs.opening import load_run
     from fixedfirst.tasks.chains.accuracy import correctness_by_depth
     from fixedfirst.tasks.chains.source import evaluation_set
-    from fixedfirst.train.opening import load_run
 
     page = tmp_path / "chains.html"
     run_cli(
@@ -241,8 +241,8 @@ def test_two_thousand_tokens_make_a_page_under_two_megabytes(text_run):
     holds their stopping depths either way; running them to 64 would only take longer)."""
     from fixedfirst.evaluation.nll import EVAL_DEPTHS
     from fixedfirst.inspection.page import render_page
+    from fixedfirst.runs.served import load_served
     from fixedfirst.serve.exit_rules import EXIT_RULES, exit_rule
-    from fixedfirst.serve.loading import load_served
 
     served = load_served(text_run / "run")
     words = ["the", "river", "stone", "lamp", "orbit", "cedar", "quartz", "violet", "harbor"]

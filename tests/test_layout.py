@@ -113,6 +113,72 @@ def test_no_import_circles():
     assert circles == []
 
 
+def enclosing_packages(name: str) -> list[str]:
+    """The packages below the root that hold module `name`, outermost first; a module directly
+    under the root (fixedfirst.schedules) stands for itself."""
+    known = modules()
+    parts = name.split(".")
+    return [
+        prefix
+        for i in range(2, len(parts) + 1)
+        if (prefix := ".".join(parts[:i])) in known
+        and (i == 2 or known[prefix].name == "__init__.py")
+    ]
+
+
+def test_no_two_packages_import_each_other():
+    """At every level (fixedfirst.train and fixedfirst.evaluation; studies.sweep and
+    studies.chains): a package that stands both above and below another is two packages' worth
+    of dependencies with no order between them."""
+    edges: dict[str, set[str]] = {}
+    for name, deps in graph().items():
+        for dep in deps:
+            for a in enclosing_packages(name):
+                for b in enclosing_packages(dep):
+                    if not (a == b or a.startswith(b + ".") or b.startswith(a + ".")):
+                        edges.setdefault(a, set()).add(b)
+    mutual = sorted(
+        f"{a} <-> {b}" for a in edges for b in edges[a] if a < b and a in edges.get(b, ())
+    )
+    assert mutual == []
+
+
+RUN_READERS = (
+    "fixedfirst.runs",
+    "fixedfirst.evaluation",
+    "fixedfirst.serve",
+    "fixedfirst.export",
+    "fixedfirst.harness",
+    "fixedfirst.inspection",
+    *(f"fixedfirst.cli.{c}_cmd" for c in ("eval", "generate", "export", "inspect", "downstream")),
+)
+"""What reads a run without training one: a run on disk is `fixedfirst.runs`, below the trainer."""
+
+
+def test_nothing_that_reads_runs_imports_the_trainer():
+    """Not directly, nor through anything it imports."""
+    edges = graph()
+
+    def reached(name: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [name]
+        while todo:
+            for dep in edges.get(todo.pop(), ()):
+                if dep not in seen:
+                    seen.add(dep)
+                    todo.append(dep)
+        return seen
+
+    trainer = {
+        f"{name} -> {dep}"
+        for name in edges
+        if any(name == r or name.startswith(r + ".") for r in RUN_READERS)
+        for dep in reached(name)
+        if dep == "fixedfirst.train" or dep.startswith("fixedfirst.train.")
+    }
+    assert trainer == set()
+
+
 def test_files_are_read_in_one_sitting():
     long = {
         str(p.relative_to(SRC)): n

@@ -339,3 +339,23 @@ def test_sampling_follows_the_softmax_at_its_temperature():
         expected = torch.softmax(logits[0] / temperature, -1)
         torch.testing.assert_close(frequencies, expected, atol=0.015, rtol=0)
     assert torch.equal(sample_next(logits[:3], 0.0), torch.zeros(3, 1, dtype=torch.long))
+
+
+def test_the_training_initial_state_is_the_truncated_normal_its_design_names():
+    """Against scipy's truncated normal (an independent reference): the first four moments and
+    the whole distribution (Kolmogorov-Smirnov), the bounds, and one row per seed whatever the
+    batch around it. A rejection-free draw through the quantile is easy to get subtly wrong: a
+    missing std, an uncut tail or a clip instead of a truncation all fail here."""
+    stats = pytest.importorskip("scipy.stats")
+    model = LoopedTransformer(tiny_model_config())
+    d, std = model.config.d_model, model.state_std
+    e = torch.zeros(64, 32, d)
+    s = model.initial_state(e, 0, deterministic=False, state_seeds=range(64)).double().flatten()
+    reference = stats.truncnorm(-3, 3, scale=std)
+    assert s.abs().max() <= 3 * std
+    assert s.mean().item() == pytest.approx(0, abs=4 * reference.std() / len(s) ** 0.5)
+    assert s.var().item() == pytest.approx(reference.var(), rel=0.01)
+    assert (s**4).mean().item() == pytest.approx(reference.moment(4), rel=0.02)
+    assert stats.kstest(s.numpy(), reference.cdf).pvalue > 1e-3
+    alone = model.initial_state(e[:1], 0, deterministic=False, state_seeds=[5])
+    assert torch.equal(alone[0], model.initial_state(e, 0, False, state_seeds=range(64))[5])

@@ -6,8 +6,8 @@ import io
 
 import pytest
 
+from fixedfirst.progress import Progress
 from fixedfirst.studies.sweep.figure3 import MIN_WINDOW, _window_label
-from fixedfirst.train.progress import Progress
 
 
 def test_eta_follows_the_work_not_the_steps():

@@ -12,7 +12,7 @@ import shutil
 import torch
 from safetensors.torch import load_file
 
-from fixedfirst.train.identity import MAY_CHANGE, identity
+from fixedfirst.runs.identity import MAY_CHANGE, identity
 from fixedfirst.train.optim import lr_at
 from tests import test_hard_edges
 from tests.bad_input_cases import snapshot

@@ -12,10 +12,10 @@ import torch
 import fixedfirst
 from fixedfirst.cli.main import main
 from fixedfirst.data.tokenizer import load_tokenizer
+from fixedfirst.runs.served import load_served
+from fixedfirst.runs.tokenizer import run_tokenizer
 from fixedfirst.serve import KLExit, stream_kl_exit
 from fixedfirst.serve.generation import IncrementalDecoder
-from fixedfirst.serve.loading import load_served
-from fixedfirst.serve.tokenizer import run_tokenizer
 from tests.trainer_helpers import tiny_config
 
 EOD = 256
@@ -276,7 +276,7 @@ def test_export_refuses_a_non_empty_directory(text_run, tmp_path, capsys):
 
 
 def test_load_takes_a_run_and_refuses_what_is_neither_run_nor_export(text_run):
-    from fixedfirst.serve.loading import load_served
+    from fixedfirst.runs.served import load_served
 
     model = fixedfirst.load(text_run / "run")  # like load_served: the newest checkpoint
     served = load_served(text_run / "run").model.state_dict()

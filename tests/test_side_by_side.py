@@ -18,6 +18,7 @@ import pytest
 from fixedfirst.data.registry import KINDS, DataKind, data_kind
 from fixedfirst.errors import UserError
 from fixedfirst.files.writing import write_json_atomic
+from fixedfirst.runs.directory import RunDir
 from fixedfirst.studies.side_by_side import (
     Experiment,
     Job,
@@ -28,7 +29,6 @@ from fixedfirst.studies.side_by_side import (
     run_progress,
 )
 from fixedfirst.studies.training import PlannedRun, RunOutcome, run_directory
-from fixedfirst.train.run_dir import RunDir
 from fixedfirst.train.trainer import Trainer
 from tests.bad_input_edges import HOLDER
 from tests.trainer_helpers import tiny_config, train_records

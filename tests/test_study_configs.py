@@ -325,3 +325,30 @@ def test_the_factor_study_config_expands_each_level_over_the_equal_token_arms():
     assert not any(n.startswith("wsd-progressive") for n in runs)
     assert runs["progressive-seed0"].schedule.warmup == 0.05
     assert runs["uniform-seed0"].train.checkpoint_every > 0  # the long runs resume
+
+
+FRESH = {"chains.toml": ("chains", "default"), "bios-loop.toml": ("bios", "loop")}
+FRESH_SEEDS = {100, 101, 102, 103, 104}
+EARLIER_SEEDS = set(range(10))
+"""Seeds the studies before the fresh-seed confirmation used (0..4, the probes up to 9)."""
+
+
+@pytest.mark.parametrize("name", FRESH)
+def test_a_fresh_seed_preset_is_its_study_preset_on_seeds_no_earlier_study_used(name):
+    """configs/fresh/: the committed study preset, claims and bars included, with only the
+    training seeds and the data seed changed, both outside every earlier study's: a drift of
+    the shipped preset after the fresh run would make the confirmation another experiment."""
+    from importlib import resources
+
+    from fixedfirst.config import read_toml
+
+    study, preset = FRESH[name]
+    fresh = read_toml(ROOT / "configs" / "fresh" / name)
+    with resources.as_file(
+        resources.files(f"fixedfirst.studies.{study}") / "presets" / f"{preset}.toml"
+    ) as path:
+        shipped = read_toml(path)
+    assert set(fresh["experiment"].pop("seeds")) == FRESH_SEEDS
+    assert set(shipped["experiment"].pop("seeds")) <= EARLIER_SEEDS
+    assert fresh["data"].pop("seed") == 100 and shipped["data"].pop("seed", 0) in EARLIER_SEEDS
+    assert fresh == shipped

@@ -14,7 +14,7 @@ from fixedfirst.compute.flops import flop_model
 from fixedfirst.compute.plan import plan_run
 from fixedfirst.config import TrainConfig
 from fixedfirst.errors import UserError
-from fixedfirst.train.checkpoint import CheckpointManager
+from fixedfirst.runs.checkpoint import CheckpointManager
 from fixedfirst.train.optim import lr_at
 from fixedfirst.train.trainer import Trainer, TrainingDiverged
 from tests.trainer_helpers import (

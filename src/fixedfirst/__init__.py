@@ -15,9 +15,9 @@ _EXPORTS = {
     "LoopedTransformer": "fixedfirst.model",
     "ModelConfig": "fixedfirst.config",
     "RunConfig": "fixedfirst.config",
-    "load": "fixedfirst.export.reader",
+    "load": "fixedfirst.runs.exported",
     "load_config": "fixedfirst.config",
-    "load_served": "fixedfirst.serve.loading",
+    "load_served": "fixedfirst.runs.served",
     "Schedule": "fixedfirst.schedules",
     "UserError": "fixedfirst.errors",
 }

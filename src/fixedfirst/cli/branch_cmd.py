@@ -24,9 +24,9 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.errors import UserError
     from fixedfirst.files.paths import shown
+    from fixedfirst.runs.directory import RunDir
     from fixedfirst.train.branch import branch_run
     from fixedfirst.train.interrupt import resume_command
-    from fixedfirst.train.run_dir import RunDir
 
     if not args.out.strip():
         raise UserError("--out is empty; name the new run directory")

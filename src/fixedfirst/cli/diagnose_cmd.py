@@ -81,7 +81,7 @@ def check_out_dir(out: Path) -> None:
 
 def _named_by_results(out: Path) -> bool:
     """The per-sequence file in `out` is the one its results.json records (by checksum)."""
-    from fixedfirst.train.checkpoint import sha256
+    from fixedfirst.runs.checkpoint import sha256
 
     try:
         recorded = json.loads((out / "results.json").read_text())["per_sequence"]["sha256"]
@@ -96,7 +96,7 @@ def write_diagnosis(diagnosis: Diagnosis, out: Path) -> dict[str, Any]:
     results as written."""
     import numpy as np
 
-    from fixedfirst.train.checkpoint import sha256
+    from fixedfirst.runs.checkpoint import sha256
 
     def save(path: Path) -> None:
         with open(path, "wb") as f:

@@ -46,7 +46,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.cli.arguments import parse_depths
     from fixedfirst.errors import UserError
-    from fixedfirst.export.reader import is_export
+    from fixedfirst.runs.exported import is_export
 
     depths = parse_depths(args.depths)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]

@@ -47,7 +47,7 @@ def task_metric(args: argparse.Namespace, depths: list[int], device) -> dict:
     """The task's own metric of a run on the task's data, printed as a table."""
     from fixedfirst.data.registry import data_kind
     from fixedfirst.errors import UserError
-    from fixedfirst.train.opening import load_run
+    from fixedfirst.runs.opening import load_run
 
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit must be >= 1, got {args.limit}")

@@ -43,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
             "export with --format hf to set the transformers model's default"
         )
     from fixedfirst.export.writer import export_run
-    from fixedfirst.train.checkpoint import CheckpointManager
-    from fixedfirst.train.run_dir import RunDir
+    from fixedfirst.runs.checkpoint import CheckpointManager
+    from fixedfirst.runs.directory import RunDir
 
     config = export_run(args.run_dir, args.out, args.checkpoint)
     source = config["source"]

@@ -139,9 +139,9 @@ def decoding_mode(args: argparse.Namespace, default_depth: int | None):
 
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.machine.device import resolve_device
+    from fixedfirst.runs.served import load_served
     from fixedfirst.serve.batching import generate_batch
     from fixedfirst.serve.generation import generate_text, room_after
-    from fixedfirst.serve.loading import load_served
     from fixedfirst.serve.speculative import SpeculationStats
 
     mode = decoding_mode(args, None)  # bad flags are refused before the model is loaded

@@ -155,8 +155,8 @@ def inspect_run(args, depths, cache, text, indices, page: Path, picture: Path) -
     from fixedfirst.inspection.record import check_page_size
     from fixedfirst.inspection.sources import task_examples, text_sequence, validation_sequences
     from fixedfirst.machine.device import resolve_device, resolve_dtype
+    from fixedfirst.runs.served import load_served
     from fixedfirst.schedules import describe
-    from fixedfirst.serve.loading import load_served
 
     served = load_served(args.run_dir, args.checkpoint, resolve_device(args.device), False)
     config = served.run.config if served.run is not None else None

@@ -92,10 +92,10 @@ def launch(args: argparse.Namespace, config: RunConfig) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.errors import UserError
+    from fixedfirst.runs.directory import RunDir
     from fixedfirst.train import distributed
     from fixedfirst.train.counters import format_summary
     from fixedfirst.train.interrupt import stop_requests_kept
-    from fixedfirst.train.run_dir import RunDir
 
     if args.stop_after is not None and args.stop_after < 1:
         raise UserError(f"--stop-after must be >= 1, got {args.stop_after}")

@@ -21,15 +21,15 @@ from fixedfirst.data.source import Batch
 from fixedfirst.files import locks
 from fixedfirst.files.paths import shown
 from fixedfirst.files.writing import write_json_atomic
-from fixedfirst.schedules import describe
-from fixedfirst.train.checkpoint import MODEL_FILE
-from fixedfirst.train.opening import (
+from fixedfirst.runs.checkpoint import MODEL_FILE
+from fixedfirst.runs.opening import (
     find_checkpoint,
     load_run,
     open_run,
     require_data,
     trained_source,
 )
+from fixedfirst.schedules import describe
 
 EVAL_FORMAT = "fixedfirst-eval"
 EVAL_VERSION = 1
@@ -73,7 +73,7 @@ def evaluate_run(
     the rows `held_out` names; `data`: where the run's data is now, when it moved."""
     from fixedfirst.evaluation.nll import mean_serving_nll, score_held_out
     from fixedfirst.machine.device import resolve_dtype
-    from fixedfirst.train.progress import Ticker
+    from fixedfirst.progress import Ticker
 
     require_data(open_run(run, data)[1], run, data)  # before the weights are read, verified
     loaded = load_run(run, step, device, data=data)

@@ -23,8 +23,8 @@ import torch
 from fixedfirst.errors import UserError
 from fixedfirst.files import locks
 from fixedfirst.files.writing import write_json_atomic
-from fixedfirst.train.checkpoint import MODEL_FILE
-from fixedfirst.train.opening import find_checkpoint, load_run
+from fixedfirst.runs.checkpoint import MODEL_FILE
+from fixedfirst.runs.opening import find_checkpoint, load_run
 
 TASK_EVAL_FORMAT = "fixedfirst-task-eval"
 TASK_EVAL_VERSION = 1

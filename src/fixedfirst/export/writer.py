@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from fixedfirst.errors import UserError
-from fixedfirst.export.reader import (
+from fixedfirst.files.writing import write_error
+from fixedfirst.runs.exported import (
     CONFIG_FILE,
     EXPORT_FORMAT,
     EXPORT_VERSION,
@@ -23,9 +24,8 @@ from fixedfirst.export.reader import (
     WEIGHTS_FILE,
     is_export,
 )
-from fixedfirst.files.writing import write_error
-from fixedfirst.serve.loading import deepest_training_depth, load_served
-from fixedfirst.serve.tokenizer import tokenizer_summary
+from fixedfirst.runs.served import deepest_training_depth, load_served
+from fixedfirst.runs.tokenizer import tokenizer_summary
 
 
 def check_out_dir(out: Path) -> None:
@@ -42,8 +42,8 @@ def check_out_dir(out: Path) -> None:
 def export_run(run: str | Path, out: str | Path, step: int | None = None) -> dict[str, Any]:
     """Write the run's checkpoint at `step` (default: the newest) into `out`; return config.json."""
     from fixedfirst import __version__
+    from fixedfirst.runs.checkpoint import MODEL_FILE, save_weights, tied_aliases
     from fixedfirst.schedules import describe
-    from fixedfirst.train.checkpoint import MODEL_FILE, save_weights, tied_aliases
 
     out = Path(out)
     check_out_dir(out)

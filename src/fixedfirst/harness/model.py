@@ -24,9 +24,9 @@ from tqdm import tqdm
 from fixedfirst.errors import UserError
 from fixedfirst.harness import MODEL_NAME
 from fixedfirst.model import parse_cache_strategy
+from fixedfirst.runs.served import load_served
 from fixedfirst.serve.adaptive import DEFAULT_THRESHOLD, KLExit
 from fixedfirst.serve.decoding import Adaptive, FixedDepth, Sampling, decode_steps
-from fixedfirst.serve.loading import load_served
 from fixedfirst.serve.scoring import Pair, rolling_pairs, score_pairs
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from fixedfirst.data.tokenizer import Tokenizer
 from fixedfirst.errors import UserError
 from fixedfirst.inspection.record import MAX_POSITIONS
 from fixedfirst.model.loss import IGNORE_INDEX
-from fixedfirst.train.opening import LoadedRun, trained_source
+from fixedfirst.runs.opening import LoadedRun, trained_source
 
 
 def parse_indices(text: str, option: str) -> list[int]:

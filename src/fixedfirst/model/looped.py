@@ -39,6 +39,26 @@ def check_depth(depth: object, name: str = "depth") -> int:
     return depth
 
 
+STATE_CLIP = 3.0
+"""The initial state's truncation, in standard deviations."""
+
+
+def truncated_normal(
+    shape: Sequence[int],
+    std: float,
+    device: torch.device | str = "cpu",
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """N(0, std^2) truncated to +-STATE_CLIP std, in float32, by the inverse CDF: one uniform
+    draw per value mapped through the normal quantile. torch's `trunc_normal_` rejects and
+    redraws until every value lies inside, asking the device after each round whether any is
+    left: a host sync per draw in every training step (docs/design.md §1)."""
+    edge = 0.5 * math.erfc(STATE_CLIP / math.sqrt(2.0))  # P(Z < -clip)
+    u = torch.empty(tuple(shape), dtype=torch.float32, device=device)
+    u.uniform_(edge, 1.0 - edge, generator=generator)
+    return torch.special.ndtri(u).mul_(std)
+
+
 class LoopedTransformer(nn.Module):
     eval_state: torch.Tensor
 
@@ -119,19 +139,22 @@ class LoopedTransformer(nn.Module):
                 return self.eval_state[positions].to(e.dtype)
             T = e.shape[1]
             return self.eval_state[start : start + T].to(e.dtype).expand_as(e)
-        std = self.state_std
         if state_seeds is None:  # the global RNG
-            s = torch.empty_like(e)
-            return torch.nn.init.trunc_normal_(s, std=std, a=-3 * std, b=3 * std)
+            return truncated_normal(e.shape, self.state_std, e.device).to(e.dtype)
         if len(state_seeds) != e.shape[0]:
             raise ValueError(f"{len(state_seeds)} state seeds for a batch of {e.shape[0]} rows")
         # Drawn in float32 whatever the compute dtype, so that a row's state is the same under
         # fp32, autocast and FSDP's bf16 parameters up to the final rounding.
-        s = torch.empty(e.shape, dtype=torch.float32, device=e.device)
-        for row, seed in zip(s, state_seeds, strict=True):
-            generator = torch.Generator(device=e.device).manual_seed(seed)
-            torch.nn.init.trunc_normal_(row, std=std, a=-3 * std, b=3 * std, generator=generator)
-        return s.to(e.dtype)
+        rows = [
+            truncated_normal(
+                e.shape[1:],
+                self.state_std,
+                e.device,
+                torch.Generator(device=e.device).manual_seed(seed),
+            )
+            for seed in state_seeds
+        ]
+        return torch.stack(rows).to(e.dtype)
 
     def injection(self, e: torch.Tensor) -> torch.Tensor:
         """What every iteration adds from the prelude output e, computed once per forward: the

@@ -9,6 +9,7 @@ one padded batch; `load_served` opens a run directory or an exported one as a mo
 tokenizer (exporting a run is `fixedfirst.export`).
 """
 
+from fixedfirst.runs.served import Served, load_served
 from fixedfirst.serve.adaptive import (
     AdaptiveStep,
     adaptive_step,
@@ -39,7 +40,6 @@ from fixedfirst.serve.exit_rules import (
     kl_divergence,
 )
 from fixedfirst.serve.generation import generate_text
-from fixedfirst.serve.loading import Served, load_served
 from fixedfirst.serve.scoring import score_pairs
 
 __all__ = [

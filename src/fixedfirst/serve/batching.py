@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 import torch
 
 from fixedfirst.errors import UserError
+from fixedfirst.runs.served import Served
 from fixedfirst.serve.decoding import DecodingMode, decode_steps
 from fixedfirst.serve.generation import IncrementalDecoder, prompt_ids
-from fixedfirst.serve.loading import Served
 from fixedfirst.serve.speculative import SpeculationStats
 
 

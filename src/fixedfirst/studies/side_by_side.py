@@ -30,6 +30,7 @@ from fixedfirst.data.registry import KINDS, DataKind, register_kind
 from fixedfirst.errors import UserError
 from fixedfirst.files import locks
 from fixedfirst.files.writing import write_json_atomic
+from fixedfirst.runs.directory import RunDir, run_defining_differences
 from fixedfirst.studies.training import (
     PlannedRun,
     RunOutcome,
@@ -42,7 +43,6 @@ from fixedfirst.studies.training import (
 )
 from fixedfirst.train.compilation import STUDY_CACHE, shared_cache
 from fixedfirst.train.interrupt import STOP_SIGNALS, TrainingInterrupted, scheduler_signals
-from fixedfirst.train.run_dir import RunDir, run_defining_differences
 
 STOP_SIGNAL = getattr(signal, "SIGUSR1", signal.SIGINT)
 """The parent's stop request to its workers (POSIX; where there is no SIGUSR1, SIGINT)."""

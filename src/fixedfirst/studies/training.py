@@ -17,8 +17,8 @@ from typing import Any
 
 from fixedfirst.config import RunConfig
 from fixedfirst.errors import UserError
+from fixedfirst.runs.directory import RunDir
 from fixedfirst.train.interrupt import TrainingInterrupted
-from fixedfirst.train.run_dir import RunDir
 
 RUNS_DIR = "runs"
 """Each run of an experiment lives in DIR/runs/NAME/."""

@@ -1,6 +1,6 @@
 """A new run from another run's checkpoint, with changed settings (`fixedfirst branch`).
 
-A resume continues the same run and refuses a change of what defines it (`identity.py`): an
+A resume continues the same run and refuses a change of what defines it (`runs/identity.py`): an
 edited config.toml would otherwise train part of a run one way and part another, under one
 summary. To go on from a checkpoint with another learning rate, budget or schedule, branch: the
 checkpoint (weights, optimizer state, data position, counters) and the metrics up to it are
@@ -25,14 +25,14 @@ from fixedfirst.errors import UserError
 from fixedfirst.files import locks
 from fixedfirst.files.paths import absolute, shown
 from fixedfirst.files.writing import write_error
-from fixedfirst.train.checkpoint import MODEL_FILE, Checkpoint, CheckpointManager
-from fixedfirst.train.identity import (
+from fixedfirst.runs.checkpoint import MODEL_FILE, Checkpoint, CheckpointManager
+from fixedfirst.runs.directory import RunDir, stored
+from fixedfirst.runs.identity import (
     CONFIG_KEY,
     describe_differences,
     run_defining_differences,
     stored_config,
 )
-from fixedfirst.train.run_dir import RunDir, stored
 
 BRANCH_TAG = "branch"
 

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.train.checkpoint import tied_aliases
+from fixedfirst.runs.checkpoint import tied_aliases
 from fixedfirst.train.distributed import World
 
 

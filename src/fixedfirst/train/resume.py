@@ -1,5 +1,5 @@
 """Checks that a checkpoint fits the run resuming from it: the configuration it was trained with
-(`identity.py`), its trainer state (optimizer moments, data position).
+(`runs/identity.py`), its trainer state (optimizer moments, data position).
 
 Run on rank 0 before anything is broadcast, so that a checkpoint of another model, optimizer or
 data is refused in one line, naming what does not fit, instead of failing inside
@@ -17,8 +17,8 @@ from fixedfirst.config import RunConfig
 from fixedfirst.data.source import BatchSource
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import shown
-from fixedfirst.train.checkpoint import Checkpoint
-from fixedfirst.train.identity import check_same_run, stored_config
+from fixedfirst.runs.checkpoint import Checkpoint
+from fixedfirst.runs.identity import check_same_run, stored_config
 from fixedfirst.train.parallel import ParallelModel
 
 

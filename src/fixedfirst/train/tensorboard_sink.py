@@ -15,9 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from fixedfirst.runs.directory import TENSORBOARD_DIR
 from fixedfirst.train.scalars import scalars
 
-DIRECTORY = "tensorboard"
 MFLOP = 1e6
 
 
@@ -31,7 +31,7 @@ class TensorBoardSink:
     def __init__(self, run: Path, axis: str) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self.directory = Path(run) / DIRECTORY
+        self.directory = Path(run) / TENSORBOARD_DIR
         self.axis = axis
         self.history = self.directory.is_dir() and any(
             p.name.startswith("events.out.tfevents") for p in self.directory.iterdir()

@@ -30,10 +30,12 @@ from fixedfirst.machine.device import (
     run_peak_flops,
 )
 from fixedfirst.model import LoopedTransformer
+from fixedfirst.progress import Progress
+from fixedfirst.runs.checkpoint import Checkpoint, CheckpointManager
+from fixedfirst.runs.directory import RunDir, config_record
 from fixedfirst.schedules import describe
 from fixedfirst.train import compilation, distributed, memory_check
 from fixedfirst.train.auto_switch import META_KEY, switch_summary
-from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.train.counters import Counters
 from fixedfirst.train.distributed import World, on_main
 from fixedfirst.train.interrupt import Interrupt
@@ -41,9 +43,7 @@ from fixedfirst.train.metrics import MetricsLog, read_metrics
 from fixedfirst.train.optim import build_optimizer, lr_at
 from fixedfirst.train.parallel import ParallelModel
 from fixedfirst.train.preflight import preflight
-from fixedfirst.train.progress import Progress
 from fixedfirst.train.resume import check_same_config, check_trainer_state
-from fixedfirst.train.run_dir import RunDir, config_record
 from fixedfirst.train.sinks import open_sinks
 from fixedfirst.train.step import state_seeds, train_step
 

@@ -20,9 +20,9 @@ from typing import Any
 
 from fixedfirst.config import RunConfig
 from fixedfirst.errors import UserError
+from fixedfirst.runs.directory import WANDB_ID_FILE
 from fixedfirst.train.scalars import scalars
 
-ID_FILE = "wandb-run-id"
 DEFAULT_PROJECT = "fixedfirst"
 
 
@@ -31,7 +31,7 @@ class WandbSink:
         import wandb
 
         run = Path(run)
-        id_file = run / ID_FILE
+        id_file = run / WANDB_ID_FILE
         self.history = id_file.is_file()
         run_id = id_file.read_text().strip() if self.history else uuid.uuid4().hex[:16]
         try:

@@ -15,10 +15,10 @@ from typing import Any
 
 from fixedfirst.errors import UserError
 from fixedfirst.export.hf.tokenizer import hf_tokenizer_files
-from fixedfirst.export.reader import is_export
 from fixedfirst.export.writer import check_out_dir, write_directory
 from fixedfirst.model import FULL_CACHE, BoundedCache, CacheStrategy
-from fixedfirst.serve.loading import load_served
+from fixedfirst.runs.exported import is_export
+from fixedfirst.runs.served import load_served
 
 MODELING_FILE = "modeling_fixedfirst.py"
 MODEL_TYPE = "fixedfirst"
@@ -107,8 +107,8 @@ def export_hf(
     """Write the run's checkpoint at `step` (default: the newest) as a transformers model into
     `out`, generating through the `cache` strategy by default; return its config.json."""
     from fixedfirst import __version__
+    from fixedfirst.runs.checkpoint import MODEL_FILE, save_weights, tied_aliases
     from fixedfirst.schedules import describe
-    from fixedfirst.train.checkpoint import MODEL_FILE, save_weights, tied_aliases
 
     out = Path(out)
     check_out_dir(out)

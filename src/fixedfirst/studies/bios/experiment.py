@@ -26,13 +26,13 @@ from typing import Any, ClassVar
 from fixedfirst.config import RunConfig, apply_overrides
 from fixedfirst.errors import UserError
 from fixedfirst.files.writing import write_json_atomic
+from fixedfirst.runs.checkpoint import Checkpoint, CheckpointManager
+from fixedfirst.runs.directory import RunDir
 from fixedfirst.schedules import describe
 from fixedfirst.studies.bios.analysis import PrimaryComparison
 from fixedfirst.studies.presets import PAPER_SCHEDULES, read_preset
 from fixedfirst.studies.side_by_side import Experiment, Job, conduct
 from fixedfirst.studies.training import PlannedRun, RunOutcome, finished_summary, run_directory
-from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager
-from fixedfirst.train.run_dir import RunDir
 
 PRESETS = ("default", "smoke", "loop")
 FIGURE1 = ("fixed-4", "uniform-1-16", "fixed-first-4-0.8")

@@ -18,6 +18,8 @@ from typing import Any
 
 from fixedfirst.data.registry import kind_options
 from fixedfirst.files.writing import write_json_atomic
+from fixedfirst.runs.checkpoint import MODEL_FILE
+from fixedfirst.runs.opening import load_run
 from fixedfirst.serve.adaptive import KLExit
 from fixedfirst.tasks.chains.accuracy import (
     Correctness,
@@ -28,8 +30,6 @@ from fixedfirst.tasks.chains.bands import bands_of
 from fixedfirst.tasks.chains.program import SELECTION_STREAM, ChainsOptions
 from fixedfirst.tasks.chains.sets import SETS, STANDARD
 from fixedfirst.tasks.chains.source import evaluation_seed, evaluation_set
-from fixedfirst.train.checkpoint import MODEL_FILE
-from fixedfirst.train.opening import load_run
 
 SCORE_FORMAT = "fixedfirst-chains-scores"
 SCORE_VERSION = 2

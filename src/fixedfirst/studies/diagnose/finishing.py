@@ -23,11 +23,11 @@ from fixedfirst.data.source import Batch, BatchSource
 from fixedfirst.errors import UserError
 from fixedfirst.machine.device import resolve_device, resolve_dtype
 from fixedfirst.model import LoopedTransformer
+from fixedfirst.runs.checkpoint import TRAINER_FILE, Checkpoint
+from fixedfirst.runs.opening import find_checkpoint, open_run, require_data
 from fixedfirst.schedules import Schedule, describe
 from fixedfirst.train.auto_switch import checkpoint_schedule
-from fixedfirst.train.checkpoint import TRAINER_FILE, Checkpoint
 from fixedfirst.train.distributed import World
-from fixedfirst.train.opening import find_checkpoint, open_run, require_data
 from fixedfirst.train.optim import build_optimizer, lr_at
 from fixedfirst.train.parallel import ParallelModel
 from fixedfirst.train.step import state_seeds, train_step

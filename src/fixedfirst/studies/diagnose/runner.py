@@ -19,6 +19,7 @@ import torch
 
 from fixedfirst.errors import UserError
 from fixedfirst.model.loss import IGNORE_INDEX
+from fixedfirst.progress import Progress
 from fixedfirst.schedules import describe
 from fixedfirst.studies.diagnose.finishing import SWITCH_TAG, FinishingChain, open_run_state
 from fixedfirst.studies.diagnose.summary import (
@@ -34,7 +35,6 @@ from fixedfirst.studies.diagnose.update_pair import (
     pair_row_seeds,
     stack_batches,
 )
-from fixedfirst.train.progress import Progress
 
 DEFAULT_UPDATES = (0, 1, 2, 4, 8, 16, 32)
 MIN_RESAMPLES = 100

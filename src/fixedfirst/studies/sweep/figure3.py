@@ -24,9 +24,9 @@ from matplotlib.ticker import EngFormatter, FormatStrFormatter
 from fixedfirst.compute.plan import plan_run
 from fixedfirst.errors import UserError
 from fixedfirst.files.writing import save_figure
+from fixedfirst.runs.directory import RunDir
 from fixedfirst.schedules import describe
 from fixedfirst.train.metrics import read_metrics
-from fixedfirst.train.run_dir import RunDir
 
 PREFERRED_DEPTHS = (1, 4, 16)
 SMOOTHING_FRACTION = 0.02

@@ -15,10 +15,10 @@ import torch
 from fixedfirst.config import RunConfig
 from fixedfirst.data.tokenizer import Tokenizer, load_tokenizer
 from fixedfirst.errors import UserError
-from fixedfirst.export.reader import TOKENIZER_DIR, is_export, load, read_export
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.serve.tokenizer import run_tokenizer
-from fixedfirst.train.opening import LoadedRun, load_run
+from fixedfirst.runs.exported import TOKENIZER_DIR, is_export, load, read_export
+from fixedfirst.runs.opening import LoadedRun, load_run
+from fixedfirst.runs.tokenizer import run_tokenizer
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Any
 from fixedfirst.config import RunConfig
 from fixedfirst.data.tokenizer import TOKENIZER_DIR, Tokenizer, load_tokenizer
 from fixedfirst.errors import UserError
-from fixedfirst.train.opening import require_data, trained_source
+from fixedfirst.runs.opening import require_data, trained_source
 
 
 def run_tokenizer(

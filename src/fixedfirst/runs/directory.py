@@ -6,7 +6,7 @@
     RUN/checkpoints/    step-NNNNNNN/ directories (each stores the configuration too)
     RUN/tokenizer/      the data's tokenizer (data without text has none)
     RUN/.lock           held by the one process writing the run (see fixedfirst.files.locks)
-    RUN/tensorboard/, RUN/wandb/, RUN/wandb-run-id    with train.log_to (`sinks.py`)
+    RUN/tensorboard/, RUN/wandb/, RUN/wandb-run-id    with train.log_to (`train/sinks.py`)
 
 A new run starts only in a directory that is new, empty, or holds what fixedfirst wrote there
 (a run that saved no checkpoint yet, which starts over): never in a prepared data directory,
@@ -33,15 +33,17 @@ from fixedfirst.errors import UserError
 from fixedfirst.files import locks
 from fixedfirst.files.paths import absolute, shown
 from fixedfirst.files.writing import write_error, write_text_atomic
-from fixedfirst.train.identity import CONFIG_KEY, describe_differences, run_defining_differences
-from fixedfirst.train.tensorboard_sink import DIRECTORY as TENSORBOARD_DIR
-from fixedfirst.train.wandb_sink import ID_FILE as WANDB_ID_FILE
+from fixedfirst.runs.identity import CONFIG_KEY, describe_differences, run_defining_differences
 
 CONFIG_MARK = "# fixedfirst run configuration (resolved), written by `fixedfirst train`\n"
 """The first line of every config.toml a run writes: how a later start knows the file is ours."""
 
+TENSORBOARD_DIR = "tensorboard"
+WANDB_DIR = "wandb"
+WANDB_ID_FILE = "wandb-run-id"
+"""Where the logging sinks of train.log_to keep their files (`train/sinks.py`)."""
 RUN_FILES = ("config.toml", "metrics.jsonl", "summary.json", "checkpoints", TOKENIZER_DIR)
-SINK_FILES = (TENSORBOARD_DIR, "wandb", WANDB_ID_FILE)
+SINK_FILES = (TENSORBOARD_DIR, WANDB_DIR, WANDB_ID_FILE)
 _WARNED_MISSING: set[Path] = set()
 """Runs whose missing config.toml this process has already warned about (once is enough)."""
 OWN_TEMPORARY = re.compile(r"\.(config\.toml|summary\.json|tokenizer)\.tmp-\d+|\.write-test")
@@ -77,7 +79,7 @@ class RunDir:
         return config
 
     def _config_from_checkpoint(self, overrides: list[str]) -> RunConfig:
-        from fixedfirst.train.checkpoint import CheckpointManager, warn
+        from fixedfirst.runs.checkpoint import CheckpointManager, warn
 
         if not self.path.is_dir():
             raise UserError(f"run directory {shown(self.path)} does not exist")

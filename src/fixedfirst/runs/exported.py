@@ -71,13 +71,13 @@ def read_export(directory: str | Path) -> dict[str, Any]:
 def load(directory: str | Path, device: str | torch.device = "cpu") -> LoopedTransformer:
     """The exported model, in eval mode on `device`, for inference at any depth; a run
     directory works too (its newest valid checkpoint), as for `load_served`."""
-    from fixedfirst.train.checkpoint import MODEL_FILE, Checkpoint
+    from fixedfirst.runs.checkpoint import MODEL_FILE, Checkpoint
 
     assert MODEL_FILE == WEIGHTS_FILE
     directory = Path(directory)
     if directory.is_dir() and not is_export(directory):
-        from fixedfirst.train.opening import load_run
-        from fixedfirst.train.run_dir import RunDir
+        from fixedfirst.runs.directory import RunDir
+        from fixedfirst.runs.opening import load_run
 
         if RunDir(directory).config_path.is_file():
             return load_run(directory, device=device).model

@@ -20,8 +20,8 @@ from fixedfirst.errors import UserError
 from fixedfirst.files.paths import absolute, shown
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.model.memory import check_fits
-from fixedfirst.train.checkpoint import Checkpoint, CheckpointManager, warn
-from fixedfirst.train.run_dir import RunDir
+from fixedfirst.runs.checkpoint import Checkpoint, CheckpointManager, warn
+from fixedfirst.runs.directory import RunDir
 
 
 @dataclass
