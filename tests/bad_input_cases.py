@@ -1068,6 +1068,7 @@ def config_cases() -> list[Case]:
 
 def all_cases() -> list[Case]:
     from tests.bad_input_cluster import CLUSTER_CASES
+    from tests.bad_input_corpus import CORPUS_CASES
     from tests.bad_input_edges import EDGE_CASES
     from tests.bad_input_inspect import INSPECT_CASES
     from tests.bad_input_memory import MEMORY_CASES
@@ -1083,6 +1084,7 @@ def all_cases() -> list[Case]:
         + CLUSTER_CASES
         + MEMORY_CASES
         + NEWCOMER_CASES
+        + CORPUS_CASES
     )
 
 

@@ -195,7 +195,7 @@ def test_a_file_that_is_not_utf8_text_is_named_for_what_it_is(capsys, tmp_path, 
     code, _, err = run_cli(capsys, "prepare", tmp_path / "file.txt", "--out", tmp_path / "data")
     assert code == 2 and err.count("\n") == 1
     assert said in err
-    assert "binary" not in err and "convert it to UTF-8 first" not in err or "iconv" in err
+    assert "binary" not in err
 
 
 @pytest.mark.parametrize(

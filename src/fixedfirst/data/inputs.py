@@ -83,8 +83,8 @@ class Inputs:
     """What the command line names, in order: inputs to read, pipes to copy first."""
 
     items: list[DocumentInput | Pipe] = field(default_factory=list)
-    directories: list[Path] = field(default_factory=list)
-    """The directories named (resolved), which `--out` must stay out of."""
+    directories: dict[Path, str] = field(default_factory=dict)
+    """The directories named (resolved -> as given), which `--out` must stay out of."""
     notes: list[str] = field(default_factory=list)
     """Lines saying what was skipped or followed besides the files."""
 
@@ -201,7 +201,7 @@ def resolve_inputs(
                     f"{spec}: prepared data (written by `fixedfirst prepare`), not text; name "
                     "the text it was made from"
                 )
-            inputs.directories.append(path.resolve())
+            inputs.directories[path.resolve()] = spec
             inputs.notes += walk.notes(path)
             files = walk.files
         elif not stat.S_ISREG(mode):
@@ -239,9 +239,9 @@ def check_out_of_inputs(out: Path, inputs: Inputs) -> None:
     """Refuse an --out inside a directory given as input: the next prepare of that directory
     would read the prepared data as text."""
     target = out.resolve()
-    for directory in inputs.directories:
+    for directory, given in inputs.directories.items():
         if target == directory or directory in target.parents:
             raise UserError(
-                f"--out {out}: is inside the input directory {directory}, whose next prepare "
-                f"would read the data as text; choose an --out outside {directory}"
+                f"--out {out}: is inside the input directory {given}, whose next prepare "
+                f"would read the data as text; choose an --out outside {given}"
             )

@@ -62,7 +62,7 @@ def _what_binary(head: bytes) -> tuple[str, str] | None:
             return (
                 f"{kind} text (it begins with the byte-order mark "
                 f"{mark[: 2 if kind == 'UTF-16' else 4].hex(' ').upper()}), not UTF-8",
-                f"convert it to UTF-8 first: iconv -f {kind} -t UTF-8 FILE > FILE.txt",
+                f"convert it to UTF-8 first: iconv -f {kind} -t UTF-8 FILE > OUT",
             )
     for mark, kind, advice in SIGNATURES:
         if head.startswith(mark):
@@ -74,7 +74,7 @@ def _what_binary(head: bytes) -> tuple[str, str] | None:
                 return (
                     f"UTF-16{order} text (without a byte-order mark: every other byte is 0), "
                     "not UTF-8",
-                    f"convert it to UTF-8 first: iconv -f UTF-16{order} -t UTF-8 FILE > FILE.txt",
+                    f"convert it to UTF-8 first: iconv -f UTF-16{order} -t UTF-8 FILE > OUT",
                 )
     return None
 
@@ -98,7 +98,8 @@ def check_head(name: str, f: BinaryIO) -> None:
     binary = _what_binary(head)
     if binary is not None:
         what, advice = binary
-        raise UserError(f"{name}: {what}; {advice.replace('FILE', name)}")
+        converted = str(Path(name).with_name(f"{Path(name).stem}-utf8{Path(name).suffix}"))
+        raise UserError(f"{name}: {what}; {advice.replace('FILE', name).replace('OUT', converted)}")
     f.seek(len(UTF8_BOM) if head.startswith(UTF8_BOM) else 0)
 
 
