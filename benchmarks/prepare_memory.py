@@ -104,6 +104,9 @@ def sizes(text: str) -> list[int]:
     return [int(s) for s in text.split(",") if s]
 
 
+SHAPES = (("one file", "bpe"), ("16 KB files", "bpe"), ("one file", "byte"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", default=None, help="git revision to compare against")
@@ -111,54 +114,47 @@ def main() -> None:
     parser.add_argument("--large", default="32,128", help="input MB, this tree only")
     parser.add_argument("--out", type=Path, default=None, help="also write the table here")
     args = parser.parse_args()
+    peaks: dict[tuple[str, str, str, str], tuple[float, float]] = {}
     with tempfile.TemporaryDirectory(prefix="prepare-memory-") as tmp:
         trees = {"this tree": ROOT / "src"}
         if args.baseline:
-            trees = {
-                f"baseline ({args.baseline})": export_source(args.baseline, Path(tmp) / "base"),
-                **trees,
-            }
-        rows = []
+            base = export_source(args.baseline, Path(tmp) / "base")
+            trees = {"baseline": base, **trees}
         for name, src in trees.items():
-            peak, _ = peak_of([sys.executable, "-c", IMPORTS], src)
-            rows.append((name, "imports only", "-", "-", peak, 0.0))
+            peaks[(name, "imports only", "-", "-")] = peak_of([sys.executable, "-c", IMPORTS], src)
         plan = [(mb, list(trees)) for mb in sizes(args.sizes)]
         plan += [(mb, ["this tree"]) for mb in sizes(args.large)]
         for mb, names in plan:
             text = generated_text(mb << 20)
-            for shape, tokenizer in (
-                ("one file", "bpe"),
-                ("16 KB files", "bpe"),
-                ("one file", "byte"),
-            ):
+            for shape, tokenizer in SHAPES:
                 case = Path(tmp) / f"{mb}-{shape}-{tokenizer}".replace(" ", "_")
                 path = write_input(text, shape, case / "input")
-                order = names if mb % 2 else list(reversed(names))
-                for i, name in enumerate(order):
+                for i, name in enumerate(names if mb % 2 else list(reversed(names))):
                     out = case / f"out-{i}"
-                    peak, seconds = peak_of(prepare_command(path, out, tokenizer), trees[name])
-                    rows.append((name, f"{mb} MB", shape, tokenizer, peak, seconds))
+                    peak = peak_of(prepare_command(path, out, tokenizer), trees[name])
+                    peaks[(name, f"{mb} MB", shape, tokenizer)] = peak
                     print(
-                        f"{name}: {mb} MB, {shape}, {tokenizer}: {peak:,.0f} MiB, {seconds:.1f} s",
+                        f"{name}: {mb} MB, {shape}, {tokenizer}: {peak[0]:,.0f} MiB, "
+                        f"{peak[1]:.1f} s",
                         file=sys.stderr,
                         flush=True,
                     )
+    baseline = f"baseline {args.baseline}" if args.baseline else "baseline"
     table = [
-        "| tree | input | shape | tokenizer | peak resident MiB | wall-clock s |",
-        "| --- | --- | --- | --- | --- | --- |",
+        f"| input | shape | tokenizer | {baseline}: peak MiB | this tree: peak MiB "
+        f"| {baseline} / this tree | this tree: wall-clock s |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    rows.sort(
-        key=lambda r: (
-            r[1] != "imports only",
-            float(r[1].split()[0]) if r[1][0].isdigit() else 0,
-            r[2],
-            r[3],
-            r[0],
+    cases = dict.fromkeys(key[1:] for key in peaks)
+    for size, shape, tokenizer in cases:
+        mine = peaks[("this tree", size, shape, tokenizer)]
+        theirs = peaks.get(("baseline", size, shape, tokenizer))
+        before = f"{theirs[0]:,.0f}" if theirs else "-"
+        ratio = f"{theirs[0] / mine[0]:.2f}x" if theirs else "-"
+        wall = "-" if size == "imports only" else f"{mine[1]:.1f}"
+        table.append(
+            f"| {size} | {shape} | {tokenizer} | {before} | {mine[0]:,.0f} | {ratio} | {wall} |"
         )
-    )
-    for name, size, shape, tokenizer, peak, seconds in rows:
-        wall = "-" if size == "imports only" else f"{seconds:.1f}"
-        table.append(f"| {name} | {size} | {shape} | {tokenizer} | {peak:,.0f} | {wall} |")
     text = "\n".join(table) + "\n"
     print(text)
     if args.out is not None:
