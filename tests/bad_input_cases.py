@@ -1073,6 +1073,7 @@ def all_cases() -> list[Case]:
     from tests.bad_input_inspect import INSPECT_CASES
     from tests.bad_input_memory import MEMORY_CASES
     from tests.bad_input_newcomer import NEWCOMER_CASES
+    from tests.bad_input_runs import RUN_CASES
 
     return (
         CASES
@@ -1085,6 +1086,7 @@ def all_cases() -> list[Case]:
         + MEMORY_CASES
         + NEWCOMER_CASES
         + CORPUS_CASES
+        + RUN_CASES
     )
 
 

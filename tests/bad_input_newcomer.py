@@ -171,10 +171,12 @@ NOTICES: list[Notice] = [
 
 
 def all_notices() -> list[Notice]:
-    """Every notice of the second table: these, then issue 57's (tests/bad_input_corpus.py)."""
+    """Every notice of the second table: these, then issue 57's (tests/bad_input_corpus.py,
+    tests/bad_input_runs.py)."""
     from tests.bad_input_corpus import CORPUS_NOTICES
+    from tests.bad_input_runs import RUN_NOTICES
 
-    return NOTICES + CORPUS_NOTICES
+    return NOTICES + CORPUS_NOTICES + RUN_NOTICES
 
 
 def told(notice: Notice, outcome: Outcome, work: Path) -> str | None:
@@ -201,10 +203,10 @@ NOTICE_HEADER = """
 ## Told, not refused
 
 {count} cases where the command does what it was asked and says what it did, one row each.
-Every row is a test (`tests/test_bad_input.py`, cases in `tests/bad_input_newcomer.py` and
-`tests/bad_input_corpus.py`): exit status 0, no traceback, the line shown here on stdout (and,
-where a file is named, in that file too), no file that was on disk before changed. The same
-script writes this table.
+Every row is a test (`tests/test_bad_input.py`, cases in `tests/bad_input_newcomer.py`,
+`tests/bad_input_corpus.py` and `tests/bad_input_runs.py`): exit status 0, no traceback, the
+line shown here on stdout (and, where a file is named, in that file too), no file that was on
+disk before changed. The same script writes this table.
 Not in it: the inspection PNG's title, where a long `--prompt` or run path is shortened in the
 middle to fit the picture instead of running off both sides (tests/test_inspect.py).
 

@@ -33,6 +33,17 @@ def run(args: argparse.Namespace) -> int:
     source, out = RunDir(args.run_dir), RunDir(args.out)
     if not source.path.is_dir():
         raise UserError(f"run directory {shown(source.path)} does not exist")
+    if out.path.resolve() == source.path.resolve():
+        raise UserError(
+            f"--out {shown(out.path)} is the run being branched; a branch is a new run beside "
+            "it: choose another --out (to go on training this run, `fixedfirst train --out "
+            f"{shown(source.path)} --resume`)"
+        )
+    if out.holds_run() and out.has_checkpoints():
+        raise UserError(
+            f"--out {shown(out.path)} already holds a run; a branch is a new run: choose "
+            "another --out"
+        )
     config = source.saved_config(args.overrides)
     branch = branch_run(source, out, config, args.checkpoint, args.force)
     changed = f", with {branch.changes}" if branch.changes else " (nothing changed)"

@@ -7,7 +7,9 @@ import json
 
 from fixedfirst.cli.arguments import add_config_arguments, config_from_args
 from fixedfirst.compute.flops import realised_flops, schedule_flops
-from fixedfirst.compute.plan import UNIFORM_REFERENCE, plan_run
+from fixedfirst.compute.plan import UNIFORM_REFERENCE, RunPlan, plan_run
+from fixedfirst.config import RunConfig
+from fixedfirst.data.prepared import passes_note
 from fixedfirst.schedules import Schedule, describe
 
 SHOWN_DEPTHS = (1, 2, 4, 8, 16, 32, 64)
@@ -27,6 +29,35 @@ def parameter_counts(config) -> dict[str, int]:
 
     with torch.device("meta"):
         return LoopedTransformer(config.model).parameter_counts()
+
+
+def notes(config: RunConfig, budget: RunPlan) -> list[str]:
+    """What the plan does that its configuration may not mean: a fixed-first switch that
+    leaves no finishing step, a budget of several passes over the data."""
+    found = []
+    finish = no_finishing_step(config, budget)
+    if finish is not None:
+        found.append(finish)
+    if config.data.kind == "tokens" and config.data.path is not None:
+        passes = passes_note(config.data.path, budget.tokens)
+        if passes is not None:
+            found.append(passes)
+    return found
+
+
+def no_finishing_step(config: RunConfig, budget: RunPlan) -> str | None:
+    """The words for a fixed-first run whose switch leaves no step after it (a fixed K0 run
+    reported as fixed-first); None when it leaves one, or decides its switch itself."""
+    schedule = config.schedule
+    switch = budget.switch_step
+    if schedule.kind != "fixed-first" or switch is None or switch < budget.total_steps:
+        return None
+    return (
+        f"schedule.switch = {schedule.switch} of {budget.total_steps} steps leaves "
+        f"{budget.total_steps - switch} finishing steps: every step trains at K0 = "
+        f"{schedule.k0}, a fixed-depth run, not fixed-first; lower schedule.switch, or raise "
+        "the budget"
+    )
 
 
 def report(config) -> dict:
@@ -79,6 +110,7 @@ def report(config) -> dict:
         "uniform_flops": uniform,
         "modeled_savings": budget.modeled_savings(),
         "auto_switch": auto,
+        "notes": notes(config, budget),
     }
 
 
@@ -122,4 +154,6 @@ def run(args: argparse.Namespace) -> int:
             f"{a['realised_flops_at_ceiling']:.4e} FLOPs, "
             f"modeled savings {100 * a['modeled_savings_at_ceiling']:.1f}%"
         )
+    for note in r["notes"]:
+        print(f"note: {note}")
     return 0

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
     spec = load_sweep(args.sweep)
     only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
-    device = str(resolve_device(args.device))
+    device = str(resolve_device(args.device, "--device"))
     outcome = run_sweep(
         spec,
         args.out,

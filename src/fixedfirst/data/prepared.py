@@ -92,3 +92,16 @@ def check_model_vocab(model_vocab_size: int, path: str | Path) -> None:
             f"at {shown(path)} ({needed} ids, {meta['tokenizer']['kind']} tokenizer); "
             f"set model.vocab_size = {needed} (or larger)"
         )
+
+
+def passes_note(path: str | Path, tokens: int) -> str | None:
+    """What a training budget of `tokens` reads of DATA's training split, when that is more than
+    one pass: every pass after the first repeats the same text, which a run should mean to do."""
+    held = int(read_meta(path)["splits"]["train"]["tokens"])
+    if tokens <= held:
+        return None
+    return (
+        f"the budget's {tokens:,} tokens are {tokens / held:.1f} passes over the {held:,} "
+        f"training tokens of {shown(path)} (each after the first repeats them); prepare more "
+        "text, or lower train.tokens, unless that is meant"
+    )
