@@ -60,7 +60,7 @@ def cache_bytes(model, rows: torch.Tensor, depth: int, strategy) -> float:
 @torch.no_grad()
 def through_cache(model, inputs, targets, depth: int, strategy) -> tuple[float, torch.Tensor]:
     """(NLL per scored target, logits) of rows decoded one token at a time through the cache."""
-    logits, _ = teacher_forced(model, inputs, FixedDepth(depth, cache=strategy))
+    logits, _ = teacher_forced(model, inputs, FixedDepth(depth, cache_strategy=strategy))
     scored = targets != IGNORE_INDEX
     nll = F.cross_entropy(logits[scored].float(), targets[scored], reduction="mean")
     return float(nll), logits

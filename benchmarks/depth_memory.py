@@ -34,8 +34,9 @@ from fixedfirst.data.source import Batch
 from fixedfirst.machine.device import choose_threads
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.train.optim import build_optimizer
+from fixedfirst.train.parallel import ParallelModel
 from fixedfirst.train.peak_memory import step_peak
-from fixedfirst.train.step import state_seeds, train_step
+from fixedfirst.train.step import StepContext, state_seeds, train_step
 
 VOCAB, BATCH, SEQ = 2048, 32, 128
 WAYS = {
@@ -72,9 +73,11 @@ def main() -> None:
     x = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=torch.Generator().manual_seed(1))
     batch = Batch(x[:, :-1], x[:, 1:])
     seeds = state_seeds(0, 0, range(BATCH))
+    parallel = ParallelModel.alone(model)
+    contexts = {name: StepContext(parallel, optimizer, train) for name, train in trains.items()}
 
     def step(name: str, depth: int) -> None:
-        loss, _ = train_step(model, optimizer, batch, depth, 1e-4, trains[name], seeds)
+        loss, _ = train_step(contexts[name], batch, depth, 1e-4, seeds)
         loss.item()
 
     step("plain", 1)  # AdamW's state exists from here on, as in any step after the first

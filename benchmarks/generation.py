@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from fixedfirst.compute.flops import flop_model
 from fixedfirst.model.loss import IGNORE_INDEX
 from fixedfirst.runs.opening import load_run
-from fixedfirst.serve import KLExit, teacher_forced_kl_exit
+from fixedfirst.serve import Adaptive, KLExit, teacher_forced_kl_exit
 
 
 def validation_batches(loaded, n_batches: int):
@@ -113,7 +113,7 @@ def exit_table(model, batches, thresholds: list[float], depths: list[int], max_d
         nll_sum = depth_sum = 0.0
         t0 = time.perf_counter()
         for batch in batches:
-            logits, used = teacher_forced_kl_exit(model, batch.inputs, rule)
+            logits, used = teacher_forced_kl_exit(model, batch.inputs, Adaptive(rule))
             scored = batch.targets != IGNORE_INDEX
             nll = F.cross_entropy(
                 logits.flatten(0, 1).float(), batch.targets.flatten(), reduction="none"

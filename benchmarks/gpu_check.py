@@ -7,11 +7,11 @@
    cached decoding against the uncached forward, all on CUDA.
 2. A short training of configs/lm-200m.toml's model (synthetic tokens, bf16, the trainer's own
    step) at depths 4 and 16, eager and with torch.compile: per run, tokens/s, MFU against the
-   matmul peak measured here (hardware.measured_peak_flops, as the trainer's MFU), and the
-   step's peak memory (`torch.cuda.max_memory_allocated`) against the memory model's prediction
-   (fixedfirst/compute/memory.py, which `fixedfirst plan` and the trainer's check use), with
-   what the allocator reserved beyond it. The micro-batch is the largest of at most 16 sequences
-   that the memory model fits in 90% of the GPU at depth 16; one micro-batch per step.
+   matmul peak measured here (`measured_peak_flops` of machine/device.py, as the trainer's MFU),
+   and the step's peak memory (`torch.cuda.max_memory_allocated`) against the memory model's
+   prediction (fixedfirst/compute/memory.py, which `fixedfirst plan` and the trainer's check
+   use), with what the allocator reserved beyond it. The micro-batch is the largest of at most 16
+   sequences that the memory model fits in 90% of the GPU at depth 16; one micro-batch per step.
 
 Without CUDA every part that needs it is skipped with a line saying so, and the training runs a
 d = 128 model of lm-200m's layout (2 + 6 + 2 layers, vocabulary 2048, 128 tokens) in fp32 on
@@ -40,8 +40,9 @@ from fixedfirst.machine.device import measured_peak_flops
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.train.memory_check import is_out_of_memory
 from fixedfirst.train.optim import build_optimizer
+from fixedfirst.train.parallel import ParallelModel
 from fixedfirst.train.peak_memory import step_peak
-from fixedfirst.train.step import state_seeds, train_step
+from fixedfirst.train.step import StepContext, state_seeds, train_step
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPTHS = (4, 16)
@@ -110,6 +111,7 @@ def train_run(
     x = torch.randint(0, config.vocab_size, (micro, seq + 1), device=device)
     batch = Batch(x[:, :-1], x[:, 1:])
     seeds = state_seeds(0, 0, range(micro))
+    context = StepContext(ParallelModel.alone(model), optimizer, train, dtype)
     peak_flops = measured_peak_flops(device.type, dtype)
     fm = flop_model(config, seq)
     where = Placement("cuda" if device.type == "cuda" else "cpu", dtype == torch.bfloat16)
@@ -118,7 +120,7 @@ def train_run(
         what = f"{'compiled' if compiled else 'eager'}, K={depth}, micro-batch {micro} x {seq}"
 
         def step(depth: int = depth) -> None:
-            loss, _ = train_step(model, optimizer, batch, depth, 1e-4, train, seeds, dtype)
+            loss, _ = train_step(context, batch, depth, 1e-4, seeds)
             loss.item()
 
         try:

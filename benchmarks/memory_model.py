@@ -39,8 +39,9 @@ from fixedfirst.config import ModelConfig, RunConfig, TrainConfig, load_config
 from fixedfirst.data.source import Batch
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.train.optim import build_optimizer
+from fixedfirst.train.parallel import ParallelModel
 from fixedfirst.train.peak_memory import step_peak
-from fixedfirst.train.step import state_seeds, train_step
+from fixedfirst.train.step import StepContext, state_seeds, train_step
 
 SHAPES = {
     "d128 swiglu pre concat": dict(vocab_size=256, d_model=128, n_heads=2),
@@ -72,10 +73,11 @@ def measured_step(
     x = torch.randint(0, model_config.vocab_size, (rows, train.seq_len + 1))
     batch = Batch(x[:, :-1], x[:, 1:])
     seeds = state_seeds(0, 0, range(rows))
-    train_step(model, optimizer, batch, 1, 1e-4, train, seeds, dtype)
+    context = StepContext(ParallelModel.alone(model), optimizer, train, dtype)
+    train_step(context, batch, 1, 1e-4, seeds)
 
     def step() -> None:
-        train_step(model, optimizer, batch, depth, 1e-4, train, seeds, dtype)
+        train_step(context, batch, depth, 1e-4, seeds)
 
     return step_peak(CPU, step, model, optimizer, batch.inputs, batch.targets).tensors
 
@@ -102,7 +104,6 @@ def fake_fsdp_step(config: RunConfig, processes: int, depth: int, checkpoint: bo
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     from fixedfirst.train.distributed import World
-    from fixedfirst.train.parallel import ParallelModel
 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=processes)
     mesh = device_mesh.init_device_mesh("cpu", (processes,))  # outside fake mode
@@ -122,12 +123,11 @@ def fake_fsdp_step(config: RunConfig, processes: int, depth: int, checkpoint: bo
             x = torch.randint(0, config.model.vocab_size, (rows, t.seq_len + 1))
             batch = Batch(x[:, :-1], x[:, 1:])
             seeds = state_seeds(0, 0, range(rows))
-            train_step(model, optimizer, batch, 1, 1e-4, train, seeds, torch.bfloat16, parallel)
+            context = StepContext(parallel, optimizer, train, torch.bfloat16)
+            train_step(context, batch, 1, 1e-4, seeds)
 
             def step() -> None:
-                train_step(
-                    model, optimizer, batch, depth, 1e-4, train, seeds, torch.bfloat16, parallel
-                )
+                train_step(context, batch, depth, 1e-4, seeds)
 
             return step_peak(CPU, step, model, optimizer).tensors
     finally:

@@ -42,7 +42,8 @@ from fixedfirst.data.source import Batch
 from fixedfirst.machine.device import choose_threads, measured_peak_flops
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.train.optim import build_optimizer
-from fixedfirst.train.step import state_seeds, train_step
+from fixedfirst.train.parallel import ParallelModel
+from fixedfirst.train.step import StepContext, state_seeds, train_step
 
 VOCAB, BATCH, SEQ = 2048, 32, 128
 
@@ -169,11 +170,11 @@ def ours(d: int, compiled: bool):
     model = LoopedTransformer(model_config(d)).train()
     if compiled:
         model.compile_loop()
-    optimizer = build_optimizer(model, TRAIN)
+    context = StepContext(ParallelModel.alone(model), build_optimizer(model, TRAIN), TRAIN)
 
     def step(batch: Batch, depth: int, i: int) -> float:
         seeds = state_seeds(0, i, range(BATCH))
-        loss, _ = train_step(model, optimizer, batch, depth, TRAIN.lr, TRAIN, seeds)
+        loss, _ = train_step(context, batch, depth, TRAIN.lr, seeds)
         return loss.item()
 
     return step

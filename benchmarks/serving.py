@@ -41,7 +41,9 @@ from fixedfirst.model import FULL_CACHE, parse_cache_strategy
 from fixedfirst.model.loss import IGNORE_INDEX, next_token_loss
 from fixedfirst.runs.opening import load_run
 from fixedfirst.serve import (
+    Adaptive,
     FixedDepth,
+    Speculated,
     exit_rule,
     left_pad,
     stream_adaptive,
@@ -73,18 +75,8 @@ def decode(model, prompts: list[list[int]], batch: int, n: int, depth: int, draf
         if draft is None:
             steps = model.stream(ids, n, depth, pad=pad, cache_strategy=CACHE)
         else:
-            steps = stream_speculative(
-                model,
-                ids,
-                n,
-                depth,
-                draft[0],
-                draft[1],
-                pad=pad,
-                reuse=reuse,
-                stats=stats,
-                cache_strategy=CACHE,
-            )
+            mode = Speculated(depth, draft[0], draft[1], CACHE)
+            steps = stream_speculative(model, ids, n, mode, pad, stats, reuse)
         out.append(torch.cat(list(steps), 1))
     return torch.cat(out), stats
 
@@ -134,7 +126,7 @@ def adaptive_decode(model, prompts, batch: int, n: int, rule):
     tokens, depths = [], []
     for i in range(0, len(prompts), batch):
         ids, pad = left_pad(prompts[i : i + batch])
-        steps = list(stream_adaptive(model, ids, n, rule, pad=pad, cache_strategy=CACHE))
+        steps = list(stream_adaptive(model, ids, n, Adaptive(rule, cache_strategy=CACHE), pad))
         tokens.append(torch.cat([t for t, _ in steps], 1))
         depths.append(torch.stack([d for _, d in steps], 1))
     return torch.cat(tokens), torch.cat(depths)
@@ -182,7 +174,7 @@ def exit_table(model, batches, rules, depths: list[int]) -> list[dict]:
         for depth, nll in model.nll_by_depth(b.inputs, b.targets, one_pass).items():
             fixed[depth] += nll * n
         for depth in (d for d in depths if d not in one_pass):  # decoded through the cache
-            logits, _ = teacher_forced(model, b.inputs, FixedDepth(depth, cache=CACHE))
+            logits, _ = teacher_forced(model, b.inputs, FixedDepth(depth, cache_strategy=CACHE))
             fixed[depth] += float(next_token_loss(logits, b.targets)) * n
     rows = [
         {
@@ -196,7 +188,9 @@ def exit_table(model, batches, rules, depths: list[int]) -> list[dict]:
     for rule in rules:
         nll_sum = depth_sum = 0.0
         for b in batches:
-            logits, used = teacher_forced_exit(model, b.inputs, rule, cache_strategy=CACHE)
+            logits, used = teacher_forced_exit(
+                model, b.inputs, Adaptive(rule, cache_strategy=CACHE)
+            )
             scored = b.targets != IGNORE_INDEX
             nll = F.cross_entropy(
                 logits.flatten(0, 1).float(), b.targets.flatten(), reduction="none"
@@ -241,9 +235,8 @@ def chains_table(run: str, rules, depths: list[int], sequences: int) -> tuple[li
             }
         )
     for rule in rules:
-        logits, used = teacher_forced_exit(
-            model, evaluation.batch.inputs, rule, cache_strategy=CACHE
-        )
+        mode = Adaptive(rule, cache_strategy=CACHE)
+        logits, used = teacher_forced_exit(model, evaluation.batch.inputs, mode)
         expected = evaluation.batch.targets.gather(1, evaluation.positions)
         right = logits.argmax(-1).gather(1, evaluation.positions) == expected
         used = used.gather(1, evaluation.positions).float()

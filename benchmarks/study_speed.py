@@ -53,7 +53,8 @@ from fixedfirst.data.source import Batch
 from fixedfirst.machine.device import BF16_FASTER, bf16_speedup
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.train.optim import build_optimizer
-from fixedfirst.train.step import state_seeds, train_step
+from fixedfirst.train.parallel import ParallelModel
+from fixedfirst.train.step import StepContext, state_seeds, train_step
 
 ROOT = Path(__file__).resolve().parent.parent
 LM = "configs/sweeps/lm-code-cpu.toml"
@@ -150,19 +151,11 @@ Step = Callable[[Batch, int, int], float]
 def program(shape: Shape, variant: Variant) -> Step:
     model = variant.build(shape)
     optimizer = build_optimizer(model, shape.train)
+    context = StepContext(ParallelModel.alone(model), optimizer, shape.train, variant.dtype)
     rows = range(shape.train.batch_size)
 
     def step(batch: Batch, depth: int, i: int) -> float:
-        loss, _ = train_step(
-            model,
-            optimizer,
-            batch,
-            depth,
-            shape.train.lr,
-            shape.train,
-            state_seeds(0, i, rows),
-            variant.dtype,
-        )
+        loss, _ = train_step(context, batch, depth, shape.train.lr, state_seeds(0, i, rows))
         return loss.item()
 
     return step

@@ -22,7 +22,7 @@ the SPIKE_WINDOW logged steps before it, minus 1) and the share of steps whose g
 was clipped (over `--clip`, the probe's train.grad_clip); `--figure` draws the curves.
 
 The sweep's results.json is copied beside the table (`--out` with .json), so that the table is
-checked against the numbers it was made from (tests/test_probes.py); `--no-copy` where the
+checked against the numbers it was made from (tests/test_study_configs.py); `--no-copy` where the
 results are committed already under their own name (the factor study's health table is remade
 from docs/figures/lm-factors-results.json by tests/test_committed_reports.py).
 """

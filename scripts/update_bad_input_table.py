@@ -1,4 +1,5 @@
-"""Regenerate docs/bad-input.md by running every bad-input case of tests/bad_input_cases.py."""
+"""Regenerate docs/reference/bad-input.md by running every bad-input case of
+tests/bad_input_cases.py."""
 
 import sys
 import tempfile
@@ -17,7 +18,7 @@ from tests.bad_input_cases import (  # noqa: E402
 )
 from tests.bad_input_newcomer import all_notices, notice_header, notice_row, told  # noqa: E402
 
-DOC = ROOT / "docs" / "bad-input.md"
+DOC = ROOT / "docs" / "reference" / "bad-input.md"
 
 with tempfile.TemporaryDirectory() as tmp:
     assets = Path(tmp) / "assets"

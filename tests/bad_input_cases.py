@@ -3,8 +3,8 @@
 `tests/test_bad_input.py` runs each case through the real command line, in process, in a fresh
 directory, and checks the contract: exit code 2, exactly one line on stderr, no traceback, the
 expected words, nothing already on disk changed. `scripts/update_bad_input_table.py` runs the same
-cases to write `docs/bad-input.md`, and the test checks that each row there is what the case
-prints now, so the table cannot drift from the code.
+cases to write `docs/reference/bad-input.md`, and the test checks that each row there is what
+the case prints now, so the table cannot drift from the code.
 
 Paths in commands are relative: each case runs in its own directory, which holds copies of the
 prebuilt things it names in `needs` (see `build_assets`), so messages show the paths a user typed.

@@ -1,5 +1,5 @@
 """Bad inputs of `fixedfirst inspect`, run like every other case of tests/bad_input_cases.py
-(which lists them in its table, docs/bad-input.md)."""
+(which lists them in its table, docs/reference/bad-input.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Bad input around memory: `fixedfirst plan`'s arguments, and a training step that cannot fit.
 
-Part of the bad-input table (tests/bad_input_cases.py, docs/bad-input.md)."""
+Part of the bad-input table (tests/bad_input_cases.py, docs/reference/bad-input.md)."""
 
 from __future__ import annotations
 

@@ -3,8 +3,9 @@
 `NEWCOMER_CASES` are refusals (part of the bad-input table: `all_cases` in
 tests/bad_input_cases.py). `NOTICES` are commands that do what was asked and must say what they
 did: an empty configuration trains the built-in synthetic language, a plan of a short run, a
-corpus too small for a default evaluation. They form the second table of docs/bad-input.md,
-checked by tests/test_bad_input.py the same way: the line the command prints is the row.
+corpus too small for a default evaluation. They form the second table of
+docs/reference/bad-input.md, checked by tests/test_bad_input.py the same way: the line the
+command prints is the row.
 """
 
 from __future__ import annotations

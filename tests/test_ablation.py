@@ -16,21 +16,23 @@ from tests.report_checks import assert_report_remade
 
 def test_variants_flip_one_switch_each_from_the_preset():
     ablation = load_ablation("chains", "smoke", [], 2, [0])
-    variants = ablation.variants()
-    assert variants["preset"] == []
-    assert set(variants) == {"preset", "state_init=normal", "injection=concat",
-                             "norm=sandwich", "coda_norm=false"}  # fmt: skip
-    preset_model = ablation.run_config([], 0).model
-    for name, overrides in variants.items():
-        model = ablation.run_config(overrides, 0).model
+    arms = ablation.arms()
+    assert set(arms) == {"preset", "state_init=normal", "injection=concat",
+                         "norm=sandwich", "coda_norm=false"}  # fmt: skip
+    preset_model = ablation.run_config("preset", 0).model
+    for name in arms:
+        model = ablation.run_config(name, 0).model
         changed = [s for s in SWITCHES if getattr(model, s) != getattr(preset_model, s)]
         assert changed == ([] if name == "preset" else [name.split("=")[0]])
-    assert ablation.depths == [1, 2, 4, 8, 32]
-    assert ablation.run_config([], 0).schedule.depth == 2
+        if name != "preset":
+            switch, value = name.split("=")
+            assert str(getattr(model, switch)).lower() == value
+    assert ablation.experiment.depths == [1, 2, 4, 8, 32]
+    assert ablation.run_config("preset", 0).schedule.depth == 2
 
 
 def test_without_the_coda_norm_the_state_reaches_the_coda_raw():
-    config = load_ablation("chains", "smoke", [], 2, [0]).run_config(["model.coda_norm=false"], 0)
+    config = load_ablation("chains", "smoke", [], 2, [0]).run_config("coda_norm=false", 0)
     model = LoopedTransformer(config.model)
     assert not any("core_norm" in name for name, _ in model.named_parameters())
 

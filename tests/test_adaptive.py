@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from fixedfirst.errors import UserError
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.serve import KLExit, stream_kl_exit, teacher_forced_kl_exit
+from fixedfirst.serve import Adaptive, KLExit, stream_kl_exit, teacher_forced_kl_exit
 from fixedfirst.serve.exit_rules import exit_rule
 from tests.conftest import tiny_model_config
 
@@ -106,7 +106,7 @@ def reference_generate(model, prompt: torch.Tensor, n: int, rule: KLExit):
 
 
 def cached_generate(model, prompt: torch.Tensor, n: int, rule: KLExit):
-    steps = list(stream_kl_exit(model, prompt, n, rule))
+    steps = list(stream_kl_exit(model, prompt, n, Adaptive(rule)))
     tokens = torch.cat([t for t, _ in steps], 1)
     depths = torch.stack([d for _, d in steps], 1)
     return tokens, depths
@@ -163,7 +163,7 @@ def test_teacher_forced_equals_recomputation():
     model = build(**SANDWICH)
     rule = KLExit(THRESHOLD, MAX_DEPTH)
     tokens = torch.randint(0, 61, (1, 16), generator=torch.Generator().manual_seed(4))
-    logits, depths = teacher_forced_kl_exit(model, tokens, rule, prefill=3)
+    logits, depths = teacher_forced_kl_exit(model, tokens, Adaptive(rule), prefill=3)
     assert depths[0, :3].tolist() == [MAX_DEPTH] * 3
     torch.testing.assert_close(logits[:, :3], model(tokens[:, :3], MAX_DEPTH))
     earlier = [MAX_DEPTH] * 3
@@ -195,4 +195,4 @@ def test_bad_rule_is_a_user_error(threshold, max_depth, fragment):
 def test_prompt_length_is_checked():
     model = build()
     with pytest.raises(UserError, match="max_seq_len"):
-        list(stream_kl_exit(model, torch.zeros(1, 90, dtype=torch.long), 10, KLExit()))
+        list(stream_kl_exit(model, torch.zeros(1, 90, dtype=torch.long), 10, Adaptive(KLExit())))

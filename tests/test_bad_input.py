@@ -2,10 +2,9 @@
 and input a command accepts but must speak up about (`all_notices`): exit 0 and a line saying
 what it did.
 
-The cases are data (tests/bad_input_cases.py and the files it gathers, tests/bad_input_newcomer.py
-and tests/bad_input_corpus.py for the notices); docs/bad-input.md is
-the same lists as two tables, and each case checks that its row there is what the command
-prints now.
+The cases are data (tests/bad_input_cases.py and the files it gathers; tests/bad_input_newcomer.py
+and the files its `all_notices` gathers for the notices); docs/reference/bad-input.md is the same
+lists as two tables, and each case checks that its row there is what the command prints now.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from tests.bad_input_cases import (
 from tests.bad_input_newcomer import all_notices, notice_header, notice_row, told
 
 ROOT = Path(__file__).resolve().parents[1]
-DOC = ROOT / "docs" / "bad-input.md"
+DOC = ROOT / "docs" / "reference" / "bad-input.md"
 NUMBERED = list(enumerate(all_cases(), 1))
 NOTICES_NUMBERED = list(enumerate(all_notices(), 1))
 
@@ -63,7 +62,7 @@ def test_bad_input(number, case, assets, tmp_path):
     assert snapshot(work) == before, "a refused command changed files on disk"
     rows = DOC.read_text().splitlines()
     assert table_row(number, case, lines[0]) in rows, (
-        f"docs/bad-input.md is stale for case {case.id}: "
+        f"docs/reference/bad-input.md is stale for case {case.id}: "
         "run `python scripts/update_bad_input_table.py`"
     )
 
@@ -82,7 +81,7 @@ def test_notice(number, notice, assets, tmp_path):
     after = snapshot(work)
     assert {k: after.get(k) for k in before} == before, "a file that was on disk changed"
     assert notice_row(number, notice, line) in DOC.read_text().splitlines(), (
-        f"docs/bad-input.md is stale for notice {notice.id}: "
+        f"docs/reference/bad-input.md is stale for notice {notice.id}: "
         "run `python scripts/update_bad_input_table.py`"
     )
 

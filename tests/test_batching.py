@@ -8,9 +8,11 @@ import pytest
 import torch
 
 from fixedfirst.model import KVCache, LoopedTransformer
+from fixedfirst.runs.served import load_served
 from fixedfirst.serve.adaptive import stream_adaptive
 from fixedfirst.serve.batching import generate_batch, left_pad
 from fixedfirst.serve.exit_rules import exit_rule
+from fixedfirst.serve.modes import Adaptive, FixedDepth
 from tests.conftest import tiny_model_config
 
 LENGTHS = [5, 1, 9, 3]
@@ -75,23 +77,21 @@ def test_padding_is_invisible(model):
 
 @pytest.mark.parametrize(("name", "threshold"), RULES)
 def test_padded_batch_under_each_exit_rule_equals_each_alone(model, name, threshold):
-    rule = exit_rule(name, threshold, 6)
+    mode = Adaptive(exit_rule(name, threshold, 6))
     rows = prompts()
     ids, pad = left_pad(rows)
-    steps = list(stream_adaptive(model, ids, 12, rule, pad=pad))
+    steps = list(stream_adaptive(model, ids, 12, mode, pad=pad))
     tokens = torch.cat([t for t, _ in steps], 1)
     depths = torch.stack([d for _, d in steps], 1)
     assert len(set(depths.flatten().tolist())) > 1, "rows should stop at several depths"
     assert (depths.min(0).values != depths.max(0).values).any(), "rows should stop apart"
     for b, row in enumerate(rows):
-        alone = list(stream_adaptive(model, torch.tensor([row]), 12, rule))
+        alone = list(stream_adaptive(model, torch.tensor([row]), 12, mode))
         assert tokens[b].tolist() == [int(t) for t, _ in alone], (name, b)
         assert depths[b].tolist() == [int(d) for _, d in alone], (name, b)
 
 
 def test_generate_batch_matches_single_prompt_generation(text_run):
-    from fixedfirst.runs.served import load_served
-    from fixedfirst.serve.decoding import Adaptive, FixedDepth
     from fixedfirst.serve.generation import generate_text
 
     served = load_served(text_run / "run")

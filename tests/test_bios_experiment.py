@@ -63,7 +63,7 @@ def test_side_by_side_workers_compute_what_one_process_computes(smoke_dir, monke
     assert results["workers"] == {"processes": 2, "threads_each": 1}
     assert "side_by_side" in results["wall_clock_s"]
     preset = load_preset("smoke")
-    planned = {p.name: p for p in preset.planned_runs()}
+    planned = {p.name: p for p in preset.runs()}
     assert set(planned) == set(results["runs"])
     for name, plan in planned.items():
         assert load_config(smoke_dir / "runs" / name / "config.toml") == plan.config, name
@@ -73,10 +73,10 @@ def test_side_by_side_workers_compute_what_one_process_computes(smoke_dir, monke
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     worker = smoke_dir / "runs" / f"{schedule}-seed{seed}"
     for fraction in preset.experiment.fractions:
-        step, report = recall_job(worker, planned[worker.name].config, fraction, preset.experiment)
-        assert step == snapshot_checkpoint(worker, fraction).step
+        recall = recall_job(worker, planned[worker.name].config, fraction, preset.experiment)
+        assert recall.step == snapshot_checkpoint(worker, fraction).step
         reported = recall_by_run(results, fraction)[(schedule, seed)]
-        assert RecallReport.from_dict(report).bits() == reported, fraction
+        assert RecallReport.from_dict(recall.report).bits() == reported, fraction
 
 
 def test_results_schema_and_matched_flops(smoke_dir):

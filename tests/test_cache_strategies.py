@@ -32,8 +32,9 @@ from fixedfirst.model import (
 from fixedfirst.model.kv_cache import entries_per_token
 from fixedfirst.serve.adaptive import stream_adaptive, teacher_forced_exit
 from fixedfirst.serve.batching import left_pad
-from fixedfirst.serve.decoding import FixedDepth, Speculated, teacher_forced
+from fixedfirst.serve.decoding import teacher_forced
 from fixedfirst.serve.exit_rules import ExitRule, ExitTracker, exit_rule
+from fixedfirst.serve.modes import Adaptive, FixedDepth, Speculated
 from fixedfirst.serve.speculative import stream_speculative
 from tests.conftest import tiny_model_config
 
@@ -186,7 +187,7 @@ def test_fixed_depth_decoding_reads_what_the_strategy_says(strategy):
     """Depth 7 wraps every bounded strategy's slots at least twice; a prompt of 5 in one call."""
     model = build(0, norm="sandwich")
     tokens = sequence(14, 1)
-    logits, _ = teacher_forced(model, tokens, FixedDepth(7, cache=strategy), prefill=5)
+    logits, _ = teacher_forced(model, tokens, FixedDepth(7, cache_strategy=strategy), prefill=5)
     expected = reference_logits(model, strategy, tokens[0].tolist(), [7] * 14, prefill=5)
     torch.testing.assert_close(logits[0], expected, rtol=0, atol=1e-9)
 
@@ -199,10 +200,12 @@ def test_the_strategies_differ_where_the_table_says_they_do():
     tokens = sequence(10, 2)
     full, _ = teacher_forced(model, tokens, FixedDepth(7), prefill=4)
     for strategy in (LAST_ITERATION, BoundedCache(2), BoundedCache(3)):
-        logits, _ = teacher_forced(model, tokens, FixedDepth(7, cache=strategy), prefill=4)
+        logits, _ = teacher_forced(model, tokens, FixedDepth(7, cache_strategy=strategy), prefill=4)
         assert torch.equal(logits[:, :4], full[:, :4])  # the prompt's call: every strategy alike
         assert (logits[:, 4:] - full[:, 4:]).abs().amax() > 1e-4, strategy
-    wide, _ = teacher_forced(model, tokens, FixedDepth(7, cache=BoundedCache(16)), prefill=4)
+    wide, _ = teacher_forced(
+        model, tokens, FixedDepth(7, cache_strategy=BoundedCache(16)), prefill=4
+    )
     assert torch.equal(wide, full)
 
 
@@ -221,7 +224,9 @@ def test_early_exit_decoding_reads_what_the_strategy_says(strategy, rule_class):
     model = build(0)
     tokens = sequence(3 + len(SCRIPT), 4)
     rule = rule_class(max_depth=6, script=tuple((d,) for d in SCRIPT))
-    logits, depths = teacher_forced_exit(model, tokens, rule, prefill=3, cache_strategy=strategy)
+    logits, depths = teacher_forced_exit(
+        model, tokens, Adaptive(rule, cache_strategy=strategy), prefill=3
+    )
     assert depths[0].tolist() == [6, 6, 6, *SCRIPT]
     expected = reference_logits(model, strategy, tokens[0].tolist(), depths[0].tolist(), 3)
     torch.testing.assert_close(logits[0], expected, rtol=0, atol=1e-9)
@@ -235,7 +240,9 @@ def test_rows_that_stop_apart_in_a_batch_read_what_they_would_alone(strategy):
     tokens = torch.cat([sequence(10, 20), sequence(10, 21)])
     script = tuple((a, b) for a, b in zip(SCRIPT[:7], SCRIPT[5:], strict=True))
     rule = ScriptedExit(max_depth=6, script=script)
-    logits, depths = teacher_forced_exit(model, tokens, rule, prefill=3, cache_strategy=strategy)
+    logits, depths = teacher_forced_exit(
+        model, tokens, Adaptive(rule, cache_strategy=strategy), prefill=3
+    )
     for b in range(2):
         row = depths[b].tolist()
         assert row[3:] == [s[b] for s in script]
@@ -262,13 +269,13 @@ def test_padded_batches_decode_each_row_as_alone(strategy):
     rows = [sequence(n, 10 + n)[0].tolist() for n in (3, 7, 5)]
     ids, pad = left_pad(rows)
     batch = torch.cat(list(model.stream(ids, 8, 6, pad=pad, cache_strategy=strategy)), 1)
-    rule = exit_rule("kl", 2e-3, 6)
-    steps = list(stream_adaptive(model, ids, 8, rule, pad=pad, cache_strategy=strategy))
+    mode = Adaptive(exit_rule("kl", 2e-3, 6), cache_strategy=strategy)
+    steps = list(stream_adaptive(model, ids, 8, mode, pad=pad))
     adaptive = torch.cat([t for t, _ in steps], 1)
     for b, row in enumerate(rows):
         alone = model.stream(torch.tensor([row]), 8, 6, cache_strategy=strategy)
         assert batch[b].tolist() == torch.cat(list(alone), 1)[0].tolist(), b
-        single = list(stream_adaptive(model, torch.tensor([row]), 8, rule, cache_strategy=strategy))
+        single = list(stream_adaptive(model, torch.tensor([row]), 8, mode))
         assert adaptive[b].tolist() == [int(t) for t, _ in single], b
 
 
@@ -277,7 +284,7 @@ def test_speculation_equals_plain_greedy_under_the_same_strategy(strategy):
     model = build(0)
     prompt = sequence(5, 6)
     plain = model.generate(prompt, 24, 6, cache_strategy=strategy)[:, 5:]
-    steps = stream_speculative(model, prompt, 24, 6, 2, 4, cache_strategy=strategy)
+    steps = stream_speculative(model, prompt, 24, Speculated(6, 2, 4, strategy))
     assert torch.cat(list(steps), 1).tolist() == plain.tolist()
 
 
@@ -285,9 +292,8 @@ def test_speculation_equals_plain_greedy_under_the_same_strategy(strategy):
 def test_speculation_refuses_a_cache_that_shares_slots_below_the_serving_depth(strategy):
     with pytest.raises(UserError, match="needs every iteration's cache entry up to the serving"):
         Speculated(6, 2, 4, strategy)
-    model = build(0)
     with pytest.raises(UserError, match="use --cache full, or bounded:S with S >= 6"):
-        next(stream_speculative(model, sequence(4, 0), 8, 6, 2, cache_strategy=strategy))
+        Speculated(6, 2, cache_strategy=strategy)
 
 
 def test_bytes_per_token_follow_the_entries_the_strategy_keeps():

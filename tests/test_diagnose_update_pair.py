@@ -18,7 +18,8 @@ from fixedfirst.studies.diagnose.update_pair import (
     update_rms,
 )
 from fixedfirst.train.optim import build_optimizer
-from fixedfirst.train.step import train_step
+from fixedfirst.train.parallel import ParallelModel
+from fixedfirst.train.step import StepContext, train_step
 from tests.conftest import tiny_model_config
 
 TRAIN = TrainConfig(batch_size=8, micro_batch_size=4, seq_len=16, lr=3e-3)
@@ -28,6 +29,10 @@ def seeds(index: int) -> list[int]:
     return pair_row_seeds(0, index, 8)
 
 
+def alone(model, optimizer) -> StepContext:
+    return StepContext(ParallelModel.alone(model), optimizer, TRAIN)
+
+
 def trained_state():
     """A tiny model and AdamW a few steps into training (so the moments are not zero)."""
     torch.manual_seed(0)
@@ -35,7 +40,7 @@ def trained_state():
     optimizer = build_optimizer(model, TRAIN)
     source = SyntheticSource(61, 16, seeds(1))
     for step, depth in enumerate((2, 3, 2)):
-        train_step(model, optimizer, source.next_batch(8), depth, 3e-3, TRAIN, seeds(step))
+        train_step(alone(model, optimizer), source.next_batch(8), depth, 3e-3, seeds(step))
     heldout = stack_batches(source.validation_batches(2, 4))
     return model, optimizer, source, heldout
 
@@ -83,13 +88,13 @@ def test_snapshot_restores_optimizer_moments_and_step_count():
     batch, other = source.next_batch(8), source.next_batch(8)
     snapshot = StateSnapshot(model, optimizer)
     before = state_digest(model, optimizer)
-    train_step(model, optimizer, other, 5, 3e-3, TRAIN, seeds(0))
+    train_step(alone(model, optimizer), other, 5, 3e-3, seeds(0))
     assert state_digest(model, optimizer) != before
     snapshot.restore(model, optimizer)
     assert state_digest(model, optimizer) == before
     # The restored state steps exactly like an untouched copy of the original does.
-    train_step(model, optimizer, batch, 5, 3e-3, TRAIN, seeds(7))
-    train_step(twin, twin_optimizer, batch, 5, 3e-3, TRAIN, seeds(7))
+    train_step(alone(model, optimizer), batch, 5, 3e-3, seeds(7))
+    train_step(alone(twin, twin_optimizer), batch, 5, 3e-3, seeds(7))
     assert state_digest(model, optimizer) == state_digest(twin, twin_optimizer)
 
 

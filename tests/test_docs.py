@@ -145,3 +145,58 @@ def test_the_readmes_links_resolve():
             assert (ROOT / path).exists(), f"README links {link}, which does not exist"
         else:
             assert anchor in slugs, f"README links #{anchor}, which is no heading of it"
+
+
+# Files named in the pages written by hand and in the package's, benchmarks' and scripts' own
+# words (docstrings, comments): a path (`model/looped.py`, `src/fixedfirst/...`,
+# `benchmarks/serving.py`) or a bare module name (`memory.py`). The log is history and may name
+# modules that have moved since; generated pages say what their generators write.
+PYTHON_FILE = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[A-Za-z_]\w*\.py)\b")
+ELSEWHERE = {"recpre/raven_modeling_minimal.py"}  # in Huginn's repository (design §19)
+NOT_WRITTEN_BY_HAND = ("figures", "probes", "diagnose", "log.md", "reference/bad-input.md")
+
+
+def python_files_named(path: Path) -> list[tuple[int, str]]:
+    text = path.read_text()
+    return [
+        (text.count("\n", 0, m.start()) + 1, m.group(1))
+        for m in PYTHON_FILE.finditer(text)
+        if m.group(1) not in ELSEWHERE
+    ]
+
+
+def test_every_python_file_the_docs_and_docstrings_name_exists():
+    """A module that moved or was renamed leaves its old name in the words about it
+    (`cli/decoding_flags.py`, `hardware.py`): every file named resolves to one in the repository,
+    from the root, from src/ or src/fixedfirst/, beside the naming file, or, for a path, as the
+    tail of one; a bare name to a module of that name anywhere."""
+    ours = [
+        p
+        for folder in ("src", "benchmarks", "scripts", "tests")
+        for p in (ROOT / folder).rglob("*.py")
+    ]
+    names = {p.name for p in ours}
+    tails = {p.relative_to(ROOT).as_posix() for p in ours}
+    sources = [*(ROOT / "src" / "fixedfirst").rglob("*.py"), ROOT / "README.md"]
+    sources += [*(ROOT / "benchmarks").glob("*.py"), *(ROOT / "scripts").glob("*.py")]
+    sources += [
+        page
+        for page in DOCS.rglob("*.md")
+        if not page.relative_to(DOCS).as_posix().startswith(NOT_WRITTEN_BY_HAND)
+    ]
+
+    def exists(name: str, where: Path) -> bool:
+        if "/" not in name:
+            return name in names
+        bases = (ROOT, ROOT / "src", ROOT / "src" / "fixedfirst", where.parent)
+        return any((base / name).is_file() for base in bases) or any(
+            tail.endswith("/" + name) for tail in tails
+        )
+
+    missing = [
+        f"{source.relative_to(ROOT)}:{line}: {name}"
+        for source in sources
+        for line, name in python_files_named(source)
+        if not exists(name, source)
+    ]
+    assert not missing, "files named that do not exist:\n" + "\n".join(missing)

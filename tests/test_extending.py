@@ -1,6 +1,6 @@
-"""The contributor's recipes of docs/design.md §16 work as written: a task and an exit rule added
-in a package of their own (a temporary one on sys.path, outside fixedfirst) run through the
-public API. A recipe that needs an edit the docs do not mention fails here."""
+"""The contributor's recipes of docs/development/extending.md work as written: a task and an
+exit rule added in a package of their own (a temporary one on sys.path, outside fixedfirst) run
+through the public API. A recipe that needs an edit the docs do not mention fails here."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from fixedfirst.cli.main import main
 from fixedfirst.data.registry import KINDS, DataKind, data_kind, register_kind
 from fixedfirst.errors import UserError
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.serve import teacher_forced_exit
+from fixedfirst.serve import Adaptive, teacher_forced_exit
 from tests.conftest import tiny_model_config
 from tests.trainer_helpers import TINY_TOML
 
@@ -222,7 +222,7 @@ def test_an_exit_rule_in_its_own_package_decides_each_tokens_depth(own_package):
     torch.manual_seed(0)
     model = LoopedTransformer(tiny_model_config()).double().eval()
     tokens = torch.randint(0, model.config.vocab_size, (2, 7))
-    logits, depths = teacher_forced_exit(model, tokens, rule)
+    logits, depths = teacher_forced_exit(model, tokens, Adaptive(rule))
     assert depths.tolist() == [[3] * 7] * 2
     with torch.no_grad():
         fixed = model(tokens, depth=3)  # every position stopping at 3 is a depth-3 forward
@@ -255,8 +255,8 @@ SCHEDULE_RECIPE = [
         '        return f"two-step {c.k_min}, {c.k_max}"\n',
     ),
 ]
-"""docs/design.md §16's steps for a schedule kind, applied to a copy of the package: the kind in
-ScheduleConfig, its stages in `Schedule._build_stages`, its name in `describe`."""
+"""docs/development/extending.md's steps for a schedule kind, applied to a copy of the package:
+the kind in ScheduleConfig, its stages in `Schedule._build_stages`, its name in `describe`."""
 
 
 def test_a_schedule_added_as_the_docs_say_trains(tmp_path):

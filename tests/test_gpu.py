@@ -18,7 +18,8 @@ from fixedfirst.config import TrainConfig
 from fixedfirst.data.source import Batch
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.train.optim import build_optimizer
-from fixedfirst.train.step import state_seeds, train_step
+from fixedfirst.train.parallel import ParallelModel
+from fixedfirst.train.step import StepContext, state_seeds, train_step
 from tests.conftest import tiny_model_config
 
 pytestmark = pytest.mark.gpu
@@ -40,15 +41,13 @@ def batch(step: int, device: torch.device) -> Batch:
     return Batch(x[:, :-1].to(device), x[:, 1:].to(device))
 
 
-def train(model, device, dtype=torch.float32, parallel=None, steps=4) -> list[float]:
+def train(model: ParallelModel, device, dtype=torch.float32, steps=4) -> list[float]:
     """`steps` steps at depth 4 on one batch (so that the loss falls); the losses."""
-    optimizer = build_optimizer(model, TRAIN)
+    context = StepContext(model, build_optimizer(model.module, TRAIN), TRAIN, dtype)
     losses = []
     for step in range(steps):
         seeds = state_seeds(0, step, range(TRAIN.batch_size))
-        loss, _ = train_step(
-            model, optimizer, batch(0, device), 4, TRAIN.lr, TRAIN, seeds, dtype, parallel
-        )
+        loss, _ = train_step(context, batch(0, device), 4, TRAIN.lr, seeds)
         losses.append(loss.item())
     return losses
 
@@ -59,8 +58,8 @@ def fresh_model(device: torch.device) -> LoopedTransformer:
 
 
 def test_bf16_autocast_training_follows_fp32(device):
-    fp32 = train(fresh_model(device), device)
-    bf16 = train(fresh_model(device), device, torch.bfloat16)
+    fp32 = train(ParallelModel.alone(fresh_model(device)), device)
+    bf16 = train(ParallelModel.alone(fresh_model(device)), device, torch.bfloat16)
     assert fp32[-1] < fp32[0] - 0.1  # the steps train
     assert max(abs(a - b) for a, b in zip(fp32, bf16, strict=True)) < 0.02, (fp32, bf16)
 
@@ -84,10 +83,9 @@ def test_fsdp2_on_one_rank_trains_like_the_plain_model(device, tmp_path):
     import torch.distributed as dist
 
     from fixedfirst.train.distributed import World
-    from fixedfirst.train.parallel import ParallelModel
 
     plain = fresh_model(device)
-    plain_losses = train(plain, device)
+    plain_losses = train(ParallelModel.alone(plain), device)
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend, init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
     try:
@@ -95,7 +93,7 @@ def test_fsdp2_on_one_rank_trains_like_the_plain_model(device, tmp_path):
         parallel = ParallelModel(
             sharded, World(0, 1, 0, launched=True), "fsdp", device, torch.float32
         )
-        losses = train(parallel.module, device, parallel=parallel)
+        losses = train(parallel, device)
         weights, _ = parallel.full_state(build_optimizer(parallel.module, TRAIN))
     finally:
         dist.destroy_process_group()

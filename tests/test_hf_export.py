@@ -302,11 +302,14 @@ def test_a_bounded_cache_decodes_as_fixedfirst_does(hf_model, served, slots):
     as fixedfirst's decoding through that cache, which differ from the full cache's; generate
     gives fixedfirst's tokens, with min(depth, S) core slots per layer in its cache."""
     from fixedfirst.model import BoundedCache
-    from fixedfirst.serve.decoding import FixedDepth, teacher_forced
+    from fixedfirst.serve.decoding import teacher_forced
+    from fixedfirst.serve.modes import FixedDepth
 
     ids = torch.tensor([[EOD, *b"the river stone lamp"]])
     mine = hf_teacher_forced(hf_model, ids, 4, depth=5, cache_slots=slots)
-    ours, _ = teacher_forced(served.model, ids, FixedDepth(5, cache=BoundedCache(slots)), 4)
+    ours, _ = teacher_forced(
+        served.model, ids, FixedDepth(5, cache_strategy=BoundedCache(slots)), 4
+    )
     torch.testing.assert_close(mine, ours, rtol=0, atol=1e-5)
     full = hf_teacher_forced(hf_model, ids, 4, depth=5)
     assert (mine[:, 4:] - full[:, 4:]).abs().amax() > 1e-4  # ten times the tolerance above

@@ -17,7 +17,7 @@ from fixedfirst.data.tokenizer import ByteTokenizer
 from fixedfirst.inspection import inspect_sequences, page_record, read_page_record
 from fixedfirst.inspection.sources import text_sequence
 from fixedfirst.model.loss import IGNORE_INDEX
-from fixedfirst.serve.decoding import Adaptive
+from fixedfirst.serve.modes import Adaptive
 
 ABOUT = {"run": "run", "schedule": "fixed-first", "source": "a text", "precision": "fp32"}
 CHAINS_TOML = """
@@ -153,7 +153,7 @@ def test_exit_rules_stop_where_generation_stops(text_run):
     start = torch.tensor([[served.tokenizer.start_id]])
     for name in EXIT_RULES:
         rule = exit_rule(name, None, 6)
-        generated = list(stream_adaptive(served.model, start, 40, rule))
+        generated = list(stream_adaptive(served.model, start, 40, Adaptive(rule)))
         tokens = [served.tokenizer.start_id, *(int(t[0, 0]) for t, _ in generated)]
         sequence = ScoredSequence(tokens[:-1], tokens[1:], "generated")
         inspection = inspect_sequences(served.model, [sequence], [1, 3, 6], [Adaptive(rule)])

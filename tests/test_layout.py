@@ -247,3 +247,45 @@ def test_the_package_and_its_command_line_start_without_the_optional_extras():
         "assert not imported, f'imported at start: {sorted(imported)}'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=SRC.parent)
+
+
+MAX_PARAMETERS = 7
+WIDE_CHECKED = ("serve", "train", "model")
+"""Packages whose public functions take at most MAX_PARAMETERS parameters: past that, what
+travels together is one typed value (a decoding mode, a step's context)."""
+
+
+def parameters(function: ast.FunctionDef | ast.AsyncFunctionDef, method: bool) -> list[str]:
+    """The names a caller may pass: self/cls of a method not counted, *args and **kwargs are."""
+    a = function.args
+    names = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+    names += [p.arg for p in (a.vararg, a.kwarg) if p is not None]
+    static = any(getattr(d, "id", None) == "staticmethod" for d in function.decorator_list)
+    return names[1:] if method and not static else names
+
+
+def wide_functions(tree: ast.Module) -> list[str]:
+    found = []
+    scopes: list[tuple[list[ast.stmt], bool]] = [(tree.body, False)]
+    while scopes:
+        body, method = scopes.pop()
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                scopes.append((node.body, True))
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                names = parameters(node, method)
+                if not node.name.startswith("_") and len(names) > MAX_PARAMETERS:
+                    found.append(f"{node.name}({', '.join(names)})")
+    return found
+
+
+def test_public_functions_take_at_most_seven_parameters():
+    """Module-level functions and methods of serve/, train/ and model/ whose names do not start
+    with `_`."""
+    wide = {
+        str(path.relative_to(SRC)): found
+        for package in WIDE_CHECKED
+        for path in sorted((SRC / "fixedfirst" / package).rglob("*.py"))
+        if (found := wide_functions(ast.parse(path.read_text())))
+    }
+    assert wide == {}

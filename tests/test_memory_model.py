@@ -29,8 +29,9 @@ from fixedfirst.model import LoopedTransformer
 from fixedfirst.train import memory_check
 from fixedfirst.train.memory_check import check_training_memory
 from fixedfirst.train.optim import build_optimizer
+from fixedfirst.train.parallel import ParallelModel
 from fixedfirst.train.peak_memory import step_peak
-from fixedfirst.train.step import state_seeds, train_step
+from fixedfirst.train.step import StepContext, state_seeds, train_step
 from fixedfirst.train.trainer import Trainer
 from tests.conftest import tiny_model_config
 from tests.trainer_helpers import TINY_TOML, tiny_config
@@ -74,10 +75,11 @@ def measured(overrides: dict, depth: int, checkpoint: bool, dtype: torch.dtype) 
     x = torch.randint(0, config.vocab_size, (4, 49), generator=torch.Generator().manual_seed(0))
     batch = Batch(x[:, :-1], x[:, 1:])
     seeds = state_seeds(0, 0, range(4))
-    train_step(model, optimizer, batch, 1, 1e-3, train, seeds, dtype)  # AdamW's state
+    context = StepContext(ParallelModel.alone(model), optimizer, train, dtype)
+    train_step(context, batch, 1, 1e-3, seeds)  # AdamW's state
 
     def step() -> None:
-        train_step(model, optimizer, batch, depth, 1e-3, train, seeds, dtype)
+        train_step(context, batch, depth, 1e-3, seeds)
 
     return step_peak(
         torch.device("cpu"), step, model, optimizer, batch.inputs, batch.targets

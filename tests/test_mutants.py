@@ -93,14 +93,39 @@ def test_only_failing_tests_kill_a_mutant(monkeypatch, code, stdout, outcome, de
     assert TOOL.run_tests(("tests/t.py",), timeout=10) == (outcome, detail)
 
 
+RESULT = ROOT / "docs" / "development" / "mutation-result.md"
+
+
+def committed_rows() -> dict[str, tuple[str, str]]:
+    """Mutant id -> (file, result) of each row of the committed result's table."""
+    rows = [
+        line.split("|")[1:4] for line in RESULT.read_text().splitlines() if line.startswith("| ")
+    ]
+    return {cells[0].strip(): (cells[1].strip(), cells[2].strip()) for cells in rows[2:]}
+
+
 def test_the_committed_result_is_the_scripts_table_for_todays_list():
-    """docs/mutation-result.md is the script's table for every mutant listed now (a mutant added
-    or renamed without a run fails here), with the summary line the script prints for it; the
-    manual quotes that line (tests/test_doc_quotes.py), so the two cannot drift apart."""
-    result = (ROOT / "docs" / "mutation-result.md").read_text()
-    rows = [line.split("|")[1:4] for line in result.splitlines() if line.startswith("| ")]
-    outcomes = {cells[0].strip(): cells[2].strip() for cells in rows[2:]}  # after the header
+    """docs/development/mutation-result.md is the script's table for every mutant listed now (a
+    mutant added or renamed without a run fails here), with the summary line the script prints for
+    it; the manual quotes that line (tests/test_doc_quotes.py), so the two cannot drift apart."""
+    outcomes = {name: result for name, (_, result) in committed_rows().items()}
     assert sorted(outcomes) == sorted(m.id for m in MUTANTS)
     killed = sum(outcome == "killed" for outcome in outcomes.values())
     summary = f"{killed} of {len(MUTANTS)} mutants killed"
-    assert summary in result
+    assert summary in RESULT.read_text()
+
+
+def test_every_file_the_committed_result_names_exists_and_is_its_mutants():
+    """The result's file column names today's files: a module that moved or was renamed since the
+    last run (the column is relative to src/fixedfirst/, or to the repository for a script) fails
+    here, and so does a row whose mutant now edits another file."""
+    named = {name: file for name, (file, _) in committed_rows().items()}
+    gone = sorted(
+        file
+        for file in set(named.values())
+        if not (ROOT / "src" / "fixedfirst" / file).is_file() and not (ROOT / file).is_file()
+    )
+    assert not gone, f"docs/development/mutation-result.md names files that do not exist: {gone}"
+    today = {m.id: m.file.removeprefix("src/fixedfirst/") for m in MUTANTS}
+    moved = sorted(name for name in named if named[name] != today.get(name))
+    assert not moved, f"mutants whose file differs from scripts/mutants.toml: {moved}"

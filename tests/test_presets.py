@@ -138,3 +138,52 @@ def test_the_chains_switch_study_trains_the_chains_default_preset():
         assert getattr(study.train, key) == getattr(preset.train, key), key
     # Its token budget is what the preset's fixed-first run gets at the preset's FLOP budget.
     assert plan_run(study).tokens == plan_run(preset).tokens
+
+
+# The schedules as `--set` strings, as the studies wrote them before they were typed values: a
+# run trained then is one the studies still reuse only if they plan the very same configuration.
+PAPER_OVERRIDES = {
+    "fixed-4": ["schedule.kind=fixed", "schedule.depth=4"],
+    "uniform-1-16": ["schedule.kind=uniform", "schedule.k_min=1", "schedule.k_max=16"],
+    "fixed-first-4-0.8": ["schedule.kind=fixed-first", "schedule.k0=4", "schedule.switch=0.8",
+                          "schedule.finish=uniform", "schedule.k_min=1", "schedule.k_max=16"],
+    "fixed-first-2-0.67": ["schedule.kind=fixed-first", "schedule.k0=2", "schedule.switch=0.67",
+                           "schedule.finish=uniform", "schedule.k_min=1", "schedule.k_max=16"],
+    "progressive": ["schedule.kind=progressive", "schedule.k_min=1", "schedule.k_max=16"],
+}  # fmt: skip
+WSD = ["train.lr_schedule=wsd", "train.decay=0.2"]
+
+
+def test_the_studies_plan_the_runs_their_set_strings_planned():
+    from fixedfirst.config import RunConfig, apply_overrides
+    from fixedfirst.studies.ablation.experiment import load_ablation
+    from fixedfirst.studies.bios.experiment import load_preset as bios
+    from fixedfirst.studies.chains.experiment import load_preset as chains
+
+    def planned(base: dict, *overrides: str) -> RunConfig:
+        return RunConfig.from_dict(apply_overrides(base, list(overrides)))
+
+    loop = bios("loop")
+    assert "fixed-first-4-0.8-wsd" in loop.experiment.schedules
+    for run in loop.runs():
+        arm, seed = run.name.rsplit("-seed", 1)
+        schedule = [*PAPER_OVERRIDES[arm.removesuffix("-wsd")], *(WSD if "wsd" in arm else [])]
+        snapshots = f"train.snapshots=[{', '.join(map(repr, loop.experiment.snapshots))}]"
+        budget = [f"train.flops={loop.experiment.flops!r}", snapshots, f"train.seed={seed}"]
+        assert run.config == planned(loop.base, *budget, *schedule), run.name
+    default = chains("default")
+    assert len(default.runs()) == 25
+    for run in default.runs():
+        arm, seed = run.name.rsplit("-seed", 1)
+        budget = [f"train.flops={default.experiment.flops!r}", f"train.seed={seed}"]
+        assert run.config == planned(default.base, *budget, *PAPER_OVERRIDES[arm]), run.name
+    ablation = load_ablation("bios", "smoke", [], 2, [0, 1])
+    for run in ablation.runs():
+        variant, seed = run.name.rsplit("-seed", 1)
+        model = []
+        if variant != "preset":
+            switch, value = variant.split("=")
+            model = [f"model.{switch}={value if value in ('true', 'false') else repr(value)}"]
+        budget = [f"train.flops={ablation.experiment.flops!r}", f"train.seed={seed}"]
+        fixed = ["schedule.kind=fixed", "schedule.depth=2"]
+        assert run.config == planned(ablation.base, *fixed, *budget, *model), run.name

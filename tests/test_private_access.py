@@ -36,10 +36,6 @@ THIRD_PARTY: dict[tuple[str, str], str] = {
         "fixedfirst/data/documents.py",
         "_fingerprint",
     ): "a datasets.Dataset's content hash: the only way to tell a changed dataset from the same",
-    (
-        "fixedfirst/studies/side_by_side.py",
-        "_processes",
-    ): "ProcessPoolExecutor has no public list of its worker processes, which a stop must signal",
 }
 """(file under src/, private name) -> why that member of another library is used."""
 

@@ -2,7 +2,7 @@
 an edited configuration but not a setting that only changes how the same run is computed, a
 branch continues a checkpoint as a new run with new settings, a run whose config.toml was deleted
 recovers it from its checkpoints, and a run whose data moved is evaluated with `--data`.
-(The one-line refusals are rows of docs/bad-input.md: tests/bad_input_cluster.py.)"""
+(The one-line refusals are rows of docs/reference/bad-input.md: tests/bad_input_cluster.py.)"""
 
 from __future__ import annotations
 

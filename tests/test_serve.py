@@ -14,7 +14,7 @@ from fixedfirst.cli.main import main
 from fixedfirst.data.tokenizer import load_tokenizer
 from fixedfirst.runs.served import load_served
 from fixedfirst.runs.tokenizer import run_tokenizer
-from fixedfirst.serve import KLExit, stream_kl_exit
+from fixedfirst.serve import Adaptive, KLExit, Sampling, stream_kl_exit
 from fixedfirst.serve.generation import IncrementalDecoder
 from tests.trainer_helpers import tiny_config
 
@@ -82,7 +82,7 @@ def test_generate_with_kl_exit_reports_the_mean_depth(text_run, served, capsys):
     )
     assert code == 0
     prompt = torch.tensor([[EOD, *b"the lamp"]])
-    steps = list(stream_kl_exit(served.model, prompt, 25, KLExit(1e-2, 5)))
+    steps = list(stream_kl_exit(served.model, prompt, 25, Adaptive(KLExit(1e-2, 5))))
     ids = [int(t) for t, _ in steps]
     n = ids.index(EOD) if EOD in ids else len(ids)
     depths = [int(d) for _, d in steps][:n]
@@ -143,9 +143,8 @@ def test_sampling_is_seeded(text_run, served, capsys):
     prompt = torch.tensor([[EOD, *b"the"]])
 
     def sample(seed: int) -> list[int]:
-        generator = torch.Generator().manual_seed(seed)
-        steps = stream_kl_exit(served.model, prompt, 30, KLExit(1e-2, 4), 1.0, generator)
-        return [int(token) for token, _ in steps]
+        mode = Adaptive(KLExit(1e-2, 4), Sampling(1.0, seed))
+        return [int(token) for token, _ in stream_kl_exit(served.model, prompt, 30, mode)]
 
     assert sample(5) == sample(5) != sample(6)
 

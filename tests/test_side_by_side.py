@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from functools import partial
 from pathlib import Path
 
 import pytest
@@ -20,15 +19,16 @@ from fixedfirst.errors import UserError
 from fixedfirst.files.writing import write_json_atomic
 from fixedfirst.runs.directory import RunDir
 from fixedfirst.studies.side_by_side import (
-    Experiment,
     Job,
+    Study,
+    WorkerPool,
     conduct,
+    once_finished,
     plan_workers,
-    run_finished,
     run_jobs,
     run_progress,
 )
-from fixedfirst.studies.training import PlannedRun, RunOutcome, run_directory
+from fixedfirst.studies.training import PlannedRun, RunOutcome
 from fixedfirst.train.trainer import Trainer
 from tests.bad_input_edges import HOLDER
 from tests.trainer_helpers import tiny_config, train_records
@@ -166,6 +166,33 @@ def test_a_scheduler_sigterm_to_the_parent_stops_the_workers_and_exits_for_reque
     assert said.read_text() == "stop requested: True"  # the worker was asked, then waited for
 
 
+def stop_was_asked(wait: float) -> bool:
+    """A worker's job: whether a stop request reaches it within `wait` seconds."""
+    from fixedfirst.train.interrupt import Interrupt
+
+    with Interrupt(announce=False) as interrupt:
+        deadline = time.monotonic() + wait
+        while not interrupt.requested and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return interrupt.requested
+
+
+def test_a_stop_reaches_a_started_worker_and_one_that_starts_after_it():
+    """Without the executor's private list of processes: a started worker is known by the id
+    it reported, and one started after the stop takes the request as it starts."""
+    started = WorkerPool(1, 1)
+    late = WorkerPool(1, 1)
+    try:
+        assert started.executor.submit(stop_was_asked, 0.0).result(timeout=120) is False
+        started.stop()
+        assert started.executor.submit(stop_was_asked, 60.0).result(timeout=120) is True
+        late.stop()  # before its worker exists
+        assert late.executor.submit(stop_was_asked, 0.0).result(timeout=120) is True
+    finally:
+        started.executor.shutdown()
+        late.executor.shutdown()
+
+
 def test_a_stop_request_is_a_first_ctrl_c_however_often_it_comes():
     from fixedfirst.train import interrupt as module
 
@@ -225,12 +252,24 @@ def toy_runs(*names: str) -> list[PlannedRun]:
     return [PlannedRun(name, tiny_config("train.tokens=1280")) for name in names]
 
 
-def toy_study(out: Path, runs: list[PlannedRun], only: set[str] | None = None) -> Experiment:
-    def evaluations(planned: PlannedRun) -> list[Job]:
-        run = run_directory(out, planned.name).path
-        return [Job(f"count {planned.name}", count_steps, (run,), ready=partial(run_finished, run))]
+class ToyStudy(Study):
+    name = "toy"
+    evaluated = "step counts"
+    collecting = "counting"
 
-    def collect(outcomes: list[RunOutcome], quiet: bool) -> dict:
+    def __init__(self, runs: list[PlannedRun]) -> None:
+        self.planned = runs
+
+    def runs(self) -> list[PlannedRun]:
+        return self.planned
+
+    def evaluations(self, planned: PlannedRun, run: Path) -> list[Job]:
+        def say(result: dict, seconds: float) -> None:
+            print(f"  counted count {planned.name}: {result['steps']}")
+
+        return [once_finished(f"count {planned.name}", run, count_steps, say=say)]
+
+    def collect(self, outcomes: list[RunOutcome], quiet: bool) -> dict:
         return {
             "runs": {
                 o.name: {"reused": o.reused, "steps": o.summary["steps"], **count_steps(o.path)}
@@ -238,20 +277,9 @@ def toy_study(out: Path, runs: list[PlannedRun], only: set[str] | None = None) -
             }
         }
 
-    def write(results: dict, out: Path) -> None:
+    def write(self, results: dict, out: Path) -> list[Path]:
         (out / "report.md").write_text(", ".join(results["runs"]) + "\n")
-
-    return Experiment(
-        name="toy",
-        runs=runs,
-        evaluations=evaluations,
-        evaluated="step counts",
-        show=lambda job, result, seconds: print(f"  counted {job.label}: {result['steps']}"),
-        collect=collect,
-        collecting="counting",
-        write=write,
-        only=None if only is None else frozenset(only),
-    )
+        return [out / "report.md"]
 
 
 def refuse_training(*args, **kwargs):
@@ -261,7 +289,7 @@ def refuse_training(*args, **kwargs):
 def test_conduct_resumes_an_interrupted_run_then_reuses_every_finished_one(tmp_path, monkeypatch):
     runs = toy_runs("a", "b")
     Trainer(runs[1].config, str(tmp_path / "runs" / "b"), quiet=True).train(stop_after=3)
-    results = conduct(toy_study(tmp_path, runs), tmp_path, quiet=True, jobs=1)
+    results = conduct(ToyStudy(runs), tmp_path, quiet=True, jobs=1).results
     assert {n: (r["reused"], r["steps"]) for n, r in results["runs"].items()} == {
         "a": (False, 10),
         "b": (False, 10),
@@ -274,7 +302,7 @@ def test_conduct_resumes_an_interrupted_run_then_reuses_every_finished_one(tmp_p
     assert (tmp_path / "report.md").read_text() == "a, b\n"
 
     monkeypatch.setattr("fixedfirst.train.trainer.Trainer.train", refuse_training)
-    again = conduct(toy_study(tmp_path, runs), tmp_path, quiet=True, jobs=2)
+    again = conduct(ToyStudy(runs), tmp_path, quiet=True, jobs=2).results
     assert again["workers"]["processes"] == 1  # nothing left to train: no worker processes
     assert {n: r["reused"] for n, r in again["runs"].items()} == {"a": True, "b": True}
     assert {n: r["pid"] for n, r in again["runs"].items()} == {
@@ -287,7 +315,7 @@ def test_side_by_side_the_workers_train_and_evaluate_and_this_process_reads(
 ):
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     monkeypatch.setattr("fixedfirst.train.trainer.Trainer.train", refuse_training)  # here only
-    results = conduct(toy_study(tmp_path, toy_runs("a", "b")), tmp_path, quiet=False, jobs=2)
+    results = conduct(ToyStudy(toy_runs("a", "b")), tmp_path, quiet=False, jobs=2).results
     said = capsys.readouterr().out
     assert "2 runs and their step counts side by side in 2 processes of 1 thread(s)" in said
     assert "counted count a: 10" in said and "counted count b: 10" in said
@@ -302,11 +330,11 @@ def test_only_trains_a_subset_and_reports_the_runs_finished_before(tmp_path, cap
     runs = toy_runs("a", "b", "c")
     other = tiny_config("train.tokens=1280", "train.lr=1e-3")  # c, as another study trained it
     Trainer(other, str(tmp_path / "runs" / "c"), quiet=True).train()
-    first = conduct(toy_study(tmp_path, runs, only={"a"}), tmp_path, quiet=False, jobs=1)
+    first = conduct(ToyStudy(runs), tmp_path, False, 1, only=frozenset({"a"})).results
     assert list(first["runs"]) == ["a"]
     assert not (tmp_path / "runs" / "b").exists()
     assert "runs/c: trained with other settings (train.lr); left out" in capsys.readouterr().out
-    second = conduct(toy_study(tmp_path, runs, only={"b"}), tmp_path, quiet=True, jobs=1)
+    second = conduct(ToyStudy(runs), tmp_path, True, 1, only=frozenset({"b"})).results
     assert {n: r["reused"] for n, r in second["runs"].items()} == {"a": True, "b": False}
     assert json.loads((tmp_path / "runs" / "c" / "summary.json").read_text())["steps"] == 10
     assert not (tmp_path / "runs" / "c" / "count.json").exists()  # left out, not evaluated
@@ -319,7 +347,7 @@ def test_a_study_directory_another_process_writes_is_refused(tmp_path):
     try:
         assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
         with pytest.raises(UserError, match="being written by another fixedfirst process"):
-            conduct(toy_study(tmp_path, toy_runs("a")), tmp_path, quiet=True, jobs=1)
+            conduct(ToyStudy(toy_runs("a")), tmp_path, quiet=True, jobs=1)
     finally:
         holder.kill()
         holder.wait()
@@ -332,7 +360,7 @@ from pathlib import Path
 import fixedfirst.train.trainer as trainer
 from fixedfirst.studies.side_by_side import conduct
 from fixedfirst.train.interrupt import TrainingInterrupted
-from tests.test_side_by_side import toy_runs, toy_study
+from tests.test_side_by_side import ToyStudy, toy_runs
 original = trainer.train_step
 def slow(*args, **kwargs):
     time.sleep(0.5)
@@ -340,7 +368,7 @@ def slow(*args, **kwargs):
 trainer.train_step = slow
 out = Path(sys.argv[1])
 try:
-    conduct(toy_study(out, toy_runs("a")), out, quiet=True, jobs=1)
+    conduct(ToyStudy(toy_runs("a")), out, quiet=True, jobs=1)
 except TrainingInterrupted as stopped:
     sys.exit(stopped.exit_status)
 """
@@ -360,7 +388,7 @@ def test_a_scheduler_stop_leaves_runs_the_next_invocation_resumes(tmp_path):
     assert study.wait(timeout=120) == 75, study.stderr.read().decode()[-2000:]  # requeue
     stopped = [r["step"] for r in train_records(metrics.parent)]
     assert 2 <= len(stopped) < 10 and not (tmp_path / "results.json").exists()
-    results = conduct(toy_study(tmp_path, toy_runs("a")), tmp_path, quiet=True, jobs=1)
+    results = conduct(ToyStudy(toy_runs("a")), tmp_path, quiet=True, jobs=1).results
     assert results["runs"]["a"]["steps"] == 10
     assert [r["step"] for r in train_records(metrics.parent)] == list(range(1, 11))
 

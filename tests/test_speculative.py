@@ -11,6 +11,7 @@ import torch
 from fixedfirst.errors import UserError
 from fixedfirst.model import KVCache, LoopedTransformer
 from fixedfirst.serve.batching import left_pad
+from fixedfirst.serve.modes import Speculated
 from fixedfirst.serve.speculative import SpeculationStats, stream_speculative
 from tests.conftest import tiny_model_config
 
@@ -23,8 +24,18 @@ def build(seed: int, **overrides) -> LoopedTransformer:
 
 
 def speculative(model, prompt, n, depth, draft_depth, draft_tokens, **kwargs):
-    steps = stream_speculative(model, prompt, n, depth, draft_depth, draft_tokens, **kwargs)
-    return torch.cat(list(steps), 1)
+    return speculative_and_cache(model, prompt, n, depth, draft_depth, draft_tokens, **kwargs)[0]
+
+
+def speculative_and_cache(model, prompt, n, depth, draft_depth, draft_tokens, **kwargs):
+    """The tokens and the cache the stream returns once exhausted."""
+    mode = Speculated(depth, draft_depth, draft_tokens)
+    returned = []
+
+    def tokens():
+        returned.append((yield from stream_speculative(model, prompt, n, mode, **kwargs)))
+
+    return torch.cat(list(tokens()), 1), returned[0]
 
 
 CASES = [
@@ -57,8 +68,7 @@ def test_rejected_drafts_leave_the_cache_of_plain_decoding():
     model = build(0)
     prompt = torch.randint(0, 61, (1, 5), generator=torch.Generator().manual_seed(9))
     stats = SpeculationStats()
-    cache = KVCache()
-    tokens = speculative(model, prompt, 24, 6, 1, 5, stats=stats, cache=cache)
+    tokens, cache = speculative_and_cache(model, prompt, 24, 6, 1, 5, stats=stats)
     assert 0 < stats.agreed < stats.drafted, "some drafts accepted, some rejected"
     plain = KVCache()
     model.decode_step(prompt, 6, plain)

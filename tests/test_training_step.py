@@ -16,7 +16,8 @@ from fixedfirst.model import LoopedTransformer
 from fixedfirst.model.layers import RMSNorm
 from fixedfirst.model.loss import IGNORE_INDEX
 from fixedfirst.train.optim import build_optimizer
-from fixedfirst.train.step import state_seeds, train_step
+from fixedfirst.train.parallel import ParallelModel
+from fixedfirst.train.step import StepContext, state_seeds, train_step
 from tests.conftest import tiny_model_config
 
 ROWS, LENGTH, DEPTH = 8, 12, 3
@@ -52,6 +53,10 @@ def model_and_batch() -> tuple[LoopedTransformer, Batch]:
     return model, Batch(inputs, targets)
 
 
+def alone(model, optimizer, train: TrainConfig) -> StepContext:
+    return StepContext(ParallelModel.alone(model), optimizer, train)
+
+
 def reference_gradients(model, batch, seeds) -> tuple[float, dict[int, torch.Tensor]]:
     """The whole batch in one forward; cross-entropy averaged over every scored token."""
     model.zero_grad()
@@ -70,7 +75,7 @@ def test_gradient_is_the_token_mean_over_the_global_batch_whatever_the_micro_bat
     want_loss, want = reference_gradients(model, batch, seeds)
     optimizer = RecordingOptimizer(model.parameters())
     train = TrainConfig(batch_size=ROWS, micro_batch_size=micro, grad_clip=0)
-    loss, norm = train_step(model, optimizer, batch, DEPTH, 0.5, train, seeds)
+    loss, norm = train_step(alone(model, optimizer, train), batch, DEPTH, 0.5, seeds)
     assert loss.item() == pytest.approx(want_loss, rel=1e-5)
     got = optimizer.grads[0]
     for p in model.parameters():
@@ -87,7 +92,7 @@ def test_clipping_scales_the_gradient_to_the_clip_norm_and_reports_the_norm_befo
     clip = before / 4
     optimizer = RecordingOptimizer(model.parameters())
     train = TrainConfig(batch_size=ROWS, micro_batch_size=4, grad_clip=clip)
-    _, norm = train_step(model, optimizer, batch, DEPTH, 0.5, train, seeds)
+    _, norm = train_step(alone(model, optimizer, train), batch, DEPTH, 0.5, seeds)
     assert norm.item() == pytest.approx(before, rel=1e-5)
     got = optimizer.grads[0]
     after = torch.linalg.vector_norm(torch.stack([g.norm() for g in got.values()])).item()
@@ -101,7 +106,7 @@ def test_the_step_uses_the_learning_rate_it_is_given():
     optimizer = RecordingOptimizer(model.parameters())
     train = TrainConfig(batch_size=ROWS, lr=0.9)
     for lr in (0.25, 1e-3):
-        train_step(model, optimizer, batch, 1, lr, train, state_seeds(0, 0, range(ROWS)))
+        train_step(alone(model, optimizer, train), batch, 1, lr, state_seeds(0, 0, range(ROWS)))
     assert optimizer.lrs == [0.25, 1e-3]
 
 
@@ -110,7 +115,7 @@ def test_a_batch_that_scores_nothing_is_a_zero_loss_and_no_gradient():
     batch = Batch(batch.inputs, torch.full_like(batch.targets, IGNORE_INDEX))
     optimizer = RecordingOptimizer(model.parameters())
     train = TrainConfig(batch_size=ROWS, micro_batch_size=4)
-    loss, norm = train_step(model, optimizer, batch, 2, 0.1, train, [1] * ROWS)
+    loss, norm = train_step(alone(model, optimizer, train), batch, 2, 0.1, [1] * ROWS)
     assert loss.item() == 0.0 and norm.item() == 0.0
 
 
@@ -170,4 +175,4 @@ def test_a_batch_that_does_not_split_into_micro_batches_is_refused():
     optimizer = build_optimizer(model, TrainConfig(batch_size=ROWS))
     train = TrainConfig(batch_size=ROWS, micro_batch_size=4)
     with pytest.raises(ValueError, match="6 rows does not split into micro-batches of 4"):
-        train_step(model, optimizer, short, 1, 0.1, train, [1] * 6)
+        train_step(alone(model, optimizer, train), short, 1, 0.1, [1] * 6)

@@ -5,53 +5,36 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fixedfirst.cli.arguments import add_set_argument
+from fixedfirst.cli.studies import add_study_arguments, print_conducted
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--preset",
-        default="default",
-        help="default (5 schedules x 5 seeds), smoke (under 2 minutes), or a preset .toml",
-    )
-    parser.add_argument("--out", required=True, metavar="DIR", help="experiment directory")
-    add_set_argument(parser)
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        default=None,
-        metavar="N",
-        help="worker processes training and scoring the runs side by side (default: one per "
-        "free core on a CPU, up to the runs left to train; 1 on a GPU)",
-    )
+    presets = "default (5 schedules x 5 seeds), smoke (under 2 minutes), or a preset .toml"
+    add_study_arguments(parser, "scoring them", presets)
     parser.add_argument(
         "--compare",
         metavar="OLD_DIR",
         help="an earlier run of the same preset: write DIR/rerun.md, what this run moved and "
         "which verdicts kept their side",
     )
-    parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.files.writing import write_text_atomic
-    from fixedfirst.studies.chains.experiment import load_preset, run_experiment
-    from fixedfirst.studies.chains.figure import FIGURES
+    from fixedfirst.studies.chains.experiment import load_preset
     from fixedfirst.studies.chains.report import findings, primary_findings
     from fixedfirst.studies.chains.rerun import compare, rerun_markdown
+    from fixedfirst.studies.side_by_side import conduct
 
-    preset = load_preset(args.preset, args.overrides)
+    study = load_preset(args.preset, args.overrides)
     out = Path(args.out)
     old = read_results(Path(args.compare)) if args.compare else None
-    results = run_experiment(preset, out, quiet=args.quiet, jobs=args.jobs)
+    conducted = conduct(study, out, args.quiet, args.jobs)
+    results = conducted.results
     if not args.quiet:
-        for sentence in primary_findings(results):
-            print(f"- primary: {sentence}")
-        for sentence in findings(results):
-            print(f"- {sentence}")
-        names = ("results.json", *FIGURES, "report.json", "report.md")
-        print("wrote " + ", ".join(str(out / n) for n in names))
+        primary = [f"primary: {s}" for s in primary_findings(results)]
+        print_conducted(conducted, [*primary, *findings(results)])
     if old is not None:
         comparison = compare(old, results)
         write_text_atomic(out / "rerun.md", rerun_markdown(comparison, args.compare, str(out)))

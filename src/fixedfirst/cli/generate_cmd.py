@@ -86,16 +86,16 @@ def decoding_mode(args: argparse.Namespace, default_depth: int | None):
     flags do not give it. The mode's constructor refuses what depends on that depth."""
     from fixedfirst.errors import UserError
     from fixedfirst.model import check_depth, parse_cache_strategy
-    from fixedfirst.serve.decoding import (
+    from fixedfirst.serve.exit_rules import EXIT_RULES, exit_rule
+    from fixedfirst.serve.generation import check_utf8
+    from fixedfirst.serve.modes import (
         Adaptive,
         FixedDepth,
         Sampling,
         Speculated,
+        check_speculation,
         parse_speculate,
     )
-    from fixedfirst.serve.exit_rules import EXIT_RULES, exit_rule
-    from fixedfirst.serve.generation import check_utf8
-    from fixedfirst.serve.speculative import check_speculation
 
     if args.exit is None and (args.threshold is not None or args.max_depth is not None):
         raise UserError("--threshold and --max-depth go with --exit RULE")
@@ -177,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
 
 def summary(args, depths: list[int], seconds: float, mode, stats) -> str:
     """Tokens, what served them, and how fast: the stderr line after the text."""
-    from fixedfirst.serve.decoding import Adaptive, Speculated
+    from fixedfirst.serve.modes import Adaptive, Speculated
 
     parts = [f"{len(depths)} token{'' if len(depths) == 1 else 's'}"]
     if len(args.prompt) > 1:
@@ -193,7 +193,7 @@ def summary(args, depths: list[int], seconds: float, mode, stats) -> str:
             f": {stats.acceptance_rate:.0%} accepted "
             f"({stats.agreed} of {stats.drafted} in {stats.rounds} rounds)"
         )
-    parts.append(mode.cache.describe())
+    parts.append(mode.cache_strategy.describe())
     if seconds > 0:
         parts.append(f"{len(depths) / seconds:,.1f} tokens/s")
     return ", ".join(parts)

@@ -66,8 +66,8 @@ def exit_modes(thresholds: list[str], max_depth: int, cache) -> list:
     """Every exit rule, at its default threshold or the one given as RULE=T, decoding through
     the `cache` strategy: the page's adaptive modes, built once here."""
     from fixedfirst.errors import UserError
-    from fixedfirst.serve.decoding import Adaptive
     from fixedfirst.serve.exit_rules import EXIT_RULES, exit_rule
+    from fixedfirst.serve.modes import Adaptive
 
     given: dict[str, float] = {}
     for item in thresholds:
@@ -81,7 +81,8 @@ def exit_modes(thresholds: list[str], max_depth: int, cache) -> list:
         except ValueError:
             raise UserError(f"--threshold {item!r}: {value!r} is not a number") from None
     return [
-        Adaptive(exit_rule(name, given.get(name), max_depth), cache=cache) for name in EXIT_RULES
+        Adaptive(exit_rule(name, given.get(name), max_depth), cache_strategy=cache)
+        for name in EXIT_RULES
     ]
 
 

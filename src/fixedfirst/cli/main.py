@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "figure3": ("figure3_cmd", "plot a fixed-first run's loss around the switch (Figure 3)"),
     "generate": (
         "generate_cmd",
-        "stream text from a run at a fixed depth or with per-token KL exit",
+        "stream text from a run at a fixed depth, depth-speculated or with a per-token exit rule",
     ),
     "export": (
         "export_cmd",

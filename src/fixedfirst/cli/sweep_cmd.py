@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from fixedfirst.cli.studies import add_study_arguments, print_conducted
+
 EPILOG = """\
 writes:
   DIR/runs/NAME/         one run directory per run (with its eval-step-N.json)
@@ -29,20 +31,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.add_argument("sweep", metavar="SWEEP.toml", help="base config and [[runs]]")
-    parser.add_argument("--out", required=True, metavar="DIR", help="the sweep directory")
+    add_study_arguments(parser, "evaluating the finished ones")
     parser.add_argument(
         "--only",
         metavar="NAME,...",
         help="train only these runs, or every seed of these [[runs]] entries (the report still "
         "covers every finished run in DIR)",
-    )
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        default=None,
-        metavar="N",
-        help="worker processes training the runs and evaluating the finished ones side by side "
-        "(default: one per free core on a CPU, up to the runs left to train; 1 on a GPU)",
     )
     parser.add_argument(
         "--device",
@@ -57,33 +51,17 @@ def register(parser: argparse.ArgumentParser) -> None:
         "in for runs not finished in DIR, after a check that each is the run the sweep plans "
         "(trained on another machine, or in a directory since lost); the table names them",
     )
-    parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.machine.device import resolve_device
-    from fixedfirst.studies.sweep import load_sweep, run_sweep
+    from fixedfirst.studies.sweep import load_sweep, not_finished, run_sweep
 
     spec = load_sweep(args.sweep)
     only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
     device = str(resolve_device(args.device, "--device"))
-    outcome = run_sweep(
-        spec,
-        args.out,
-        only=only,
-        quiet=args.quiet,
-        device=device,
-        jobs=args.jobs,
-        rows_from=args.rows_from,
-    )
-    if args.quiet:
-        return 0
-    print(
-        f"trained {len(outcome.trained)} run(s), reused {len(outcome.reused)}; "
-        f"{len(outcome.rows)} in the table"
-        + (f"; not finished: {', '.join(outcome.missing)}" if outcome.missing else "")
-    )
-    for path in outcome.files:
-        print(f"wrote {path}")
+    conducted = run_sweep(spec, args.out, only, args.quiet, device, args.jobs, args.rows_from)
+    if not args.quiet:
+        print_conducted(conducted, [], not_finished(spec, conducted.results))
     return 0

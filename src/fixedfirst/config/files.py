@@ -107,7 +107,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
 
 
 SWEEP_KEYS = ("base", "sweep", "runs", "claims")
-"""Top-level keys of a sweep file (docs/design.md §17), never of a run configuration."""
+"""Top-level keys of a sweep file (docs/reference/files.md), never of a run configuration."""
 
 
 def load_config(

@@ -135,7 +135,7 @@ def _data_section(raw: dict[str, Any]) -> DataConfig:
             raise UserError(
                 f"unknown key data.{key}; valid keys in [data]: {', '.join(sorted(fields))}; a "
                 f"data kind's own options go in its table [data.{kind}] (e.g. [data.bios] "
-                "people = 100; a config.toml written before that change needs the same edit)"
+                "people = 100), in a run's config.toml as well"
             )
     section = build_section(DataConfig, scalars)
     section.options = dict(tables.get(kind, {}))

@@ -4,8 +4,8 @@ Each input gives its documents as one stream of pieces (`data/pieces.py`): a doc
 parts of bounded size, the last one marked, so a corpus never has to fit in memory and neither
 does any one document of it. An input fingerprints its content. Text that is not UTF-8 is an
 error that says what the file looks like (`data/text_files.py`), never replaced: a mis-encoded
-corpus should be converted, not trained on. The formats are listed in docs/design.md §17; which
-files a command line names is `data/inputs.py`'s.
+corpus should be converted, not trained on. The formats are listed in docs/reference/files.md;
+which files a command line names is `data/inputs.py`'s.
 """
 
 from __future__ import annotations

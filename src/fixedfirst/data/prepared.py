@@ -1,7 +1,8 @@
 """A prepared DATA directory: its layout, and reading its meta.json.
 
 Everything that reads DATA goes through `read_meta`, so a missing or unprepared directory is one
-clear error that says how to make it. The layout and meta.json's keys are in docs/design.md §17.
+clear error that says how to make it. The layout and meta.json's keys are in
+docs/reference/files.md.
 """
 
 from __future__ import annotations

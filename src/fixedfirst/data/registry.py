@@ -8,7 +8,7 @@ A module defines its kind and calls `register_kind` when it is imported. The lib
 (`synthetic`, `tokens`) are imported by `fixedfirst.data`; a task's kind is registered when its
 package is imported (the `fixedfirst` command imports `fixedfirst.tasks` before it runs a command),
 so this module names no task, and a new task is a package that registers itself
-(docs/design.md §16).
+(docs/development/extending.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Validation NLL of a run's checkpoint at many serving depths, kept beside the run as JSON.
 
 `fixedfirst eval` and the sweep report both measure through here, so one file format describes
-every depth-wise evaluation (docs/design.md §17). `HeldOut` says which rows are scored and how,
+every depth-wise evaluation (docs/reference/files.md). `HeldOut` says which rows are scored and how,
 so that runs of different batch sizes can score the same rows. An evaluation at depth 64 costs
 several training steps, so the same question (same weights, depths, rows and precision) gets the
 saved answer; anything else is measured afresh.

@@ -1,6 +1,6 @@
 """Export a run for inference: its weights, model configuration and tokenizer in one directory.
 
-The layout and the reader are in `exported.py`. The directory is written under a temporary name
+The layout and the reader are in `runs/exported.py`. The directory is written under a temporary name
 and renamed when complete, and a non-empty DIR is refused, so an export never overwrites anything.
 """
 

@@ -3,7 +3,8 @@
 A looped model answers at every depth, so the question is a table of task x metric x depth: one
 model is loaded and served at each depth in turn, each depth a complete harness run over the same
 documents. Without the network the run goes on offline (cached datasets only) and says so in one
-line when a dataset is missing. docs/design.md §18 has the details and §17 downstream.json.
+line when a dataset is missing. docs/design.md §18 has the details, docs/reference/files.md
+downstream.json.
 """
 
 from __future__ import annotations

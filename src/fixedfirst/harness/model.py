@@ -26,7 +26,8 @@ from fixedfirst.harness import MODEL_NAME
 from fixedfirst.model import parse_cache_strategy
 from fixedfirst.runs.served import load_served
 from fixedfirst.serve.adaptive import DEFAULT_THRESHOLD, KLExit
-from fixedfirst.serve.decoding import Adaptive, FixedDepth, Sampling, decode_steps
+from fixedfirst.serve.decoding import decode_steps
+from fixedfirst.serve.modes import Adaptive, FixedDepth, Sampling
 from fixedfirst.serve.scoring import Pair, rolling_pairs, score_pairs
 
 log = logging.getLogger(__name__)
@@ -68,10 +69,10 @@ class FixedFirstLM(LM):
         self.mode: FixedDepth | Adaptive
         if exit == "kl":
             rule = KLExit(threshold, max_depth or self.served.default_depth)
-            self.mode = Adaptive(rule, cache=strategy)
+            self.mode = Adaptive(rule, cache_strategy=strategy)
         else:
             depth = depth if depth is not None else self.served.default_depth
-            self.mode = FixedDepth(depth, cache=strategy)
+            self.mode = FixedDepth(depth, cache_strategy=strategy)
         self.batch_size = batch_size if isinstance(batch_size, int) else DEFAULT_BATCH_SIZE
         self.max_gen_toks = max_gen_toks
         self.seed = seed
@@ -79,7 +80,7 @@ class FixedFirstLM(LM):
 
     def set_depth(self, depth: int) -> None:
         """Serve at another fixed depth (`fixedfirst downstream` reuses one model for all)."""
-        self.mode = FixedDepth(depth, cache=self.mode.cache)
+        self.mode = FixedDepth(depth, cache_strategy=self.mode.cache_strategy)
 
     def get_model_info(self) -> dict:
         serving = self.mode.describe()

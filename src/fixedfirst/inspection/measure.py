@@ -28,8 +28,9 @@ from fixedfirst.data.registry import ScoredSequence
 from fixedfirst.evaluation.nll import autocast
 from fixedfirst.model import FULL_CACHE, CacheStrategy, LoopedTransformer
 from fixedfirst.model.loss import IGNORE_INDEX, next_token_loss
-from fixedfirst.serve.decoding import Adaptive, FixedDepth, teacher_forced
+from fixedfirst.serve.decoding import teacher_forced
 from fixedfirst.serve.exit_rules import ExitRule
+from fixedfirst.serve.modes import Adaptive, FixedDepth
 
 LOGITS_PER_BATCH = 1 << 24
 """Logit values a batch of windows may hold at once (64 MB in float32): windows are batched up
@@ -165,7 +166,7 @@ def inspect_sequences(
             inputs, targets = _padded(sequences, batch, device)
             with autocast(device, dtype):
                 through_cache = (
-                    (d, teacher_forced(model, inputs, FixedDepth(d, cache=cache))[0])
+                    (d, teacher_forced(model, inputs, FixedDepth(d, cache_strategy=cache))[0])
                     for d in depths
                     if d not in one_pass
                 )

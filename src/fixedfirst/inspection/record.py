@@ -1,7 +1,7 @@
 """The numbers of an inspection as one JSON record: what the page embeds, draws and shows on
 hover, and what its PNG is drawn from, so the two pictures and any reader of the page agree.
 
-The record's format is in docs/design.md §17.
+The record's format is in docs/reference/files.md.
 """
 
 from __future__ import annotations

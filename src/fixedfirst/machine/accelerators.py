@@ -4,7 +4,7 @@ Memory is the total nvidia-smi reports (MiB), which is what torch sees as the de
 the bf16 rate is the datasheet's dense tensor-core peak (no sparsity), the fp32 rate the plain
 fp32 peak that torch's default matmul reaches (TF32 is off by default). These are vendors'
 numbers, not ours: on a machine with a GPU, `plan` uses the GPU itself instead (its memory as
-torch reports it, its peak measured like the trainer's MFU peak, hardware.measured_peak_flops).
+torch reports it, its peak measured like the trainer's MFU peak: device.measured_peak_flops).
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """Planning a run on GPUs: will it fit, with which settings, and how long will it take?
 
-For a run configuration and a number of GPUs of one kind, the memory model (memory.py) gives the
-per-GPU memory at the deepest depth the schedule draws under DDP and FSDP2, with and without
-activation checkpointing, and the largest micro-batch that fits in (1 - MARGIN) of a GPU's
-memory; the compute model (compute.py) gives the run's modeled training FLOPs, and an assumed
-model FLOP utilisation turns them into wall-clock. Nothing is refused for not fitting: the plan
-says what does not fit and what would (a smaller micro-batch, checkpointing, sharding, more GPUs).
+For a run configuration and a number of GPUs of one kind, the memory model (compute/memory.py)
+gives the per-GPU memory at the deepest depth the schedule draws under DDP and FSDP2, with and
+without activation checkpointing, and the largest micro-batch that fits in (1 - MARGIN) of a
+GPU's memory; the compute model (compute/plan.py) gives the run's modeled training FLOPs, and
+an assumed model FLOP utilisation turns them into wall-clock. Nothing is refused for not fitting:
+the plan says what does not fit and what would (a smaller micro-batch, checkpointing, sharding,
+more GPUs).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 and the tokenizer it needs.
 
 A decoding mode is one typed value (`FixedDepth`, `Speculated`, `Adaptive`, each with its cache
-strategy: serve/decoding.py) that `decode_steps`, `generate_text` and `generate_batch` take.
+strategy: serve/modes.py) that `decode_steps`, `generate_text` and `generate_batch` take.
 `stream_adaptive` decodes with a per-token exit rule (`KLExit`, `EntropyExit`, `StateExit`,
 `ArgmaxExit`; `exit_rule(name, ...)`); `generate_batch` decodes prompts of different lengths as
 one padded batch; `load_served` opens a run directory or an exported one as a model plus its
@@ -19,16 +19,7 @@ from fixedfirst.serve.adaptive import (
     teacher_forced_kl_exit,
 )
 from fixedfirst.serve.batching import Completion, generate_batch, left_pad
-from fixedfirst.serve.decoding import (
-    GREEDY,
-    Adaptive,
-    DecodingMode,
-    FixedDepth,
-    Sampling,
-    Speculated,
-    decode_steps,
-    teacher_forced,
-)
+from fixedfirst.serve.decoding import decode_steps, teacher_forced
 from fixedfirst.serve.exit_rules import (
     EXIT_RULES,
     ArgmaxExit,
@@ -40,6 +31,7 @@ from fixedfirst.serve.exit_rules import (
     kl_divergence,
 )
 from fixedfirst.serve.generation import generate_text
+from fixedfirst.serve.modes import GREEDY, Adaptive, DecodingMode, FixedDepth, Sampling, Speculated
 from fixedfirst.serve.scoring import score_pairs
 
 __all__ = [

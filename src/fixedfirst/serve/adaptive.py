@@ -18,9 +18,10 @@ import torch
 import torch.nn.functional as F
 
 from fixedfirst.errors import UserError
-from fixedfirst.model import FULL_CACHE, CacheStrategy, KVCache, LoopedTransformer, sample_next
+from fixedfirst.model import KVCache, LoopedTransformer, sample_next
 from fixedfirst.model.kv_cache import RowSubset
 from fixedfirst.serve.exit_rules import ExitRule, KLExit, kl_divergence
+from fixedfirst.serve.modes import Adaptive
 
 DEFAULT_THRESHOLD = KLExit.threshold
 """Huginn's KL threshold."""
@@ -198,23 +199,22 @@ def stream_adaptive(
     model: LoopedTransformer,
     prompt: torch.Tensor,
     max_new_tokens: int,
-    rule: ExitRule,
-    temperature: float = 0.0,
-    generator: torch.Generator | None = None,
+    mode: Adaptive,
     pad: torch.Tensor | None = None,
-    cache_strategy: CacheStrategy = FULL_CACHE,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Yield (next token (B, 1), depth used for it (B,)) one at a time, with a KV cache that
-    keeps what `cache_strategy` says.
+    """Yield (next token (B, 1), depth used for it (B,)) one at a time, each token stopped by
+    `mode.rule` and sampled as `mode.sampling` says, with a KV cache that keeps what
+    `mode.cache_strategy` says.
 
     pad: (B,) leading pad columns of each row of a left-padded prompt (serve/batching.py)."""
     check_prompt(model, prompt, max_new_tokens)
-    cache = KVCache(pad, cache_strategy)
+    rule, generator = mode.rule, mode.sampling.generator(prompt.device)
+    cache = KVCache(pad, mode.cache_strategy)
     if prompt.shape[1] > 1:
         model.decode_step(prompt[:, :-1], rule.max_depth, cache)
     step = adaptive_step(model, prompt[:, -1:], cache, rule)
     for n in range(max_new_tokens):
-        token = sample_next(step.logits, temperature, generator)
+        token = sample_next(step.logits, mode.sampling.temperature, generator)
         yield token, step.depths
         if n + 1 < max_new_tokens:
             step = adaptive_step(model, token, cache, rule)
@@ -222,14 +222,11 @@ def stream_adaptive(
 
 @torch.no_grad()
 def teacher_forced_exit(
-    model: LoopedTransformer,
-    tokens: torch.Tensor,
-    rule: ExitRule,
-    prefill: int = 0,
-    cache_strategy: CacheStrategy = FULL_CACHE,
+    model: LoopedTransformer, tokens: torch.Tensor, mode: Adaptive, prefill: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Next-token logits (B, T, V) and depths (B, T) when every position of `tokens` (B, T) is
-    decoded under the rule, as generation would if it had produced exactly these tokens.
+    decoded under `mode.rule` through its cache, as generation would if it had produced exactly
+    these tokens (the mode's sampling plays no part).
 
     The first `prefill` positions are processed at max_depth in one pass (depth max_depth), as a
     prompt is in generation. Sequential in T: one `adaptive_step` per position.
@@ -237,7 +234,7 @@ def teacher_forced_exit(
     B, T = tokens.shape
     if not 0 <= prefill <= T:
         raise ValueError(f"prefill {prefill} outside 0..{T}")
-    cache = KVCache(strategy=cache_strategy)
+    rule, cache = mode.rule, KVCache(strategy=mode.cache_strategy)
     logits, depths = [], []
     if prefill:
         logits.append(model.decode_step(tokens[:, :prefill], rule.max_depth, cache))
@@ -251,6 +248,6 @@ def teacher_forced_exit(
     return torch.cat(logits, dim=1), torch.cat(depths, dim=1)
 
 
-# KL-named aliases, for callers that name the rule in the function; they take any rule.
+# KL-named aliases, for callers that name the rule in the function; they take any rule's mode.
 stream_kl_exit = stream_adaptive
 teacher_forced_kl_exit = teacher_forced_exit

@@ -21,8 +21,9 @@ import torch
 
 from fixedfirst.errors import UserError
 from fixedfirst.runs.served import Served
-from fixedfirst.serve.decoding import DecodingMode, decode_steps
+from fixedfirst.serve.decoding import decode_steps
 from fixedfirst.serve.generation import IncrementalDecoder, prompt_ids
+from fixedfirst.serve.modes import DecodingMode
 from fixedfirst.serve.speculative import SpeculationStats
 
 

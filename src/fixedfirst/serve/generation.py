@@ -18,7 +18,8 @@ import torch
 from fixedfirst.data.tokenizer import Tokenizer
 from fixedfirst.errors import UserError
 from fixedfirst.runs.served import Served
-from fixedfirst.serve.decoding import DecodingMode, decode_steps
+from fixedfirst.serve.decoding import decode_steps
+from fixedfirst.serve.modes import DecodingMode
 from fixedfirst.serve.speculative import SpeculationStats
 
 

@@ -24,7 +24,8 @@ import torch.nn.functional as F
 
 from fixedfirst.errors import UserError
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.serve.decoding import Adaptive, FixedDepth, teacher_forced
+from fixedfirst.serve.decoding import teacher_forced
+from fixedfirst.serve.modes import Adaptive, FixedDepth
 
 Pair = tuple[Sequence[int], Sequence[int]]
 """(context ids, continuation ids); the context is not empty."""
@@ -59,7 +60,7 @@ def score_pairs(
     device = next(model.parameters()).device
     prepared = [model_inputs(pair, window) for pair in pairs]
     results: list[tuple[float, bool]] = [(0.0, True)] * len(prepared)
-    if isinstance(mode, Adaptive) or not mode.cache.keeps_every_iteration(mode.depth):
+    if isinstance(mode, Adaptive) or not mode.cache_strategy.keeps_every_iteration(mode.depth):
         for i, (inputs, continuation) in enumerate(prepared):
             if continuation:
                 tokens = torch.tensor([inputs], device=device)

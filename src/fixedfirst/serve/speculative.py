@@ -13,38 +13,14 @@ and refuses the other strategies. docs/design.md §13 gives the rounds, the reus
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 
 import torch
 
-from fixedfirst.errors import UserError
-from fixedfirst.model import FULL_CACHE, CacheStrategy, KVCache, LoopedTransformer, check_depth
+from fixedfirst.model import KVCache, LoopedTransformer
 from fixedfirst.serve.adaptive import check_prompt
-
-DEFAULT_DRAFT_TOKENS = 4
-
-
-def check_speculation(
-    depth: int, draft_depth: int, draft_tokens: int, cache_strategy: CacheStrategy = FULL_CACHE
-) -> None:
-    """Refuse a draft that is not below the serving depth, a draft of no tokens, and a cache
-    strategy that does not keep every iteration up to the serving depth."""
-    check_depth(depth)
-    check_depth(draft_depth, "the draft depth")
-    if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, int) or draft_tokens < 1:
-        raise UserError(f"the number of draft tokens must be an integer >= 1, got {draft_tokens}")
-    if draft_depth >= depth:
-        raise UserError(
-            f"the draft depth must be below the serving depth, got draft depth {draft_depth} "
-            f"and serving depth {depth}"
-        )
-    if not cache_strategy.keeps_every_iteration(depth):
-        raise UserError(
-            f"depth-speculative decoding needs every iteration's cache entry up to the serving "
-            f"depth {depth}, which the {cache_strategy.describe()} does not keep (a slot holds "
-            f"an earlier token's deepest write); use --cache full, or bounded:S with S >= {depth}"
-        )
+from fixedfirst.serve.modes import Speculated
 
 
 @dataclass
@@ -101,26 +77,21 @@ def stream_speculative(
     model: LoopedTransformer,
     prompt: torch.Tensor,
     max_new_tokens: int,
-    depth: int,
-    draft_depth: int,
-    draft_tokens: int = DEFAULT_DRAFT_TOKENS,
+    mode: Speculated,
     pad: torch.Tensor | None = None,
-    reuse: bool = True,
     stats: SpeculationStats | None = None,
-    cache: KVCache | None = None,
-    cache_strategy: CacheStrategy = FULL_CACHE,
-) -> Iterator[torch.Tensor]:
-    """Yield the next token (B, 1) one at a time: greedy decoding at `depth`, drafted
-    `draft_tokens` at a time at `draft_depth` and verified; the tokens equal
-    `model.stream(prompt, max_new_tokens, depth, cache_strategy=cache_strategy)`'s. pad: as in
-    `model.stream`. stats: filled in as decoding goes. cache: an empty KVCache(pad,
-    cache_strategy) to decode into, to inspect afterwards."""
-    if cache is not None:
-        cache_strategy = cache.strategy
-    check_speculation(depth, draft_depth, draft_tokens, cache_strategy)
+    reuse: bool = True,
+) -> Generator[torch.Tensor, None, KVCache]:
+    """Yield the next token (B, 1) one at a time: greedy decoding at `mode.depth`, drafted
+    `mode.draft_tokens` at a time at `mode.draft_depth` and verified; the tokens are those of
+    `FixedDepth(mode.depth, cache_strategy=mode.cache_strategy)`. Returns, when done, the cache
+    it decoded into (a row leaves it once its tokens are all decided). pad: as in
+    `model.stream`. stats: filled in as decoding goes. reuse: the verifier starts from the
+    draft's iterations (False: it recomputes them; the same tokens, more work)."""
     check_prompt(model, prompt, max_new_tokens)
+    depth, draft_depth, draft_tokens = mode.depth, mode.draft_depth, mode.draft_tokens
     stats = stats if stats is not None else SpeculationStats()
-    cache = cache if cache is not None else KVCache(pad, cache_strategy)
+    cache = KVCache(pad, mode.cache_strategy)
     batch = prompt.shape[0]
     out = prompt.new_empty((batch, max_new_tokens))  # each row's tokens, as they are decided
     filled = torch.zeros(batch, dtype=torch.long, device=prompt.device)
@@ -137,7 +108,7 @@ def stream_speculative(
             yielded += 1
         going = filled[rows] < max_new_tokens
         if not bool(going.any()):
-            return
+            return cache
         if not bool(going.all()):  # finished rows leave the batch (and the cache)
             keep = going.nonzero()[:, 0]
             cache.select_rows(keep)

@@ -1,20 +1,25 @@
-"""Experiment presets: a TOML file with the run sections every run shares and an [experiment]
-section of the experiment's own settings, plus the schedules the paper compares.
+"""Studies made from a preset (bios, chains, the ablation): every arm of the study trained with
+every seed on the run sections of a preset to one modeled FLOP budget; and the schedules the
+paper compares.
 
-A preset is shipped with its experiment (`studies/NAME/presets/PRESET.toml`, chosen by name)
-or given as a path. `--set` overrides go to the [experiment] section (`experiment.KEY=VALUE`) or
-to the shared run sections; a preset has no [schedule], since the experiment trains each of its
-schedules on the shared sections.
+A preset is a TOML file with the run sections every run shares and an [experiment] section of
+the study's own settings, shipped with its study (`studies/NAME/presets/PRESET.toml`, chosen by
+name) or given as a path. `--set` overrides go to the [experiment] section
+(`experiment.KEY=VALUE`) or to the shared run sections; a preset has no [schedule], since the
+study trains each of its arms' schedules on the shared sections.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from abc import abstractmethod
+from dataclasses import dataclass, field, replace
 from importlib import resources
-from typing import Any
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from fixedfirst.config import (
     RunConfig,
+    ScheduleConfig,
     Section,
     apply_overrides,
     build_section,
@@ -22,79 +27,141 @@ from fixedfirst.config import (
     read_toml,
 )
 from fixedfirst.errors import UserError
+from fixedfirst.studies.side_by_side import Study
+from fixedfirst.studies.training import PlannedRun, RunOutcome
 
-PAPER_SCHEDULES: dict[str, list[str]] = {
-    "fixed-4": ["schedule.kind=fixed", "schedule.depth=4"],
-    "uniform-1-16": ["schedule.kind=uniform", "schedule.k_min=1", "schedule.k_max=16"],
-    "fixed-first-4-0.8": [
-        "schedule.kind=fixed-first",
-        "schedule.k0=4",
-        "schedule.switch=0.8",
-        "schedule.finish=uniform",
-        "schedule.k_min=1",
-        "schedule.k_max=16",
-    ],
-    "fixed-first-2-0.67": [
-        "schedule.kind=fixed-first",
-        "schedule.k0=2",
-        "schedule.switch=0.67",
-        "schedule.finish=uniform",
-        "schedule.k_min=1",
-        "schedule.k_max=16",
-    ],
-    "progressive": ["schedule.kind=progressive", "schedule.k_min=1", "schedule.k_max=16"],
+PAPER_SCHEDULES: dict[str, ScheduleConfig] = {
+    "fixed-4": ScheduleConfig(kind="fixed", depth=4),
+    "uniform-1-16": ScheduleConfig(kind="uniform", k_min=1, k_max=16),
+    "fixed-first-4-0.8": ScheduleConfig(
+        kind="fixed-first", k0=4, switch=0.8, finish="uniform", k_min=1, k_max=16
+    ),
+    "fixed-first-2-0.67": ScheduleConfig(
+        kind="fixed-first", k0=2, switch=0.67, finish="uniform", k_min=1, k_max=16
+    ),
+    "progressive": ScheduleConfig(kind="progressive", k_min=1, k_max=16),
 }
-"""Run name -> schedule overrides: the schedules of the paper (fixed, uniform 1..16, fixed-first
-at its two settings, McLeish et al.'s progressive curriculum to mean depth 8.5)."""
-
-SCHEDULE_LABELS = {
-    "fixed-4": "fixed K=4",
-    "uniform-1-16": "uniform 1..16",
-    "fixed-first-4-0.8": "fixed-first K0=4, switch 0.8",
-    "fixed-first-2-0.67": "fixed-first K0=2, switch 0.67",
-    "progressive": "progressive to 8.5",
-}
+"""Run name -> schedule: the schedules of the paper (fixed, uniform 1..16, fixed-first at its two
+settings, McLeish et al.'s progressive curriculum to mean depth 8.5)."""
 
 
 @dataclass
-class PresetFile:
-    """A preset as read: the experiment's settings (its dataclass) and the shared run sections."""
+class Arm:
+    """What the runs of one arm change in the shared sections: the schedule they train with, and
+    fields of [model] and [train] (checked when each run's sections are built)."""
 
-    name: str
-    experiment: Any
+    schedule: ScheduleConfig
+    model: dict[str, Any] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
+
+
+class Budget(Protocol):
+    """A preset study's own settings hold its FLOP budget and its seeds."""
+
+    flops: float
+    seeds: list[int]
+
+
+S = TypeVar("S", bound=Budget)
+T = TypeVar("T", bound="PresetStudy[Any]")
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """A reported run with its arm and seed, and its evaluations' results in its jobs' order."""
+
+    arm: str
+    seed: int
+    config: RunConfig
+    outcome: RunOutcome
+    values: list[Any]
+
+
+@dataclass
+class PresetStudy(Study, Generic[S]):
+    """Every arm (`arms`) trained with every seed on the shared sections, to the FLOP budget:
+    run ARM-seedN in DIR/runs/. Its results are made from each run's evaluations (`results`)."""
+
+    preset: str
+    """The preset's name, or its path."""
     base: dict[str, Any]
+    """The raw run sections every run shares."""
+    experiment: S
+    """The study's own settings."""
 
-    def run_config(self, overrides: list[str]) -> RunConfig:
-        """One run's configuration: the shared sections plus `overrides` (schedule, seed, ...)."""
-        return RunConfig.from_dict(apply_overrides(self.base, overrides))
+    PACKAGE: ClassVar[str]
+    """The study's package, whose presets/ holds the shipped presets."""
+    PRESETS: ClassVar[tuple[str, ...]] = ()
+    """The shipped presets' names."""
+    SETTINGS: ClassVar[type[Section]]
+    """The study's own settings: its preset's [experiment] section."""
 
+    @abstractmethod
+    def arms(self) -> dict[str, Arm]:
+        """Arm name -> what its runs change, in the study's order."""
 
-def read_preset(
-    package: str,
-    shipped: tuple[str, ...],
-    name: str,
-    overrides: list[str] | None,
-    settings: type[Section],
-) -> PresetFile:
-    """Preset `name` of the experiment in `package` (one of `shipped`, or a path to a .toml),
-    with `--set` overrides; its [experiment] section built as `settings`."""
-    if name in shipped:
-        with resources.as_file(resources.files(package) / "presets" / f"{name}.toml") as path:
-            raw = read_toml(path)
-    elif name.endswith(".toml"):
-        raw = read_toml(name)
-    else:
-        raise UserError(
-            f"--preset {name!r}: unknown preset; choose one of {', '.join(shipped)} "
-            "or give a path to a preset .toml file"
+    @abstractmethod
+    def results(self, evaluated: list[Evaluated]) -> dict[str, Any]:
+        """results.json's document from the reported runs and their evaluations."""
+
+    def run_config(self, arm: str, seed: int) -> RunConfig:
+        chosen = self.arms()[arm]
+        config = RunConfig.from_dict(self.base)
+        return replace(
+            config,
+            model=replace(config.model, **chosen.model),
+            schedule=replace(chosen.schedule),
+            train=replace(config.train, flops=self.experiment.flops, seed=seed, **chosen.train),
         )
-    experiment_overrides = [o for o in overrides or [] if o.startswith("experiment.")]
-    run_overrides = [o for o in overrides or [] if not o.startswith("experiment.")]
-    raw = apply_overrides(raw, run_overrides)
-    experiment_raw = dict(raw.pop("experiment", {}))
-    for text in experiment_overrides:
-        _, key, value = parse_override(text)
-        experiment_raw[key] = value
-    if "schedule" in raw:
-        raise UserError("a preset has no [schedule]: the experiment trains each of its schedules")
-    return PresetFile(name, build_section(settings, experiment_raw), raw)
+
+    def runs(self) -> list[PlannedRun]:
+        return [
+            PlannedRun(f"{arm}-seed{seed}", self.run_config(arm, seed))
+            for arm in self.arms()
+            for seed in self.experiment.seeds
+        ]
+
+    def collect(self, outcomes: list[RunOutcome], quiet: bool) -> dict[str, Any]:
+        """Each run's evaluations made here, in order, each read back from its cache beside the
+        run (or measured now), then `results`."""
+        evaluated = []
+        for outcome in outcomes:
+            arm, seed = outcome.name.rsplit("-seed", 1)
+            planned = PlannedRun(outcome.name, self.run_config(arm, int(seed)))
+            values = []
+            for job in self.evaluations(planned, outcome.path):
+                started = time.perf_counter()
+                values.append(job.call(*job.args))
+                if not quiet and job.say is not None:
+                    job.say(values[-1], time.perf_counter() - started)
+            evaluated.append(Evaluated(arm, int(seed), planned.config, outcome, values))
+        return self.results(evaluated)
+
+    @classmethod
+    def load(cls: type[T], name: str, overrides: list[str] | None = None) -> T:
+        """The study of preset `name` (a shipped one, or a path to a .toml) with `--set`
+        overrides, every run's sections checked."""
+        if name in cls.PRESETS:
+            shipped = resources.files(cls.PACKAGE) / "presets" / f"{name}.toml"
+            with resources.as_file(shipped) as path:
+                raw = read_toml(path)
+        elif name.endswith(".toml"):
+            raw = read_toml(name)
+        else:
+            raise UserError(
+                f"--preset {name!r}: unknown preset; choose one of {', '.join(cls.PRESETS)} "
+                "or give a path to a preset .toml file"
+            )
+        experiment_overrides = [o for o in overrides or [] if o.startswith("experiment.")]
+        raw = apply_overrides(raw, [o for o in overrides or [] if o not in experiment_overrides])
+        experiment_raw = dict(raw.pop("experiment", {}))
+        for text in experiment_overrides:
+            _, key, value = parse_override(text)
+            experiment_raw[key] = value
+        if "schedule" in raw:
+            raise UserError(
+                "a preset has no [schedule]: the experiment trains each of its schedules"
+            )
+        study = cls(name, raw, build_section(cls.SETTINGS, experiment_raw))
+        study.runs()
+        return study

@@ -1,7 +1,7 @@
 """The one study runner: a study's runs trained, evaluated and reported, in one or more processes.
 
-Every study (bios, chains, the ablation, a sweep and the switch studies made of sweeps) is an
-`Experiment` handed to `conduct`: check that every run can start, hold DIR's lock, train the runs
+Every study (bios, chains, the ablation, a sweep and the switch studies made of sweeps) is a
+`Study` handed to `conduct`: check that every run can start, hold DIR's lock, train the runs
 and their evaluations side by side in worker processes, reuse what they did in this process,
 collect the results, write results.json and the report. A small model uses many threads poorly
 (docs/design.md §10), so workers of one thread each keep every core busy, and an evaluation that
@@ -19,12 +19,14 @@ import multiprocessing
 import os
 import signal
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from fixedfirst.data.registry import KINDS, DataKind, register_kind
 from fixedfirst.errors import UserError
@@ -62,6 +64,20 @@ class Job:
     """Checked in the parent before the job is handed out; None: ready at once."""
     progress: Callable[[], float | None] | None = None
     """Fraction done, read in the parent for the status line (a run's metrics file)."""
+    say: Callable[[Any, float], None] | None = None
+    """Prints the job's result (result, seconds) in the parent, unless quiet."""
+
+
+def once_finished(
+    label: str,
+    run: Path,
+    call: Callable[..., Any],
+    *args: Any,
+    say: Callable[[Any, float], None] | None = None,
+) -> Job:
+    """A job on the run in `run`, `call(run, *args)`, ready once the run has trained to the end
+    of its budget."""
+    return Job(label, call, (run, *args), ready=partial(run_finished, run), say=say)
 
 
 def plan_workers(requested: int | None, jobs: int, device: str) -> tuple[int, int]:
@@ -90,7 +106,7 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def _start_worker(threads: int, kinds: list[DataKind]) -> None:
+def _start_worker(threads: int, kinds: list[DataKind], started: Any, stopping: Any) -> None:
     from fixedfirst.train.interrupt import request_stop
 
     # A spawned worker imports only what it unpickles: it knows the parent's data kinds once
@@ -104,10 +120,37 @@ def _start_worker(threads: int, kinds: list[DataKind]) -> None:
     # A scheduler's SIGTERM may reach every process of the job: the same stop request.
     for signum in STOP_SIGNALS:
         signal.signal(signum, request_stop)
+    started.put(os.getpid())  # from now on the parent's stop signal is a stop request
+    if stopping.is_set():  # the parent stopped before it could know this worker
+        request_stop()
     os.environ["OMP_NUM_THREADS"] = str(threads)  # what a run's `train.threads` then picks
     import torch
 
     torch.set_num_threads(threads)
+
+
+class WorkerPool:
+    """Spawned worker processes of `threads` threads that report their process ids as they
+    start (the executor keeps its own list private), so that a stop reaches every one."""
+
+    def __init__(self, workers: int, threads: int) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.started = context.SimpleQueue()
+        self.stopping = context.Event()
+        self.executor = ProcessPoolExecutor(
+            workers,
+            context,
+            initializer=_start_worker,
+            initargs=(threads, list(KINDS.values()), self.started, self.stopping),
+        )
+
+    def stop(self) -> None:
+        """Ask every worker to stop as a first Ctrl-C would: those started by SIGUSR1 (never
+        taken for a second), one still starting when it has its handlers (`stopping`)."""
+        self.stopping.set()
+        while not self.started.empty():
+            with contextlib.suppress(OSError):
+                os.kill(self.started.get(), STOP_SIGNAL)
 
 
 def _already_stopping(signum: int, frame: Any) -> None:
@@ -122,13 +165,6 @@ def _stop_on_signal(signum: int, frame: Any) -> None:
         if other != signal.SIGINT:
             signal.signal(other, _already_stopping)
     raise TrainingInterrupted("", signum)
-
-
-def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Ask every worker to stop as a first Ctrl-C would (SIGUSR1: never taken for a second)."""
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
-        with contextlib.suppress(OSError):
-            os.kill(process.pid, STOP_SIGNAL)
 
 
 def run_jobs(
@@ -148,10 +184,7 @@ def run_jobs(
     running: dict[Future, tuple[Job, float]] = {}
     results: dict[str, Any] = {}
     started = last_status = time.monotonic()
-    context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(
-        workers, context, initializer=_start_worker, initargs=(threads, list(KINDS.values()))
-    )
+    pool = WorkerPool(workers, threads)
     with scheduler_signals(_stop_on_signal):
         try:
             while waiting or running:
@@ -160,7 +193,7 @@ def run_jobs(
                         break
                     if job.ready is None or job.ready():
                         waiting.remove(job)
-                        running[pool.submit(job.call, *job.args)] = (job, time.monotonic())
+                        running[pool.executor.submit(job.call, *job.args)] = (job, time.monotonic())
                 if not running:  # every waiting job was checked, and nothing can make one ready
                     names = ", ".join(j.label for j in waiting)
                     raise UserError(f"nothing is running and these can never start: {names}")
@@ -178,25 +211,25 @@ def run_jobs(
                         flush=True,
                     )
         except KeyboardInterrupt as stop:  # Ctrl-C, or (TrainingInterrupted) a scheduler's signal
-            _stop_workers(pool)
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.stop()
+            pool.executor.shutdown(wait=True, cancel_futures=True)
             raise TrainingInterrupted(
                 "stopped (runs in training saved a checkpoint); run the same command again: it "
                 "resumes them and reuses what is done",
                 getattr(stop, "signum", signal.SIGINT),
             ) from None
         except BrokenProcessPool:
-            pool.shutdown(wait=False, cancel_futures=True)
+            pool.executor.shutdown(wait=False, cancel_futures=True)
             raise UserError(
                 "a worker process died (out of memory, or killed); run the same command again: "
                 "it resumes the runs and reuses what is done, or use --jobs 1"
             ) from None
         except BaseException:
             # A job failed: the other runs checkpoint and stop, so that the error is seen now.
-            _stop_workers(pool)
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.stop()
+            pool.executor.shutdown(wait=True, cancel_futures=True)
             raise
-        pool.shutdown(wait=True)
+        pool.executor.shutdown(wait=True)
         return results
 
 
@@ -247,78 +280,99 @@ def run_finished(run: Path) -> bool:
     return finished_summary(RunDir(run)) is not None
 
 
-@dataclass
-class Experiment:
+class Study(ABC):
     """What a study (bios, chains, the ablation, a sweep) brings to the flow they all share
-    (`conduct`)."""
+    (`conduct`): its runs, each run's evaluations, the results collected from what they did,
+    and the report written from the results."""
 
-    name: str
+    name: ClassVar[str]
     """Its command: one study at a time writes DIR (a lock of this name)."""
-    runs: list[PlannedRun]
-    """Every run the study reports, in its order."""
-    evaluations: Callable[[PlannedRun], list[Job]]
-    """A run's evaluation jobs, each ready as soon as the checkpoint it reads is on disk."""
-    evaluated: str
-    """What the evaluations are, as the side-by-side line names them ("recall")."""
-    show: Callable[[Job, Any, float], None]
-    """Prints an evaluation's result (job, result, seconds)."""
-    collect: Callable[[list[RunOutcome], bool], dict[str, Any]]
-    """The results from the reported runs' outcomes (quiet or not), the evaluations read back
-    from their caches."""
-    collecting: str | None
+    evaluated: ClassVar[str]
+    """What its evaluations are, as the side-by-side line names them ("recall")."""
+    collecting: ClassVar[str | None]
     """The name of `collect`'s part of the wall-clock the results record with the processes
     used; None: the results record neither (a sweep's results.json is the same document
     whatever --jobs, each row with its run's own wall-clock)."""
-    write: Callable[[dict[str, Any], Path], None]
-    """Writes the figures and the report from the results into DIR."""
-    only: frozenset[str] | None = None
-    """The runs to train now (None: all). Of the others, each one finished in DIR with the
-    settings asked for is reported too, so a study can be trained in pieces (`sweep --only`)."""
-    announce: Callable[[], None] | None = None
-    """Prints the plan once DIR is held, unless quiet (a sweep's table of runs)."""
-    on_start: Callable[[int, PlannedRun], None] | None = None
-    """Called before each run this process trains, while it speaks (a sweep's progress line)."""
+
+    @abstractmethod
+    def runs(self) -> list[PlannedRun]:
+        """Every run the study reports, in its order."""
+
+    @abstractmethod
+    def evaluations(self, planned: PlannedRun, run: Path) -> list[Job]:
+        """The evaluation jobs of a run (in directory `run`), each ready as soon as what it
+        reads is on disk."""
+
+    @abstractmethod
+    def collect(self, outcomes: list[RunOutcome], quiet: bool) -> dict[str, Any]:
+        """The results (results.json's document) from the reported runs' outcomes, their
+        evaluations read back from their caches (or made now)."""
+
+    @abstractmethod
+    def write(self, results: dict[str, Any], out: Path) -> list[Path]:
+        """Writes the figures and the report from the results into DIR; returns the files."""
+
+    def announce(self) -> None:  # noqa: B027 (a hook most studies leave empty)
+        """Prints the plan once DIR is held, unless quiet (a sweep's table of runs)."""
+
+    def starting(self, index: int, planned: PlannedRun) -> None:  # noqa: B027 (likewise)
+        """Called before each run this process trains, while it speaks (a sweep's progress)."""
 
 
-def conduct(experiment: Experiment, out: Path, quiet: bool, jobs: int | None) -> dict[str, Any]:
-    """Run a study into `out` and return its results (also in DIR/results.json).
+@dataclass(frozen=True)
+class Conducted:
+    """What `conduct` did: the results, as written to results.json; the runs asked for that it
+    trained now and those it found finished; every file it wrote, results.json first."""
+
+    results: dict[str, Any]
+    trained: list[str]
+    reused: list[str]
+    files: list[Path]
+
+
+def conduct(
+    study: Study, out: Path, quiet: bool, jobs: int | None, only: frozenset[str] | None = None
+) -> Conducted:
+    """Run a study into `out`: train the runs of `only` (None: all), report them and the other
+    runs finished in DIR with the settings asked for (so a study can be trained in pieces,
+    `sweep --only`).
 
     First everything that could stop it part-way, before DIR is written: every run to train can
     start (`check_runs_startable`) and the worker processes for the runs left to train fit
     (`plan_workers`; `jobs`: --jobs). Then, holding DIR's lock, with several workers the runs
     and their evaluations go side by side; then every run to train is trained or reused in this
     process (`run_all`, which reuses what the workers did), the runs finished in earlier
-    invocations join them (`only`), and all are collected."""
-    e = experiment
-    selected = [r for r in e.runs if e.only is None or r.name in e.only]
+    invocations join them, and all are collected."""
+    runs = study.runs()
+    selected = [r for r in runs if only is None or r.name in only]
     if not selected:
-        raise ValueError(f"{e.name}: no run to train among {[r.name for r in e.runs]}")
+        raise ValueError(f"{study.name}: no run to train among {[r.name for r in runs]}")
     check_runs_startable(selected, out)
     to_train = [r for r in selected if finished_summary(run_directory(out, r.name)) is None]
     workers, threads = plan_workers(jobs, len(to_train), selected[0].config.train.device)
     prepare_out_dir(out)
     # One study at a time writes DIR; its runs share one cache of compiled graphs.
-    with locks.holding(out, e.name), shared_cache(out / STUDY_CACHE):
-        if e.announce is not None and not quiet:
-            e.announce()
+    with locks.holding(out, study.name), shared_cache(out / STUDY_CACHE):
+        if not quiet:
+            study.announce()
         chosen = {r.name for r in selected}
-        earlier = finished_before([r for r in e.runs if r.name not in chosen], out, quiet)
-        reported = [r for r in e.runs if r.name in chosen or r.name in earlier]
+        earlier = finished_before([r for r in runs if r.name not in chosen], out, quiet)
+        reported = [r for r in runs if r.name in chosen or r.name in earlier]
         wall_clock: dict[str, float] = {}
         trained: set[str] = set()
         if workers > 1:
             started = time.perf_counter()
-            trained = _side_by_side(e, out, to_train, reported, (workers, threads), quiet)
+            trained = _side_by_side(study, out, to_train, reported, (workers, threads), quiet)
             wall_clock["side_by_side"] = time.perf_counter() - started
         muted = quiet or workers > 1  # side by side, the workers have said what they did
         started = time.perf_counter()
-        now = run_all(selected, out, muted, on_start=None if muted else e.on_start)
-        outcomes = _in_order(e.runs, now, earlier, trained)
+        now = run_all(selected, out, muted, on_start=None if muted else study.starting)
+        outcomes = _in_order(runs, now, earlier, trained)
         collected = time.perf_counter()
-        results = e.collect(outcomes, muted)
-        if e.collecting is not None:
+        results = study.collect(outcomes, muted)
+        if study.collecting is not None:
             wall_clock["training_and_reuse"] = collected - started
-            wall_clock[e.collecting] = time.perf_counter() - collected
+            wall_clock[study.collecting] = time.perf_counter() - collected
             results["wall_clock_s"] = wall_clock
             # What each process used: the planned share side by side, the trainer's own choice
             # alone.
@@ -326,8 +380,14 @@ def conduct(experiment: Experiment, out: Path, quiet: bool, jobs: int | None) ->
             each = threads if workers > 1 else alone
             results["workers"] = {"processes": workers, "threads_each": each}
         write_json_atomic(out / "results.json", results)
-        e.write(results, out)
-        return results
+        files = [out / "results.json", *study.write(results, out)]
+    new = {o.name for o in outcomes if not o.reused}
+    return Conducted(
+        results,
+        trained=[r.name for r in selected if r.name in new],
+        reused=[r.name for r in selected if r.name not in new],
+        files=files,
+    )
 
 
 def finished_before(runs: list[PlannedRun], out: Path, quiet: bool) -> dict[str, RunOutcome]:
@@ -368,7 +428,7 @@ def _in_order(
 
 
 def _side_by_side(
-    e: Experiment,
+    study: Study,
     out: Path,
     to_train: list[PlannedRun],
     reported: list[PlannedRun],
@@ -379,7 +439,9 @@ def _side_by_side(
     of `threads` threads: trainings first, since a free worker should take the longest work
     before any evaluation. Returns the runs trained here."""
     workers, threads = processes
-    jobs = [*training_jobs(to_train, out), *(j for r in reported for j in e.evaluations(r))]
+    evaluations = [
+        job for r in reported for job in study.evaluations(r, run_directory(out, r.name).path)
+    ]
     trained: set[str] = set()
 
     def on_done(job: Job, result: Any, seconds: float) -> None:
@@ -389,14 +451,14 @@ def _side_by_side(
             if not quiet:
                 how = "reused" if result.reused else f"trained in {seconds:.0f} s"
                 print(f"  {job.label}: {result.summary['steps']} steps, {how}", flush=True)
-        elif not quiet:
-            e.show(job, result, seconds)
+        elif not quiet and job.say is not None:
+            job.say(result, seconds)
 
     if not quiet:
         print(
-            f"{len(to_train)} runs and their {e.evaluated} side by side in {workers} processes "
-            f"of {threads} thread(s) (--jobs)",
+            f"{len(to_train)} runs and their {study.evaluated} side by side in {workers} "
+            f"processes of {threads} thread(s) (--jobs)",
             flush=True,
         )
-    run_jobs(jobs, workers, threads, on_done, quiet)
+    run_jobs([*training_jobs(to_train, out), *evaluations], workers, threads, on_done, quiet)
     return trained

@@ -3,7 +3,7 @@
 Importing this package registers the tasks' data kinds (`bios`, `chains`) with
 `fixedfirst.data.registry`; the `fixedfirst` command imports it before it runs a command, and a
 script that trains or scores a task from Python imports it (or the task's package) first. A new
-task adds its package's `task` module here (docs/design.md §16).
+task adds its package's `task` module here (docs/development/extending.md).
 """
 
 from fixedfirst.tasks.bios import task as bios_task

@@ -6,8 +6,8 @@ the trainer stops at the next step boundary (under torchrun, at the next log lin
 ranks agree on rank 0's flag), writes a checkpoint atomically like any other and raises
 `TrainingInterrupted`. Its message is the exact command that continues the run; its exit status
 says why it stopped: 130 after Ctrl-C, REQUEUE_STATUS after SIGTERM or SIGUSR1, a status a
-scheduler can be told to requeue on (docs/distributed.md). A second Ctrl-C restores the default
-handler and interrupts at once; SIGTERM and SIGUSR1 never do, however often they come (a
+scheduler can be told to requeue on (docs/guides/distributed.md). A second Ctrl-C restores the
+default handler and interrupts at once; SIGTERM and SIGUSR1 never do, however often they come (a
 scheduler may send them to every process, and its SIGKILL is the deadline). The previous
 checkpoint is intact either way (docs/design.md §7).
 """

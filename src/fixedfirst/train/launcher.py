@@ -4,8 +4,8 @@
 Each process gets torchrun's environment in a session of its own; the launcher passes SIGINT,
 SIGTERM and SIGUSR1 on, waits for the checkpoint however long it takes and exits with the
 processes' status, where torchrun's agent kills workers 30 seconds after a signal
-(docs/distributed.md). A failed process stops the run; one killed from outside cannot speak for
-itself, so the launcher says which and how to resume.
+(docs/guides/distributed.md). A failed process stops the run; one killed from outside cannot
+speak for itself, so the launcher says which and how to resume.
 """
 
 from __future__ import annotations

@@ -51,6 +51,11 @@ class ParallelModel:
         elif self.strategy == "fsdp":
             self._fully_shard(model, world, device, dtype)
 
+    @classmethod
+    def alone(cls, model: LoopedTransformer) -> ParallelModel:
+        """`model` trained by this process alone: no wrapper, no collectives."""
+        return cls(model, World(), "single", next(model.parameters()).device, torch.float32)
+
     @staticmethod
     def _ddp(model: nn.Module, device: torch.device) -> nn.Module:
         from torch.nn.parallel import DistributedDataParallel

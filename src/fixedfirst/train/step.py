@@ -1,8 +1,8 @@
 """One optimizer step: the one place a looped model is trained, by the trainer and the diagnostic.
 
 A step at depth K runs this process's rows of the global batch in micro-batches, accumulates the
-gradients of the loss, clips and takes an AdamW step; the diagnostic calls it with the plain
-model and so takes exactly the steps the run took. The loss is the mean over the scored tokens
+gradients of the loss, clips and takes an AdamW step; the diagnostic calls it with the model
+alone and so takes exactly the steps the run took. The loss is the mean over the scored tokens
 of the whole global batch, and each row's initial state is drawn from (seed, step, row), so the
 gradient depends neither on the split into micro-batches and ranks nor on what ran before
 (docs/design.md §8).
@@ -10,8 +10,8 @@ gradient depends neither on the split into micro-batches and ranks nor on what r
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -39,59 +39,52 @@ def state_seeds(seed: int, step: int, rows: range) -> list[int]:
     ]
 
 
-def clip_grad_norm(module: torch.nn.Module, max_norm: float) -> torch.Tensor:
-    """Clip the total gradient norm of `module`'s parameters (in their order); return it."""
-    params = [p for p in module.parameters() if p.grad is not None]
-    return torch.nn.utils.clip_grad_norm_(params, max_norm)
+@dataclass(frozen=True)
+class StepContext:
+    """What every step of a run is taken with, the same from one step to the next."""
+
+    model: ParallelModel
+    """The model as this process trains it: the trainer's DDP/FSDP2 wrapper, or
+    `ParallelModel.alone(model)` (the diagnostic, one process)."""
+    optimizer: torch.optim.Optimizer
+    train: TrainConfig
+    dtype: torch.dtype = torch.float32
+    """What the forward computes in (under autocast when bfloat16)."""
 
 
 def train_step(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    batch: Batch,
-    depth: int,
-    lr: float,
-    train: TrainConfig,
-    row_seeds: Sequence[int],
-    dtype: torch.dtype = torch.float32,
-    parallel: ParallelModel | None = None,
+    context: StepContext, batch: Batch, depth: int, lr: float, row_seeds: Sequence[int]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One step at `depth` on this process's `batch` (on the model's device); returns (loss,
     gradient norm before clipping), both still on the device: no host sync. The loss is this
     process's share of the global batch's mean loss per scored token: the shares of all ranks
-    sum to it (one process: the mean itself).
+    sum to it (one process: the mean itself). Gradients are reduced across ranks only after the
+    last micro-batch.
 
     row_seeds: one initial-state seed per row of `batch` (`state_seeds` of its global rows).
-    parallel: the trainer's DDP/FSDP2 wrapper of `model`: its forward, its switch that reduces
-    gradients across ranks only after the last micro-batch, and its global-norm clipping. None:
-    the plain model on one process (the diagnostic).
     """
     rows = batch.inputs.shape[0]
     if len(row_seeds) != rows:
         raise ValueError(f"{len(row_seeds)} row seeds for a batch of {rows} rows")
-    forward = parallel.train_module if parallel is not None else model
+    model, optimizer, train = context.model, context.optimizer, context.train
     for group in optimizer.param_groups:
         group["lr"] = lr
     device = batch.inputs.device
-    ranks = 1 if parallel is None else parallel.world.world_size
+    ranks = model.world.world_size
     micro = train.micro_batch(ranks)
     if rows % micro:
         raise ValueError(f"a batch of {rows} rows does not split into micro-batches of {micro}")
     micro_steps = rows // micro
-    scored = (batch.targets != IGNORE_INDEX).sum()
-    if parallel is not None:
-        scored = all_sum(parallel.world, scored)
+    scored = all_sum(model.world, (batch.targets != IGNORE_INDEX).sum())
     # Summed token losses over the global count; DDP and FSDP2 average gradients over the ranks,
     # so each rank's part is scaled up by their number. A batch scoring nothing gives zero.
     per_token = 1.0 / scored.clamp(min=1).to(torch.float32)
     total_loss = torch.zeros((), device=device)
     for i in range(micro_steps):
         part = slice(i * micro, (i + 1) * micro)
-        last = i == micro_steps - 1
-        sync = parallel.gradient_sync(last) if parallel is not None else contextlib.nullcontext()
-        with sync:
-            with autocast(device, dtype):
-                logits = forward(
+        with model.gradient_sync(i == micro_steps - 1):
+            with autocast(device, context.dtype):
+                logits = model.train_module(
                     batch.inputs[part],
                     depth,
                     train.grad_depth,
@@ -101,11 +94,7 @@ def train_step(
             loss = next_token_loss(logits, batch.targets[part], reduction="sum") * per_token
             (loss * ranks).backward()
         total_loss += loss.detach()
-    max_norm = train.grad_clip if train.grad_clip > 0 else float("inf")
-    if parallel is not None:
-        grad_norm = parallel.clip_grad_norm(max_norm)
-    else:
-        grad_norm = clip_grad_norm(model, max_norm)
+    grad_norm = model.clip_grad_norm(train.grad_clip if train.grad_clip > 0 else float("inf"))
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return total_loss, grad_norm

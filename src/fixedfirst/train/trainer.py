@@ -45,7 +45,7 @@ from fixedfirst.train.parallel import ParallelModel
 from fixedfirst.train.preflight import preflight
 from fixedfirst.train.resume import check_same_config, check_trainer_state
 from fixedfirst.train.sinks import open_sinks
-from fixedfirst.train.step import state_seeds, train_step
+from fixedfirst.train.step import StepContext, state_seeds, train_step
 
 
 class Trainer:
@@ -111,6 +111,7 @@ class Trainer:
         self.model = self.parallel.module
         # After sharding: FSDP2 replaces the parameters by sharded ones.
         self.optimizer = build_optimizer(self.model, t)
+        self.step_context = StepContext(self.parallel, self.optimizer, t, self.dtype)
         self.checkpoints = CheckpointManager(self.run.checkpoints_path, t.keep_checkpoints)
         self.metrics = MetricsLog(self.run.metrics_path)
         self.written_before = 0  # complete metrics records before a resume truncated the file
@@ -263,9 +264,7 @@ class Trainer:
         batch = self.source.next_batch(t.batch_size, self.rank, self.world_size).to(self.device)
         rows = rank_rows(t.batch_size, self.rank, self.world_size)  # in the global batch
         seeds = state_seeds(t.seed, step, rows)
-        loss, grad_norm = train_step(
-            self.model, self.optimizer, batch, depth, lr, t, seeds, self.dtype, self.parallel
-        )
+        loss, grad_norm = train_step(self.step_context, batch, depth, lr, seeds)
         if self.device.type == "cuda" and (step + 1) % t.log_every == 0:
             torch.cuda.synchronize(self.device)
         seconds = time.perf_counter() - started
@@ -274,7 +273,16 @@ class Trainer:
         flops_before = c.flops
         c.add_step(phase, t.tokens_per_step, step_flops, seconds)
         return StepRecord(
-            c.step, depth, phase, lr, loss, grad_norm, step_flops, flops_before, c.flops, c.wall
+            step=c.step,
+            depth=depth,
+            phase=phase,
+            lr=lr,
+            loss=loss,
+            grad_norm=grad_norm,
+            step_flops=step_flops,
+            flops_before=flops_before,
+            flops=c.flops,
+            wall=c.wall,
         )
 
     def _boundary_after(

@@ -3,7 +3,8 @@
 DIR loads with `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)` and
 `AutoTokenizer.from_pretrained(DIR)` alone, and lm-eval's stock `hf` model evaluates it. The
 evaluation initial state is stored with the weights, so the export reproduces fixedfirst's
-logits whatever torch version draws differently. The directory is listed in §17.
+logits whatever torch version draws differently. The directory is listed in
+docs/reference/files.md.
 """
 
 from __future__ import annotations

@@ -17,35 +17,31 @@ cached beside it, so a second invocation with the same DIR reuses everything alr
 from __future__ import annotations
 
 import json
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
-from fixedfirst.config import RunConfig, apply_overrides
+from fixedfirst.config import RunConfig
 from fixedfirst.errors import UserError
 from fixedfirst.files.writing import write_json_atomic
 from fixedfirst.runs.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.runs.directory import RunDir
 from fixedfirst.schedules import describe
 from fixedfirst.studies.bios.analysis import PrimaryComparison
-from fixedfirst.studies.presets import PAPER_SCHEDULES, read_preset
-from fixedfirst.studies.side_by_side import Experiment, Job, conduct
-from fixedfirst.studies.training import PlannedRun, RunOutcome, finished_summary, run_directory
+from fixedfirst.studies.presets import PAPER_SCHEDULES, Arm, Evaluated, PresetStudy
+from fixedfirst.studies.side_by_side import Job
+from fixedfirst.studies.training import PlannedRun, finished_summary
 
-PRESETS = ("default", "smoke", "loop")
 FIGURE1 = ("fixed-4", "uniform-1-16", "fixed-first-4-0.8")
 """The paper's three schedules of Figure 1."""
-SCHEDULES: dict[str, list[str]] = {
-    **{name: PAPER_SCHEDULES[name] for name in (*FIGURE1, "fixed-first-2-0.67")},
-    "fixed-first-4-0.8-wsd": [
-        *PAPER_SCHEDULES["fixed-first-4-0.8"],
-        "train.lr_schedule=wsd",
-        "train.decay=0.2",
-    ],
+SCHEDULES: dict[str, Arm] = {
+    **{name: Arm(PAPER_SCHEDULES[name]) for name in (*FIGURE1, "fixed-first-2-0.67")},
+    "fixed-first-4-0.8-wsd": Arm(
+        PAPER_SCHEDULES["fixed-first-4-0.8"], train={"lr_schedule": "wsd", "decay": 0.2}
+    ),
 }
-"""Arm name -> overrides: Figure 1's schedules, fixed-first K0=2 at 0.67, and fixed-first K0=4 at
+"""Arm name -> its runs: Figure 1's schedules, fixed-first K0=2 at 0.67, and fixed-first K0=4 at
 0.8 under warmup-stable-decay whose decay is the finishing stage (the cosine schedule gives that
 stage 13-20% of the peak learning rate; this one starts it at the peak)."""
 
@@ -114,48 +110,6 @@ class ExperimentConfig:
         return [*sorted(self.snapshots), 1.0]
 
 
-@dataclass
-class Preset:
-    name: str
-    experiment: ExperimentConfig
-    base: dict[str, Any]
-    """The raw run sections shared by all runs (schedule overrides are applied per run)."""
-
-    def run_config(self, schedule: str, seed: int) -> RunConfig:
-        snapshots = "[" + ", ".join(repr(f) for f in self.experiment.snapshots) + "]"
-        extra = [
-            f"train.flops={self.experiment.flops!r}",
-            f"train.snapshots={snapshots}",
-            f"train.seed={seed}",
-        ]
-        return RunConfig.from_dict(apply_overrides(self.base, [*extra, *SCHEDULES[schedule]]))
-
-    def planned_runs(self) -> list[PlannedRun]:
-        e = self.experiment
-        return [
-            PlannedRun(run_name(schedule, seed), self.run_config(schedule, seed))
-            for schedule in e.schedules
-            for seed in e.seeds
-        ]
-
-
-def run_name(schedule: str, seed: int) -> str:
-    return f"{schedule}-seed{seed}"
-
-
-def parse_run_name(name: str) -> tuple[str, int]:
-    schedule, seed = name.rsplit("-seed", 1)
-    return schedule, int(seed)
-
-
-def load_preset(name: str, overrides: list[str] | None = None) -> Preset:
-    """A shipped preset (`default`, `smoke`) or a path to a preset TOML, plus `--set` overrides."""
-    read = read_preset("fixedfirst.studies.bios", PRESETS, name, overrides, ExperimentConfig)
-    preset = Preset(name, read.experiment, read.base)
-    preset.planned_runs()  # validate every run's sections up front
-    return preset
-
-
 def snapshot_checkpoint(run: Path, fraction: float) -> Checkpoint:
     manager = CheckpointManager(RunDir(run).checkpoints_path)
     tag = "final" if fraction == 1.0 else f"snapshot-{fraction:g}"
@@ -194,141 +148,133 @@ def recall_of_checkpoint(
     return report
 
 
-def print_recall(
-    name: str, fraction: float, step: int, report: dict[str, Any], seconds: float
-) -> None:
-    bits = ", ".join(f"K={r['depth']} {r['bits_per_person']:.1f}" for r in report["by_depth"][::3])
+@dataclass(frozen=True)
+class Recall:
+    """A checkpoint's recall report, with where in the run it was taken."""
+
+    fraction: float
+    step: int
+    flops: float
+    report: dict[str, Any]
+
+
+def print_recall(name: str, recall: Recall, seconds: float) -> None:
+    by_depth = recall.report["by_depth"][::3]
+    bits = ", ".join(f"K={r['depth']} {r['bits_per_person']:.1f}" for r in by_depth)
     print(
-        f"  recall {name} at {fraction:.0%} of the budget (step {step}): {bits} bits "
-        f"({seconds:.0f} s)",
+        f"  recall {name} at {recall.fraction:.0%} of the budget (step {recall.step}): {bits} "
+        f"bits ({seconds:.0f} s)",
         flush=True,
     )
 
 
 def recall_job(
     run: Path, config: RunConfig, fraction: float, experiment: ExperimentConfig
-) -> tuple[int, dict[str, Any]]:
-    """(step, recall report) of a run's checkpoint at `fraction` of the budget: a worker's job."""
+) -> Recall:
+    """The recall of a run's checkpoint at `fraction` of the budget: a worker's job."""
     ckpt = snapshot_checkpoint(run, fraction)
-    return ckpt.step, recall_of_checkpoint(run, config, ckpt, experiment)
+    report = recall_of_checkpoint(run, config, ckpt, experiment)
+    return Recall(fraction, ckpt.step, ckpt.meta["flops"], report)
 
 
-def collect_results(
-    preset: Preset, outcomes: list[RunOutcome], quiet: bool = False
-) -> dict[str, Any]:
-    """Recall of every run at every budget fraction, plus each run's cost."""
-    from fixedfirst.data.registry import kind_options
-    from fixedfirst.studies.bios.analysis import analyse
-    from fixedfirst.tasks.bios.world import build_pools
+class BiosStudy(PresetStudy[ExperimentConfig]):
+    """Figure 1: the schedules trained on the same people, each checkpoint's recall measured."""
 
-    records, runs = [], {}
-    for outcome in outcomes:
-        schedule, seed = parse_run_name(outcome.name)
-        config = preset.run_config(schedule, seed)
-        for fraction in preset.experiment.fractions:
-            ckpt = snapshot_checkpoint(outcome.path, fraction)
-            started = time.perf_counter()
-            report = recall_of_checkpoint(outcome.path, config, ckpt, preset.experiment)
-            if not quiet:
-                print_recall(
-                    outcome.name, fraction, ckpt.step, report, time.perf_counter() - started
-                )
-            for r in report["by_depth"]:
-                records.append(
+    name = "bios"
+    evaluated = "recall"
+    collecting = "recall_evaluation"
+    PACKAGE = "fixedfirst.studies.bios"
+    PRESETS = ("default", "smoke", "loop")
+    SETTINGS = ExperimentConfig
+
+    def arms(self) -> dict[str, Arm]:
+        snapshots = {"snapshots": list(self.experiment.snapshots)}
+        return {
+            name: replace(SCHEDULES[name], train={**snapshots, **SCHEDULES[name].train})
+            for name in self.experiment.schedules
+        }
+
+    def evaluations(self, planned: PlannedRun, run: Path) -> list[Job]:
+        """The recall of each of a run's checkpoints, each ready once it is on disk."""
+        return [
+            Job(
+                f"{planned.name} {fraction:g}",
+                recall_job,
+                (run, planned.config, fraction, self.experiment),
+                ready=partial(_checkpoint_ready, run, fraction),
+                say=partial(print_recall, planned.name),
+            )
+            for fraction in self.experiment.fractions
+        ]
+
+    def results(self, evaluated: list[Evaluated]) -> dict[str, Any]:
+        """Recall of every run at every budget fraction, plus each run's cost."""
+        from fixedfirst.data.registry import kind_options
+        from fixedfirst.studies.bios.analysis import analyse
+        from fixedfirst.tasks.bios.world import build_pools
+
+        records, runs = [], {}
+        for run in evaluated:
+            for recall in run.values:
+                records += [
                     {
-                        "schedule": schedule,
-                        "seed": seed,
-                        "budget_fraction": fraction,
+                        "schedule": run.arm,
+                        "seed": run.seed,
+                        "budget_fraction": recall.fraction,
                         "depth": r["depth"],
                         "bits_per_person": r["bits_per_person"],
-                        "step": ckpt.step,
-                        "flops": ckpt.meta["flops"],
+                        "step": recall.step,
+                        "flops": recall.flops,
                     }
-                )
-        s = outcome.summary
-        runs[outcome.name] = {
-            "schedule": schedule,
-            "seed": seed,
-            "description": describe(config.schedule),
-            "lr_schedule": config.train.lr_schedule,
-            "switch": s.get("switch"),
-            "path": str(outcome.path),
-            "steps": s["steps"],
-            "tokens": s["tokens"],
-            "flops": s["flops"],
-            "wall_s": s["wall"],
-            "precision": s.get("precision"),
-            "phases": s["phases"],
+                    for r in recall.report["by_depth"]
+                ]
+            s = run.outcome.summary
+            runs[run.outcome.name] = {
+                "schedule": run.arm,
+                "seed": run.seed,
+                "description": describe(run.config.schedule),
+                "lr_schedule": run.config.train.lr_schedule,
+                "switch": s.get("switch"),
+                "path": str(run.outcome.path),
+                "steps": s["steps"],
+                "tokens": s["tokens"],
+                "flops": s["flops"],
+                "wall_s": s["wall"],
+                "precision": s.get("precision"),
+                "phases": s["phases"],
+            }
+        e = self.experiment
+        base = self.run_config(e.schedules[0], e.seeds[0])
+        options = kind_options(base)
+        results = {
+            "format": "fixedfirst-bios-results",
+            "version": 2,
+            "preset": self.preset,
+            "flop_budget": e.flops,
+            "ceiling_bits": build_pools(options, base.data.seed).bits_per_person(),
+            "people": options.people,
+            "recall_people": e.recall_people or options.people,
+            "depths": sorted(e.depths),
+            "budget_fractions": e.fractions,
+            "primary": [asdict(p) for p in e.primary],
+            "experiment": asdict(e),
+            "runs": runs,
+            "recall": records,
         }
-    e = preset.experiment
-    base = preset.run_config(e.schedules[0], e.seeds[0])
-    options = kind_options(base)
-    results = {
-        "format": "fixedfirst-bios-results",
-        "version": 2,
-        "preset": preset.name,
-        "flop_budget": preset.experiment.flops,
-        "ceiling_bits": build_pools(options, base.data.seed).bits_per_person(),
-        "people": options.people,
-        "recall_people": preset.experiment.recall_people or options.people,
-        "depths": sorted(preset.experiment.depths),
-        "budget_fractions": preset.experiment.fractions,
-        "primary": [asdict(p) for p in preset.experiment.primary],
-        "experiment": asdict(preset.experiment),
-        "runs": runs,
-        "recall": records,
-    }
-    results["analysis"] = analyse(results)
-    return results
+        results["analysis"] = analyse(results)
+        return results
+
+    def write(self, results: dict[str, Any], out: Path) -> list[Path]:
+        from fixedfirst.studies.bios.figure import plot_figure1
+        from fixedfirst.studies.bios.report import write_report
+
+        plot_figure1(results, out / "figure1.png")
+        write_report(results, out)
+        return [out / "figure1.png", out / "report.json", out / "report.md"]
 
 
-def run_experiment(
-    preset: Preset, out: Path, quiet: bool = False, jobs: int | None = None
-) -> dict[str, Any]:
-    """Train (or reuse) the three runs, measure recall, write results.json, the figure, report.
-
-    jobs: worker processes (None: one per free core on a CPU, up to the runs left to train;
-    see `fixedfirst.studies.side_by_side`). With more than one, those runs train side by side and
-    each checkpoint's recall starts as soon as the checkpoint exists."""
-    experiment = Experiment(
-        name="bios",
-        runs=preset.planned_runs(),
-        evaluations=partial(_recall_jobs, preset.experiment, out),
-        evaluated="recall",
-        show=_show_recall,
-        collect=partial(collect_results, preset),
-        collecting="recall_evaluation",
-        write=_write_figure_and_report,
-    )
-    return conduct(experiment, out, quiet, jobs)
-
-
-def _recall_jobs(experiment: ExperimentConfig, out: Path, planned: PlannedRun) -> list[Job]:
-    """The recall of each of a run's checkpoints, each ready once the checkpoint is on disk."""
-    path = run_directory(out, planned.name).path
-    return [
-        Job(
-            f"{planned.name} {fraction:g}",
-            recall_job,
-            (path, planned.config, fraction, experiment),
-            ready=partial(_checkpoint_ready, path, fraction),
-        )
-        for fraction in experiment.fractions
-    ]
-
-
-def _show_recall(job: Job, result: tuple[int, dict[str, Any]], seconds: float) -> None:
-    path, _, fraction, _ = job.args
-    step, report = result
-    print_recall(path.name, fraction, step, report, seconds)
-
-
-def _write_figure_and_report(results: dict[str, Any], out: Path) -> None:
-    from fixedfirst.studies.bios.figure import plot_figure1
-    from fixedfirst.studies.bios.report import write_report
-
-    plot_figure1(results, out / "figure1.png")
-    write_report(results, out)
+load_preset = BiosStudy.load
+"""A shipped preset or a path to a preset TOML, plus `--set` overrides."""
 
 
 def _checkpoint_ready(run: Path, fraction: float) -> bool:

@@ -12,23 +12,19 @@ beside them, so invoking the experiment again reuses everything already done.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
-from fixedfirst.config import RunConfig, apply_overrides
 from fixedfirst.errors import UserError
 from fixedfirst.schedules import describe
 from fixedfirst.serve.adaptive import KLExit
 from fixedfirst.studies.chains.analysis import PrimaryComparison
-from fixedfirst.studies.presets import PAPER_SCHEDULES, SCHEDULE_LABELS, read_preset
-from fixedfirst.studies.side_by_side import Experiment, Job, conduct, run_finished
-from fixedfirst.studies.training import PlannedRun, RunOutcome, run_directory
+from fixedfirst.studies.presets import PAPER_SCHEDULES, Arm, Evaluated, PresetStudy
+from fixedfirst.studies.side_by_side import Job, once_finished
+from fixedfirst.studies.training import PlannedRun
 from fixedfirst.tasks.chains.sets import SETS, STANDARD
-
-PRESETS = ("default", "smoke")
 
 
 @dataclass
@@ -106,91 +102,12 @@ class ExperimentConfig:
         return KLExit(self.kl_threshold, self.kl_max_depth)
 
 
-def run_name(schedule: str, seed: int) -> str:
-    return f"{schedule}-seed{seed}"
-
-
-@dataclass
-class Preset:
-    name: str
-    experiment: ExperimentConfig
-    base: dict[str, Any]
-    """The raw run sections shared by all runs (schedule and seed are set per run)."""
-
-    def run_config(self, schedule: str, seed: int) -> RunConfig:
-        overrides = [f"train.flops={self.experiment.flops!r}", f"train.seed={seed}"]
-        raw = apply_overrides(self.base, [*overrides, *PAPER_SCHEDULES[schedule]])
-        return RunConfig.from_dict(raw)
-
-    def planned_runs(self) -> list[PlannedRun]:
-        e = self.experiment
-        return [
-            PlannedRun(run_name(schedule, seed), self.run_config(schedule, seed))
-            for schedule in e.schedules
-            for seed in e.seeds
-        ]
-
-
-def load_preset(name: str, overrides: list[str] | None = None) -> Preset:
-    """A shipped preset (`default`, `smoke`) or a path to a preset TOML, plus `--set` overrides."""
-    read = read_preset("fixedfirst.studies.chains", PRESETS, name, overrides, ExperimentConfig)
-    preset = Preset(name, read.experiment, read.base)
-    config = preset.run_config(preset.experiment.schedules[0], preset.experiment.seeds[0])
-    if config.data.kind != "chains":
-        raise UserError(
-            f"a chains preset trains on [data] kind = 'chains', not {config.data.kind!r}"
-        )
-    return preset
-
-
 def score_job(run: Path, experiment: ExperimentConfig) -> dict[str, Any]:
     """A finished run's scores (computed once, cached beside the run): a worker's job."""
     from fixedfirst.studies.chains.scoring import score_run
 
     e = experiment
     return score_run(run, e.depths, e.sequences, e.rule, e.sets, e.set_sequences)
-
-
-def collect_results(
-    preset: Preset, outcomes: list[RunOutcome], quiet: bool = False
-) -> dict[str, Any]:
-    """Every run's cost and scores, in one JSON-ready document."""
-    from fixedfirst.data.registry import kind_options
-    from fixedfirst.studies.chains.analysis import analyse
-
-    e = preset.experiment
-    runs = {}
-    for outcome in outcomes:
-        schedule, seed = outcome.name.rsplit("-seed", 1)
-        started = time.perf_counter()
-        scores = score_job(outcome.path, e)
-        if not quiet:
-            print_scores(outcome.name, scores, time.perf_counter() - started)
-        s = outcome.summary
-        runs[outcome.name] = {
-            "schedule": schedule,
-            "label": SCHEDULE_LABELS[schedule],
-            "description": describe(preset.run_config(schedule, int(seed)).schedule),
-            "seed": int(seed),
-            "path": str(outcome.path),
-            "steps": s["steps"],
-            "tokens": s["tokens"],
-            "flops": s["flops"],
-            "wall_s": s["wall"],
-            "scores": scores,
-        }
-    options = kind_options(preset.run_config(e.schedules[0], e.seeds[0]))
-    return {
-        "format": "fixedfirst-chains-results",
-        "version": 2,
-        "preset": preset.name,
-        "flop_budget": e.flops,
-        "task": asdict(options),
-        "experiment": asdict(e),
-        "chance": 1 / options.values,
-        "runs": runs,
-        "analysis": analyse(runs, e.depths, options.max_ops, e.primary),
-    }
 
 
 def print_scores(name: str, scores: dict[str, Any], seconds: float) -> None:
@@ -205,41 +122,74 @@ def print_scores(name: str, scores: dict[str, Any], seconds: float) -> None:
     print(f"  scored {name}: difficulty {label} {shown} ({seconds:.0f} s)", flush=True)
 
 
-def run_experiment(
-    preset: Preset, out: Path, quiet: bool = False, jobs: int | None = None
-) -> dict[str, Any]:
-    """Train (or reuse) every run, score it, write results.json, the figures and report.md.
+class ChainsStudy(PresetStudy[ExperimentConfig]):
+    """Every schedule of the paper on the chains task, each run scored once it has finished."""
 
-    jobs: worker processes (None: one per free core on a CPU, up to the runs left to train;
-    see `fixedfirst.studies.side_by_side`). With more than one, each run is scored as soon as it
-    has finished."""
-    experiment = Experiment(
-        name="chains",
-        runs=preset.planned_runs(),
-        evaluations=partial(_scoring_jobs, preset.experiment, out),
-        evaluated="scoring",
-        show=_show_scores,
-        collect=partial(collect_results, preset),
-        collecting="scoring",
-        write=_write_figures_and_report,
-    )
-    return conduct(experiment, out, quiet, jobs)
+    name = "chains"
+    evaluated = "scoring"
+    collecting = "scoring"
+    PACKAGE = "fixedfirst.studies.chains"
+    PRESETS = ("default", "smoke")
+    SETTINGS = ExperimentConfig
+
+    def arms(self) -> dict[str, Arm]:
+        return {name: Arm(PAPER_SCHEDULES[name]) for name in self.experiment.schedules}
+
+    def runs(self) -> list[PlannedRun]:
+        runs = super().runs()
+        if runs[0].config.data.kind != "chains":
+            raise UserError(
+                "a chains preset trains on [data] kind = 'chains', "
+                f"not {runs[0].config.data.kind!r}"
+            )
+        return runs
+
+    def evaluations(self, planned: PlannedRun, run: Path) -> list[Job]:
+        say = partial(print_scores, planned.name)
+        return [once_finished(f"score {planned.name}", run, score_job, self.experiment, say=say)]
+
+    def results(self, evaluated: list[Evaluated]) -> dict[str, Any]:
+        """Every run's cost and scores, in one JSON-ready document."""
+        from fixedfirst.data.registry import kind_options
+        from fixedfirst.studies.chains.analysis import analyse
+
+        e = self.experiment
+        runs = {}
+        for run in evaluated:
+            s = run.outcome.summary
+            runs[run.outcome.name] = {
+                "schedule": run.arm,
+                "label": describe(run.config.schedule),
+                "description": describe(run.config.schedule),
+                "seed": run.seed,
+                "path": str(run.outcome.path),
+                "steps": s["steps"],
+                "tokens": s["tokens"],
+                "flops": s["flops"],
+                "wall_s": s["wall"],
+                "scores": run.values[0],
+            }
+        options = kind_options(self.run_config(e.schedules[0], e.seeds[0]))
+        return {
+            "format": "fixedfirst-chains-results",
+            "version": 2,
+            "preset": self.preset,
+            "flop_budget": e.flops,
+            "task": asdict(options),
+            "experiment": asdict(e),
+            "chance": 1 / options.values,
+            "runs": runs,
+            "analysis": analyse(runs, e.depths, options.max_ops, e.primary),
+        }
+
+    def write(self, results: dict[str, Any], out: Path) -> list[Path]:
+        from fixedfirst.studies.chains.figure import FIGURES, plot_figures
+        from fixedfirst.studies.chains.report import write_report
+
+        plot_figures(results, out)
+        write_report(results, out)
+        return [*(out / name for name in FIGURES), out / "report.json", out / "report.md"]
 
 
-def _scoring_jobs(experiment: ExperimentConfig, out: Path, planned: PlannedRun) -> list[Job]:
-    """A run's scoring, ready once the run has finished."""
-    path = run_directory(out, planned.name).path
-    ready = partial(run_finished, path)
-    return [Job(f"score {planned.name}", score_job, (path, experiment), ready=ready)]
-
-
-def _show_scores(job: Job, result: dict[str, Any], seconds: float) -> None:
-    print_scores(job.args[0].name, result, seconds)
-
-
-def _write_figures_and_report(results: dict[str, Any], out: Path) -> None:
-    from fixedfirst.studies.chains.figure import plot_figures
-    from fixedfirst.studies.chains.report import write_report
-
-    plot_figures(results, out)
-    write_report(results, out)
+load_preset = ChainsStudy.load
+"""A shipped preset or a path to a preset TOML, plus `--set` overrides."""

@@ -30,7 +30,7 @@ from fixedfirst.train.auto_switch import checkpoint_schedule
 from fixedfirst.train.distributed import World
 from fixedfirst.train.optim import build_optimizer, lr_at
 from fixedfirst.train.parallel import ParallelModel
-from fixedfirst.train.step import state_seeds, train_step
+from fixedfirst.train.step import StepContext, state_seeds, train_step
 
 SWITCH_TAG = "switch"
 
@@ -173,9 +173,8 @@ class FinishingChain:
         depth = s.schedule.depth(self.step, s.total_steps)
         lr = self.lr(self.step)
         seeds = state_seeds(train.seed, self.step, range(batch.inputs.shape[0]))
-        loss, _ = train_step(
-            s.model, s.optimizer, batch.to(s.device), depth, lr, train, seeds, s.dtype
-        )
+        context = StepContext(ParallelModel.alone(s.model), s.optimizer, train, s.dtype)
+        loss, _ = train_step(context, batch.to(s.device), depth, lr, seeds)
         record = ChainStep(self.step, depth, lr, float(loss))
         self.history.append(record)
         self.step += 1

@@ -25,7 +25,8 @@ from fixedfirst.errors import UserError
 from fixedfirst.evaluation.nll import autocast
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.model.loss import IGNORE_INDEX, next_token_loss
-from fixedfirst.train.step import train_step
+from fixedfirst.train.parallel import ParallelModel
+from fixedfirst.train.step import StepContext, train_step
 
 RmsReference = Literal["geometric-mean", "shallow", "deep"]
 RMS_REFERENCES: tuple[str, ...] = ("geometric-mean", "shallow", "deep")
@@ -236,6 +237,7 @@ class UpdatePair:
         self.heldout, self.serving_depths = heldout, list(serving_depths)
         self.depths, self.reference, self.dtype = depths, reference, dtype
         self.record_digests = record_digests
+        self.step_context = StepContext(ParallelModel.alone(model), optimizer, train, dtype)
         self.params = list(model.parameters())
         self.before: StateSnapshot | None = None
         self.baseline: HeldoutNLL | None = None
@@ -275,7 +277,7 @@ class UpdatePair:
             group["lr"] = lr
         digest = state_digest(self.model, self.optimizer) if self.record_digests else None
         started = time.perf_counter()
-        train_step(self.model, self.optimizer, batch, depth, lr, self.train, row_seeds, self.dtype)
+        train_step(self.step_context, batch, depth, lr, row_seeds)
         with torch.no_grad():
             for d, p, p0 in zip(out, self.params, self.before.params, strict=True):
                 torch.sub(p, p0, out=d)

@@ -78,11 +78,11 @@ def write_report(
 ) -> list[Path]:
     """From results.json's document (`sweep_results`, written beside): the `report_texts`,
     nll_by_depth.png, (when its run finished) figure3.png and, for a switch study,
-    switch_study.json/.md/.png (`write_study`); the files, results.json first."""
+    switch_study.json/.md/.png (`write_study`); the files."""
     rows = results["runs"]
     same_seed = spec.seeds is not None
     score_name = _score_name(spec, rows)
-    files = [out / "results.json"]
+    files: list[Path] = []
     for name, text in report_texts(spec, results, missing).items():
         write_text(out / name, text)
         files.append(out / name)

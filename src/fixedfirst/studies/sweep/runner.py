@@ -1,37 +1,27 @@
 """Run a sweep: train its runs, evaluate them at every serving depth, write the table and figures.
 
-A sweep is an `Experiment` of the study runner (`studies.side_by_side.conduct`): running it again
+A sweep is a `Study` of the study runner (`studies.side_by_side.conduct`): running it again
 reuses finished runs and resumes interrupted ones; with `only` it is trained in pieces and
 reports every finished run of DIR; side by side (`jobs`), workers train runs and measure each
-finished one as soon as it finishes. The output directory is described in docs/design.md §17.
+finished one as soon as it finishes. The output directory is described in docs/reference/files.md.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fixedfirst.compute.plan import plan_run
 from fixedfirst.evaluation.cached import HeldOut, cached_evaluation
 from fixedfirst.evaluation.task import cached_task_evaluation
-from fixedfirst.studies.side_by_side import Experiment, Job, conduct, run_finished
+from fixedfirst.studies.side_by_side import Conducted, Job, Study, conduct, once_finished
 from fixedfirst.studies.sweep.earlier import adopt_rows, read_earlier_rows
 from fixedfirst.studies.sweep.report import sweep_results, write_report
 from fixedfirst.studies.sweep.results import ROW_FROM, loss_curve, result_row
 from fixedfirst.studies.sweep.spec import SweepSpec
 from fixedfirst.studies.training import PlannedRun, RunOutcome, finished_summary, run_directory
-
-
-@dataclass
-class SweepOutcome:
-    rows: list[dict[str, Any]]
-    trained: list[str]
-    reused: list[str]
-    missing: list[str]
-    files: list[Path] = field(default_factory=list)
 
 
 def _status(planned: PlannedRun, out: Path) -> str:
@@ -130,7 +120,7 @@ def run_sweep(
     device: str = "auto",
     jobs: int | None = None,
     rows_from: str | Path | None = None,
-) -> SweepOutcome:
+) -> Conducted:
     """Train the selected runs, then evaluate and report every finished run of the sweep.
 
     jobs: worker processes (None: one per free core on a CPU up to the runs left to train, one
@@ -142,66 +132,61 @@ def run_sweep(
     if rows_from is not None:
         earlier = (str(rows_from), read_earlier_rows(rows_from))
         adopt_rows(earlier[1], spec.runs, spec.settings, [], earlier[0])  # refused before training
-    study = SweepStudy(spec, out, device, earlier)
-    experiment = Experiment(
-        name="sweep",
-        runs=list(spec.runs),
-        evaluations=study.evaluations,
-        evaluated="final evaluations",
-        show=study.show,
-        collect=study.collect,
-        collecting=None,
-        write=study.write,
-        only=frozenset(p.name for p in selected),
-        announce=partial(print_plan, spec, selected, out),
-        on_start=SweepProgress(selected, out),
-    )
-    conduct(experiment, out, quiet, jobs)
-    chosen = {p.name for p in selected}
-    trained = {o.name for o in study.outcomes if o.name in chosen and not o.reused}
-    return SweepOutcome(
-        rows=study.rows,
-        trained=[p.name for p in selected if p.name in trained],
-        reused=[p.name for p in selected if p.name not in trained],
-        missing=study.missing,
-        files=study.files,
-    )
+    study = SweepStudy(spec, out, device, selected, SweepProgress(selected, out), earlier)
+    return conduct(study, out, quiet, jobs, only=frozenset(p.name for p in selected))
+
+
+def not_finished(spec: SweepSpec, results: dict[str, Any]) -> list[str]:
+    """The sweep's runs that have no row in its results."""
+    finished = {row["name"] for row in results["runs"]}
+    return [p.name for p in spec.runs if p.name not in finished]
 
 
 @dataclass
-class SweepStudy:
-    """A sweep's part of the study runner: its final evaluations, rows and report; what it
-    found is kept for `run_sweep`'s outcome."""
+class SweepStudy(Study):
+    """A sweep as a study: its runs, their final evaluations, its rows and report."""
+
+    name = "sweep"
+    evaluated = "final evaluations"
+    collecting = None
 
     spec: SweepSpec
     out: Path
     device: str
     """Of the final evaluations."""
+    selected: list[PlannedRun]
+    """The runs to train now (--only)."""
+    progress: SweepProgress
     earlier: tuple[str, list[dict[str, Any]]] | None = None
     """--rows-from: the file and its rows, for runs not finished in DIR."""
-    outcomes: list[RunOutcome] = field(default_factory=list)
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)
-    files: list[Path] = field(default_factory=list)
+
+    def runs(self) -> list[PlannedRun]:
+        return list(self.spec.runs)
+
+    def announce(self) -> None:
+        print_plan(self.spec, self.selected, self.out)
+
+    def starting(self, index: int, planned: PlannedRun) -> None:
+        self.progress(index, planned)
 
     def plan(self, planned: PlannedRun) -> FinalEvaluation:
         held_out = self.spec.settings.held_out(planned.config.train.seed)
         depths = sorted(self.spec.settings.eval_depths)
         return FinalEvaluation(held_out, depths, self.spec.metric == "task", self.device)
 
-    def evaluations(self, planned: PlannedRun) -> list[Job]:
+    def evaluations(self, planned: PlannedRun, run: Path) -> list[Job]:
         """A run's final evaluations, ready once it has finished."""
-        run = run_directory(self.out, planned.name).path
-        ready = partial(run_finished, run)
-        return [Job(f"{planned.name} eval", final_evaluation, (run, self.plan(planned)), ready)]
 
-    def show(self, job: Job, result: Any, seconds: float) -> None:
-        say_evaluated(job.label.removesuffix(" eval"), result)
+        def say(result: Any, seconds: float) -> None:
+            say_evaluated(planned.name, result)
+
+        plan = self.plan(planned)
+        return [once_finished(f"{planned.name} eval", run, final_evaluation, plan, say=say)]
 
     def collect(self, outcomes: list[RunOutcome], quiet: bool) -> dict[str, Any]:
         """results.json's document: one row per finished run, its evaluations read back from
         their caches (or measured now)."""
-        self.outcomes = outcomes
+        rows = []
         for i, outcome in enumerate(outcomes, 1):
             planned = self.spec.run(outcome.name)
             result = final_evaluation(outcome.path, self.plan(planned))
@@ -218,18 +203,16 @@ class SweepStudy:
             if task is not None:
                 row["task_score_name"] = task["score_name"]
                 row["task_scores"] = task["scores"]
-            self.rows.append(row)
+            rows.append(row)
         if self.earlier is not None:
-            source, rows = self.earlier
-            self.rows += adopt_rows(rows, self.spec.runs, self.spec.settings, self.rows, source)
+            source, earlier_rows = self.earlier
+            rows += adopt_rows(earlier_rows, self.spec.runs, self.spec.settings, rows, source)
             order = {p.name: i for i, p in enumerate(self.spec.runs)}
-            self.rows.sort(key=lambda row: order[row["name"]])
+            rows.sort(key=lambda row: order[row["name"]])
             if not quiet:
-                adopted = sum(ROW_FROM in row for row in self.rows)
+                adopted = sum(ROW_FROM in row for row in rows)
                 print(f"{adopted} run(s) not in {self.out} reported from {source}", flush=True)
-        finished = {row["name"] for row in self.rows}
-        self.missing = [p.name for p in self.spec.runs if p.name not in finished]
-        return sweep_results(self.spec, self.rows)
+        return sweep_results(self.spec, rows)
 
-    def write(self, results: dict[str, Any], out: Path) -> None:
-        self.files = write_report(self.spec, out, results, self.missing)
+    def write(self, results: dict[str, Any], out: Path) -> list[Path]:
+        return write_report(self.spec, out, results, not_finished(self.spec, results))

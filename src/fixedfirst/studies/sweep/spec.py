@@ -1,7 +1,7 @@
 """A sweep file: one base configuration and named runs that each change a few keys of it.
 
 The file's keys, seeds (an entry's own subset, if it names one), `flops_of` (compute-matched
-runs) and `[[claims]]` are described in docs/design.md §17; `[sweep]` and `[[claims]]` are
+runs) and `[[claims]]` are described in docs/guides/configuration.md; `[sweep]` and `[[claims]]` are
 dataclasses checked by the same schema as a run configuration (settings.py, claims.py).
 Everything is checked when the file is loaded, before anything trains, so a typo costs seconds
 rather than the hour of training before it would be read.

@@ -21,6 +21,7 @@ import torch
 
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.serve.adaptive import KLExit, teacher_forced_kl_exit
+from fixedfirst.serve.modes import Adaptive
 from fixedfirst.tasks.chains.source import EvaluationSet
 
 
@@ -93,7 +94,7 @@ def kl_exit_by_difficulty(
             inputs = evaluation.batch.inputs[start : start + batch_size]
             targets = evaluation.batch.targets[start : start + batch_size]
             positions = evaluation.positions[start : start + batch_size]
-            logits, depths = teacher_forced_kl_exit(model, inputs, rule)
+            logits, depths = teacher_forced_kl_exit(model, inputs, Adaptive(rule))
             predicted = logits.argmax(dim=-1).gather(1, positions)
             right.append((predicted == targets.gather(1, positions)).numpy())
             used.append(depths.gather(1, positions).numpy())

@@ -1,0 +1,49 @@
+"""What the study commands (bios, chains, ablation, sweep) share: their flags, and how they say
+what they did."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from fixedfirst.cli.arguments import add_set_argument
+
+if TYPE_CHECKING:
+    from fixedfirst.studies.side_by_side import Conducted
+
+
+def add_study_arguments(
+    parser: argparse.ArgumentParser, evaluations: str, presets: str | None = None
+) -> None:
+    """--preset and --set (when the study is made from a preset, `presets` its help), --out,
+    --jobs (`evaluations`: what the workers do besides training) and --quiet."""
+    if presets is not None:
+        parser.add_argument("--preset", default="default", help=presets)
+    parser.add_argument("--out", required=True, metavar="DIR", help="the study's directory")
+    if presets is not None:
+        add_set_argument(parser)
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"worker processes training the runs and {evaluations} side by side (default: one "
+        "per free core on a CPU, up to the runs left to train; 1 on a GPU)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+
+
+def print_conducted(
+    conducted: Conducted, findings: list[str], missing: list[str] | None = None
+) -> None:
+    """The study's findings, what it trained and reused, the runs it reports (and those of
+    `missing`, not finished) and every file it wrote."""
+    for sentence in findings:
+        print(f"- {sentence}")
+    reported = len(conducted.results["runs"])
+    print(
+        f"trained {len(conducted.trained)} run(s), reused {len(conducted.reused)}; "
+        f"{reported} in the table" + (f"; not finished: {', '.join(missing)}" if missing else "")
+    )
+    for path in conducted.files:
+        print(f"wrote {path}")
