@@ -10,6 +10,10 @@ paragraphs, fixed seed), given in two shapes: one file (the most common shape of
 one document), and the same text cut into files of 16 KB (a directory of many documents). The
 tokenizer is a BPE of 2,048 ids, or the byte-level one.
 
+The inputs are generated and written by a child process of their own: a child's peak counts the
+pages it shares with this process between its fork and its exec, so this process never holds
+the text (at 128 MB it would have set every cell's peak at 441 MiB).
+
 With `--baseline REV` the same cells run on that revision's `src/` (exported with `git archive`)
 beside this tree's, alternating which goes first, so both meet the same load; `--large` sizes run
 on this tree only (the baseline's memory at them is what the table's trend says it would be).
@@ -81,6 +85,17 @@ def write_input(text: str, shape: str, into: Path) -> Path:
     return into
 
 
+def make_input(mb: int, shape: str, into: Path) -> Path:
+    """The input of `mb` MB in `shape`, written by a child process (see the module docstring)."""
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from prepare_memory import *; "
+        "write_input(generated_text(int(sys.argv[2]) << 20), sys.argv[3], Path(sys.argv[4]))"
+    )
+    here = str(Path(__file__).resolve().parent)
+    subprocess.run([sys.executable, "-c", code, here, str(mb), shape, str(into)], check=True)
+    return into / "corpus.txt" if shape == "one file" else into
+
+
 def peak_of(command: list[str], src: Path) -> tuple[float, float]:
     """(peak resident MiB, wall-clock s) of `command` run with `src` first on the path."""
     env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1"}
@@ -125,10 +140,9 @@ def main() -> None:
         plan = [(mb, list(trees)) for mb in sizes(args.sizes)]
         plan += [(mb, ["this tree"]) for mb in sizes(args.large)]
         for mb, names in plan:
-            text = generated_text(mb << 20)
             for shape, tokenizer in SHAPES:
                 case = Path(tmp) / f"{mb}-{shape}-{tokenizer}".replace(" ", "_")
-                path = write_input(text, shape, case / "input")
+                path = make_input(mb, shape, case / "input")
                 for i, name in enumerate(names if mb % 2 else list(reversed(names))):
                     out = case / f"out-{i}"
                     peak = peak_of(prepare_command(path, out, tokenizer), trees[name])
