@@ -11,10 +11,12 @@ Whether a document is held out never depends on its own size, so long and short 
 held out alike (a rule that held out whichever document brought the share nearest f would
 rarely pick a long one), and the decision is taken before the document is read, so a document
 of any length is streamed (data/pieces.py). After every document the held-out text is within
-one document of f of the text so far: the shortfall grows by f of each trained document, and
-each held-out document ends it (see docs/design.md §4). Documents are spread over the whole
-corpus (every input contributes), the split needs no random state and is the same for every
-tokenizer, so byte-level and BPE data of one corpus hold out the same text.
+one document (the largest so far) of f of the text so far, for f up to 1/2: the shortfall grows
+by f of each trained document, and each held-out document ends it, overshooting by less than
+itself (docs/design.md §4; tests/test_data_split.py checks it after every document). Documents
+are spread over the whole corpus (every input contributes), the split needs no random state and
+is the same for every tokenizer, so byte-level and BPE data of one corpus hold out the same
+text.
 
 Bytes rather than tokens, because a BPE tokenizer is trained on the training text only, so the
 split must be known before there are tokens to count. For the byte tokenizer bytes are its

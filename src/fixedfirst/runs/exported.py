@@ -79,7 +79,9 @@ def check_weights(directory: Path, config: dict[str, Any]) -> None:
     from fixedfirst.runs.checkpoint import sha256
 
     source = config.get("source")
-    recorded = source.get("weights_sha256") if isinstance(source, dict) else None
+    if not isinstance(source, dict):
+        return
+    recorded = source.get("weights_sha256")
     weights = directory / WEIGHTS_FILE
     if recorded is None or not weights.is_file():
         return  # no record to check against; a missing file is the reader's to say
