@@ -21,9 +21,12 @@ another its rows are left out. benchmarks/cache_strategies.py compares the strat
 3. Exit rules against fixed depths, teacher-forced on the run's validation batches (every position
    decoded under the rule): mean depth, NLL, modeled forward FLOPs per token (a rule that reads
    out pays a readout per iteration; the state rule one readout), each against fixed depth 16.
+   Measured by the exit frontier's code (`fixedfirst.serve.frontier`, `fixedfirst frontier`).
 4. With --chains-run, a chains-task run: accuracy and mean depth per difficulty band for fixed
-   depths and each rule (teacher-forced over the evaluation set): do harder labels take more
-   iterations?
+   depths and each rule (teacher-forced over the evaluation set, scored by the frontier's chains
+   scorer): do harder labels take more iterations?
+
+benchmarks/exit_speed.py compares batched exit with fixed-depth decoding at ceil(mean depth).
 """
 
 from __future__ import annotations
@@ -34,11 +37,8 @@ import statistics
 import time
 
 import torch
-import torch.nn.functional as F
 
-from fixedfirst.compute.flops import flop_model
 from fixedfirst.model import FULL_CACHE, parse_cache_strategy
-from fixedfirst.model.loss import IGNORE_INDEX, next_token_loss
 from fixedfirst.runs.opening import load_run
 from fixedfirst.serve import (
     Adaptive,
@@ -47,9 +47,8 @@ from fixedfirst.serve import (
     exit_rule,
     left_pad,
     stream_adaptive,
-    teacher_forced,
-    teacher_forced_exit,
 )
+from fixedfirst.serve.frontier import NextTokenNLL, frontier_points, label, measure_quality
 from fixedfirst.serve.speculative import SpeculationStats, stream_speculative
 
 PROMPT_LENGTHS = [8, 12, 16, 20, 24, 28, 32, 36]
@@ -163,49 +162,13 @@ def adaptive_speed(model, prompts, n: int, rules, repeats: int) -> list[dict]:
     return rows
 
 
-@torch.no_grad()
 def exit_table(model, batches, rules, depths: list[int]) -> list[dict]:
-    flops = flop_model(model.config, batches[0].inputs.shape[1])
-    count = sum(int((b.targets != IGNORE_INDEX).sum()) for b in batches)
-    fixed = dict.fromkeys(depths, 0.0)
-    one_pass = [d for d in depths if CACHE.keeps_every_iteration(d)]
-    for b in batches:
-        n = int((b.targets != IGNORE_INDEX).sum())
-        for depth, nll in model.nll_by_depth(b.inputs, b.targets, one_pass).items():
-            fixed[depth] += nll * n
-        for depth in (d for d in depths if d not in one_pass):  # decoded through the cache
-            logits, _ = teacher_forced(model, b.inputs, FixedDepth(depth, cache_strategy=CACHE))
-            fixed[depth] += float(next_token_loss(logits, b.targets)) * n
-    rows = [
-        {
-            "serving": f"fixed K={d}",
-            "mean_depth": float(d),
-            "nll": fixed[d] / count,
-            "gflops": flops.forward(d) / 1e9,
-        }
-        for d in depths
-    ]
-    for rule in rules:
-        nll_sum = depth_sum = 0.0
-        for b in batches:
-            logits, used = teacher_forced_exit(
-                model, b.inputs, Adaptive(rule, cache_strategy=CACHE)
-            )
-            scored = b.targets != IGNORE_INDEX
-            nll = F.cross_entropy(
-                logits.flatten(0, 1).float(), b.targets.flatten(), reduction="none"
-            )
-            nll_sum += float(nll[scored.flatten()].sum())
-            depth_sum += float(used[scored].sum())
-        mean = depth_sum / count
-        rows.append(
-            {
-                "serving": rule.describe(),
-                "mean_depth": mean,
-                "nll": nll_sum / count,
-                "gflops": rule.modeled_flops(flops, mean) / 1e9,
-            }
-        )
+    """Teacher-forced NLL, mean depth and modeled GFLOPs of fixed depths and each rule: the exit
+    frontier's measurement (`fixedfirst.serve.frontier`) through the --cache strategy."""
+    modes = [FixedDepth(d, cache_strategy=CACHE) for d in depths]
+    modes += [Adaptive(rule, cache_strategy=CACHE) for rule in rules]
+    scored = measure_quality(model, NextTokenNLL(batches), modes)
+    rows = [{**p, "nll": p["quality"]} for p in frontier_points(model, modes, scored, None)]
     deep = next(r for r in rows if r["serving"] == f"fixed K={max(depths)}")
     for r in rows:
         r["nll_vs_deepest"] = r["nll"] / deep["nll"] - 1
@@ -216,7 +179,7 @@ def exit_table(model, batches, rules, depths: list[int]) -> list[dict]:
 @torch.no_grad()
 def chains_table(run: str, rules, depths: list[int], sequences: int) -> tuple[list, list[str]]:
     from fixedfirst.data.registry import kind_options
-    from fixedfirst.tasks.chains.accuracy import correctness_by_depth
+    from fixedfirst.tasks.chains.accuracy import ExitAccuracy
     from fixedfirst.tasks.chains.bands import bands_of
     from fixedfirst.tasks.chains.source import evaluation_set
 
@@ -224,27 +187,17 @@ def chains_table(run: str, rules, depths: list[int], sequences: int) -> tuple[li
     model, options = loaded.model, kind_options(loaded.config)
     evaluation = evaluation_set(options, loaded.config.data.seed, sequences)
     bands = bands_of(options)
-    correct = correctness_by_depth(model, evaluation, depths)
+    modes = [FixedDepth(d, cache_strategy=CACHE) for d in depths]
+    modes += [Adaptive(rule, cache_strategy=CACHE) for rule in rules]
+    scored = measure_quality(model, ExitAccuracy(evaluation, options), modes)
     rows = []
-    for k, depth in enumerate(correct.depths):
+    for mode, point in zip(modes, scored, strict=True):
+        cells = [point.details["bands"][b.label] for b in bands]
         rows.append(
             {
-                "serving": f"fixed K={depth}",
-                "accuracy": [float(correct.band_scores(b.low, b.high)[k].mean()) for b in bands],
-                "depth": [float(depth)] * len(bands),
-            }
-        )
-    for rule in rules:
-        mode = Adaptive(rule, cache_strategy=CACHE)
-        logits, used = teacher_forced_exit(model, evaluation.batch.inputs, mode)
-        expected = evaluation.batch.targets.gather(1, evaluation.positions)
-        right = logits.argmax(-1).gather(1, evaluation.positions) == expected
-        used = used.gather(1, evaluation.positions).float()
-        rows.append(
-            {
-                "serving": rule.describe(),
-                "accuracy": [float(right[:, b.low : b.high + 1].float().mean()) for b in bands],
-                "depth": [float(used[:, b.low : b.high + 1].mean()) for b in bands],
+                "serving": label(mode),
+                "accuracy": [c["accuracy"] for c in cells],
+                "depth": [c["mean_depth"] for c in cells],
             }
         )
     return rows, [b.label for b in bands]

@@ -54,6 +54,8 @@ class Case:
     """Why this case cannot run on this machine, if it cannot."""
     read_only: tuple[str, ...] = ()
     """Paths made read-only while the command runs (see tests/bad_input_edges.py)."""
+    stand_in: Callable[[], contextlib.AbstractContextManager[None]] | None = None
+    """Entered around the command: a library as another machine has it (an older release)."""
 
 
 # -- damage ------------------------------------------------------------------------------------
@@ -1070,6 +1072,8 @@ def all_cases() -> list[Case]:
     from tests.bad_input_cluster import CLUSTER_CASES
     from tests.bad_input_corpus import CORPUS_CASES
     from tests.bad_input_edges import EDGE_CASES
+    from tests.bad_input_foreign import FOREIGN_CASES
+    from tests.bad_input_frontier import FRONTIER_CASES
     from tests.bad_input_inspect import INSPECT_CASES
     from tests.bad_input_memory import MEMORY_CASES
     from tests.bad_input_newcomer import NEWCOMER_CASES
@@ -1087,6 +1091,8 @@ def all_cases() -> list[Case]:
         + NEWCOMER_CASES
         + CORPUS_CASES
         + RUN_CASES
+        + FRONTIER_CASES
+        + FOREIGN_CASES
     )
 
 
@@ -1190,6 +1196,7 @@ def run_case(case: Case, work: Path) -> Outcome:
             contextlib.redirect_stdout(out),
             contextlib.redirect_stderr(err),
             read_only([work / p for p in case.read_only]),
+            case.stand_in() if case.stand_in is not None else contextlib.nullcontext(),
         ):
             main(case.argv)
     except SystemExit as e:

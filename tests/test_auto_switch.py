@@ -147,7 +147,7 @@ def test_kill_9_and_resume_switch_at_the_same_step(tmp_path, depth_gap_run):
 def test_a_flop_budget_fits_wherever_the_rule_switches():
     config = tiny_config(*AUTO[:3], "train.flops=2e9", "train.tokens=1000")
     budget = plan_run(config)
-    from fixedfirst.compute.flops import flop_model, realised_flops
+    from fixedfirst.compute.flops import flop_model, train_flops
     from fixedfirst.switching.policy import switch_bounds
 
     t = config.train
@@ -155,13 +155,16 @@ def test_a_flop_budget_fits_wherever_the_rule_switches():
     schedule = Schedule(config.schedule, t.seed)
     floor, ceiling = switch_bounds(config.switch, budget.total_steps)
     costs = [
-        realised_flops(schedule.with_switch_step(s), fm, budget.total_steps, t.tokens_per_step)
+        train_flops(
+            fm, schedule.with_switch_step(s).histogram(budget.total_steps), t.tokens_per_step
+        )
         for s in range(floor, ceiling + 1)
     ]
     assert max(costs) == pytest.approx(budget.flops) and budget.flops <= 2e9
     longer = plan_run(config).total_steps + 1
     floor, _ = switch_bounds(config.switch, longer)
-    assert realised_flops(schedule.with_switch_step(floor), fm, longer, t.tokens_per_step) > 2e9
+    at_floor = schedule.with_switch_step(floor).histogram(longer)
+    assert train_flops(fm, at_floor, t.tokens_per_step) > 2e9
 
 
 def test_switch_records_reach_tensorboard_and_wandb_as_scalars():

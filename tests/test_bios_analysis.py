@@ -125,7 +125,8 @@ def test_primary_claims_are_decided_by_their_own_intervals_by_hand(bars, verdict
     """Per seed, from the rows: fixed K=4 keeps 36/36, 16/34, 38/38 of its depth-4 recall at
     depths 8..64 (interval [0.064, 1.583]); uniform averages 29, 33, 36.5 bits over the six
     depths, / 6 / 40 of the ceiling ([0.098, 0.176]); fixed-first's least over depths 2..64 is
-    38, 39, 39 of 40 ([0.931, 1.003]). Each verdict is its interval against its own bar."""
+    38, 39, 39 of 40 ([0.931, 1.003], a share of the ceiling: cut at 1). Each verdict is its
+    interval against its own bar."""
     bits = three_seeds()
     bits.update(
         {("fixed-first-4-0.8", s): row(30.0, 39.0, 39.5, 38.0 + min(s, 1)) for s in range(3)}
@@ -134,8 +135,9 @@ def test_primary_claims_are_decided_by_their_own_intervals_by_hand(bars, verdict
     expected = [
         by_hand([36 / 36, 16 / 34, 38 / 38]),
         by_hand([29 / 6 / CEILING, 33 / 6 / CEILING, 36.5 / 6 / CEILING]),
-        by_hand([38 / CEILING, 39 / CEILING, 39 / CEILING]),
+        (*by_hand([38 / CEILING, 39 / CEILING, 39 / CEILING])[:2], 1.0),
     ]
+    assert by_hand([38 / CEILING, 39 / CEILING, 39 / CEILING])[2] > 1.0
     for p, (mean, low, high) in zip(a["primary"], expected, strict=True):
         c = p["over_seeds"]
         assert (c["mean"], c["low"], c["high"]) == (
@@ -160,10 +162,10 @@ T_99_2 = 6.965
 def test_holm_corrects_every_same_seed_difference_and_the_report_says_so():
     """Fixed-first recalls as uniform does at depths 1..4 and 4.02 + (-1, 0, +1) bits more at
     8..64 in seeds 0..2: at depth 64 that is t = 4.02 / (1 / sqrt(3)) = 6.965, p = 0.02, and the
-    mean over the six depths is half of it, the same t. Three pairs x (the mean, depth 4, depth
-    64) make a family of 9; only fixed K=4's depth-4 lead over the other two (38, 34, 38 against
-    2-3.5 bits: p ~ 0.001) survives Holm (0.001 <= 0.05 / 9, then 0.02 > 0.05 / 7); six
-    exclude zero uncorrected."""
+    mean over the six depths is half of it, the same t, as is the mean off depth (8..64). Three
+    pairs x (the mean, the mean off depth, depth 4, depth 64) make a family of 12; only fixed
+    K=4's depth-4 lead over the other two (38, 34, 38 against 2-3.5 bits: p ~ 0.001) survives
+    Holm (0.001 <= 0.05 / 12, then 0.02 > 0.05 / 10); seven exclude zero uncorrected."""
     bits = three_seeds()
     base = {0: (1.0, 2.0, 2.0, 8.0), 1: (1.0, 2.0, 3.0, 9.0), 2: (1.0, 2.0, 3.5, 10.0)}
     lead = T_99_2 / math.sqrt(3)
@@ -171,18 +173,18 @@ def test_holm_corrects_every_same_seed_difference_and_the_report_says_so():
         d1, d2, d4, deep = base[seed]
         bits[("fixed-first-4-0.8", seed)] = row(d1, d2, d4, deep + lead + z)
     a = analyse(results(bits))
-    assert a["exploratory"] == {"size": 9, "uncorrected": 6, "corrected": 2}
+    assert a["exploratory"] == {"size": 12, "uncorrected": 7, "corrected": 2}
     entry = next(
         c for c in a["comparisons"] if (c["a"], c["b"]) == ("fixed-first-4-0.8", "uniform-1-16")
     )
-    for key in ("mean_over_depths", "depth_64"):
+    for key in ("mean_over_depths", "mean_off_depth", "depth_64"):
         assert entry[key]["p"] == pytest.approx(0.02, abs=1e-4)
         assert (entry[key]["sign"], entry[key]["holm"]) == ("positive", "cannot tell")
     fixed = next(c for c in a["comparisons"] if (c["a"], c["b"]) == ("fixed-4", "uniform-1-16"))
     assert fixed["depth_4"]["holm"] == "positive"
     text = " ".join(findings({**results(bits), "analysis": a}))
-    assert "of the 9 the report computes" in text
-    assert "Same-seed differences of the average, exploratory (Holm over 9): " in text
+    assert "of the 12 the report computes (every pair of the 3 arms," in text
+    assert "Same-seed differences of the average, exploratory (Holm over 12): " in text
     assert (
         "fixed-first K0=4, switch 0.8 minus uniform 1..16 +2.0 [+0.8, +3.3] bits (cannot tell; "
         "uncorrected higher)" in text
@@ -202,3 +204,50 @@ def test_the_loop_preset_names_the_three_primary_claims_of_the_page():
         ("uniform-1-16", "mean_of_ceiling", "below", 0.10),
         ("fixed-4", "kept_of_depth_4", "at least", 0.5),
     ]
+
+
+def test_figure_1s_contrast_off_depth_and_bounded_cells_by_hand():
+    """Fixed-first against fixed K=4 off depth: per seed the mean over depths 8, 16, 64 of
+    fixed-first's 38, 39, 40 bits against fixed K=4's 36, 16, 38 (differences 2, 23, 2); over
+    every depth the six-depth means. The cells' intervals stay in [0, the ceiling]: uniform's
+    depth-1 recall of 1, 1, 1 bits has none to cut, fixed-first's depth-64 recall of 38, 39, 40
+    (a t-interval up to 41.4) is cut at 40."""
+    bits = three_seeds()
+    bits.update({("fixed-first-4-0.8", s): row(30.0, 39.0, 39.5, 38.0 + s) for s in range(3)})
+    a = analyse(results(bits))
+    assert a["off_depth"] == [8, 64]
+    pair = ("fixed-first-4-0.8", "fixed-4")
+    entry = next(c for c in a["comparisons"] if (c["a"], c["b"]) == pair)
+    off = [38.0 - 36.0, 39.0 - 16.0, 40.0 - 38.0]
+    mean, low, high = by_hand(off)
+    d = entry["mean_off_depth"]
+    assert (d["mean"], d["low"], d["high"]) == (
+        pytest.approx(mean),
+        pytest.approx(low),
+        pytest.approx(high),
+    )
+    over = [
+        sum(bits[("fixed-first-4-0.8", s)].values()) / 6 - sum(bits[("fixed-4", s)].values()) / 6
+        for s in range(3)
+    ]
+    assert entry["mean_over_depths"]["mean"] == pytest.approx(sum(over) / 3)
+    cell = a["cells"]["fixed-first-4-0.8"]["1"]["by_depth"]["64"]
+    assert by_hand([38.0, 39.0, 40.0])[2] > CEILING and cell["high"] == CEILING
+    assert cell["low"] == pytest.approx(by_hand([38.0, 39.0, 40.0])[1])
+    text = " ".join(findings({**results(bits), "analysis": a}))
+    assert (
+        "Figure 1's contrast at the full budget, each fixed-first arm minus fixed K=4 (same "
+        "seed, exploratory): off depth (recall averaged over serving depths 8..64) and averaged "
+        f"over every serving depth: fixed-first K0=4, switch 0.8: off depth {mean:+.1f} "
+        f"[{low:+.1f}, {high:+.1f}] bits (cannot tell)"
+    ) in text
+
+
+def test_the_pairs_compared_are_counted_when_an_arm_is_missing_from_the_list():
+    """An arm the comparison list does not know is not compared: the report says how many of
+    the possible pairs it computed instead of "every pair"."""
+    bits = three_seeds()
+    bits.update({("fixed-first-3-0.5", s): row(30.0, 39.0, 39.5, 38.0) for s in range(3)})
+    a = analyse(results(bits))
+    assert a["pairs"] == {"compared": 1, "possible": 3}
+    assert "(1 of the 3 pairs of arms," in " ".join(findings({**results(bits), "analysis": a}))

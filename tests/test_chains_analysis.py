@@ -105,6 +105,22 @@ def test_depth_gain_by_hand():
     assert (gain["low"], gain["high"]) == (pytest.approx(0.6 - half), pytest.approx(0.6 + half))
 
 
+def test_an_accuracy_interval_stays_within_0_and_1():
+    """Fixed K=4's hard band at K=64: 0.9, 0.9, 0.3, 0.9, 0.9 over the seeds, whose t-interval
+    (by hand) reaches past 1: it is cut at 1, its lower end kept; the near band at K=1 (0.05 in
+    every seed) has no spread and nothing to cut."""
+    a = analyse(five_seeds(), DEPTHS, MAX_OPS, PRIMARY)
+    cell = a["band_accuracy"]["fixed-4"]["standard"]["hard"]["64"]
+    values = [0.9, 0.9, 0.3, 0.9, 0.9]
+    mean = sum(values) / 5
+    half = T_975_4 * math.sqrt(sum((v - mean) ** 2 for v in values) / 4) / math.sqrt(5)
+    assert mean + half > 1.0
+    assert cell["mean"] == pytest.approx(mean) and cell["high"] == 1.0
+    assert cell["low"] == pytest.approx(mean - half)
+    near = a["band_accuracy"]["fixed-4"]["standard"]["near"]["1"]
+    assert near["low"] == pytest.approx(0.05) and near["high"] == pytest.approx(0.05)
+
+
 def test_same_seed_differences_and_the_best_schedule():
     a = analyse(five_seeds(), DEPTHS, MAX_OPS, PRIMARY)
     near = a["versus_reference"]["fixed-4"]["standard"]["near@64"]

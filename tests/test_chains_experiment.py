@@ -237,3 +237,83 @@ def test_bad_preset_input_is_one_line(tmp_path, capsys, args, fragment):
     err = capsys.readouterr().err
     assert fragment in err and err.count("\n") == 1
     assert not (tmp_path / "x").exists()
+
+
+ECONOMICS = """
+[frontier]
+max_depth = 4
+sequences = 8
+speed_rows = 2
+speed_tokens = 4
+speed_repeats = 1
+
+[frontier.exits]
+kl = [1e-2]
+argmax = [2]
+
+[[studies]]
+name = "smoke"
+directory = "{directory}"
+seeds = [0, 1, 2]
+
+[studies.arms]
+"uniform" = "uniform-1-16"
+"fixed K=4" = "fixed-4"
+"fixed-first K0=2" = "fixed-first-2-0.67"
+
+[[comparisons]]
+a = "fixed-first K0=2"
+b = "uniform"
+
+[[comparisons]]
+a = "fixed-first K0=2"
+b = "fixed K=4"
+
+[[primary]]
+name = "K0=2 stops as well as uniform"
+study = "smoke"
+a = "fixed-first K0=2"
+b = "uniform"
+"""
+ARMS = {"uniform": "uniform-1-16", "fixed K=4": "fixed-4", "fixed-first K0=2": "fixed-first-2-0.67"}
+
+
+def test_serving_economics_on_the_smoke_runs(smoke_dir, tmp_path):
+    """`fixedfirst serving-economics` over the smoke runs: every finished run's frontier, the
+    runs of a seed the experiment did not train listed as missing, each run's summary what its
+    frontier gives (read here from the points), the report made from report.json alone, and a
+    second invocation that reuses every frontier."""
+    from fixedfirst.studies.serving.report import report_markdown as economics_markdown
+
+    config = tmp_path / "economics.toml"
+    config.write_text(ECONOMICS.format(directory=smoke_dir))
+    out = tmp_path / "economics"
+    command = ["serving-economics", str(config), "--out", str(out), "--quiet"]
+    with pytest.raises(SystemExit) as e:
+        main(command)
+    assert e.value.code == 0
+    numbers = json.loads((out / "report.json").read_text())
+    runs = numbers["runs"]["smoke"]
+    assert set(runs) == {f"{run}-seed{s}" for run in ARMS.values() for s in (0, 1)}
+    assert numbers["missing"] == [str(smoke_dir / "runs" / f"{r}-seed2") for r in ARMS.values()]
+    for name, run in runs.items():
+        document = json.loads((out / "frontiers" / "smoke" / name / "frontier.json").read_text())
+        points = document["points"]
+        assert [p["serving"] for p in points][:4] == [f"fixed K={d}" for d in (1, 2, 3, 4)]
+        assert len(points) == 6 and document["held_out"]["sequences"] == 8
+        fixed = [p for p in points if p["rule"] is None]
+        top = max(p["quality"] for p in fixed)
+        best = min(p["max_depth"] for p in fixed if p["quality"] == top)
+        least = min(p["mean_depth"] for p in points if p["quality"] >= top - 0.01)
+        assert run["best_fixed_depth"] == best and run["arm"] == next(
+            arm for arm, r in ARMS.items() if name.startswith(r + "-seed")
+        )
+        assert run["by"]["iterations"]["saved"] == pytest.approx(1 - least / best)
+    assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert_report_remade(out, economics_markdown, economics_markdown(numbers), tmp_path)
+    before = {p: p.read_bytes() for p in out.glob("frontiers/*/*/frontier.json")}
+    assert len(before) == 6
+    with pytest.raises(SystemExit) as e:
+        main(command)
+    assert e.value.code == 0
+    assert before == {p: p.read_bytes() for p in out.glob("frontiers/*/*/frontier.json")}

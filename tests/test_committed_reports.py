@@ -22,6 +22,7 @@ from fixedfirst.studies.bios import report as bios_report
 from fixedfirst.studies.chains import report as chains_report
 from fixedfirst.studies.diagnose import report as diagnose_report
 from fixedfirst.studies.report_files import numbers_json
+from fixedfirst.studies.serving.frontier_report import frontier_markdown
 from fixedfirst.studies.sweep.claims import evaluate_claims
 from fixedfirst.studies.sweep.factors import factor_table
 from fixedfirst.studies.sweep.report import report_texts
@@ -129,6 +130,12 @@ COMMITTED = (
         "chains", "chains-report.json", ("chains-report.md",), report(chains_report.report_markdown)
     ),
     Committed(
+        "chains, fresh seeds",
+        "chains-fresh-report.json",
+        ("chains-fresh-report.md",),
+        report(chains_report.report_markdown),
+    ),
+    Committed(
         "figure 4",
         "figure4-report.json",
         ("figure4-report.md",),
@@ -157,6 +164,12 @@ COMMITTED = (
         "ablation-bios-report.json",
         ("ablation-bios-report.md",),
         report(ablation_report.report_markdown),
+    ),
+    Committed(
+        "exit frontier, chains",
+        "frontier-chains.json",
+        ("frontier-chains.md",),
+        report(frontier_markdown),
     ),
 )
 

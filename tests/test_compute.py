@@ -11,8 +11,8 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from fixedfirst.compute.flops import flop_model, realised_flops
-from fixedfirst.compute.plan import plan_run, plan_steps
+from fixedfirst.compute.flops import flop_model, train_flops
+from fixedfirst.compute.plan import fit_budget, plan_run
 from fixedfirst.config import load_config
 from fixedfirst.errors import UserError
 from fixedfirst.model import LoopedTransformer
@@ -109,7 +109,7 @@ def test_compute_matched_runs_end_within_one_step_below_the_budget(schedule, see
     assert plan.flops == pytest.approx(drawn, rel=1e-12)
     # Below the budget, one more step would exceed it, and the gap is less than one step.
     assert plan.flops <= budget
-    assert realised_flops(s, fm, plan.total_steps + 1, tps) > budget
+    assert train_flops(fm, s.histogram(plan.total_steps + 1), tps) > budget
     deepest_step = tps * fm.train(max(s.depths(plan.total_steps + 1)))
     assert budget - plan.flops < deepest_step
     # The expectation is kept beside the realised cost; they differ by the luck of the draws.
@@ -164,4 +164,4 @@ def test_impossible_budgets_are_user_errors():
         plan_run(config)
     fm = flop_model(config.model, 16)
     with pytest.raises(UserError):
-        plan_steps(Schedule(config.schedule), fm, 0.5, 16)
+        fit_budget(Schedule(config.schedule), fm, 0.5, 16, None, None)

@@ -15,7 +15,7 @@ from fixedfirst.runs.checkpoint import META_FILE, TRAINER_FILE, CheckpointManage
 from fixedfirst.stats.intervals import two_way_bootstrap
 from fixedfirst.studies.diagnose.figure import figure4
 from fixedfirst.studies.diagnose.finishing import FinishingChain, open_run_state
-from fixedfirst.studies.diagnose.report import report_markdown
+from fixedfirst.studies.diagnose.report import report_markdown, with_intervals
 from fixedfirst.studies.diagnose.runner import DiagnoseOptions, run_diagnostic
 from fixedfirst.studies.diagnose.summary import contained_from, first_u_containing_zero
 from fixedfirst.train.trainer import Trainer
@@ -138,11 +138,20 @@ def test_diagnose_end_to_end(fixed_first_run, tmp_path, capsys):
     assert "depth-averaged benefit" in stdout and "contains 0" in stdout
     assert "| 4 |" in stdout  # the per-depth table
     assert "held-out sequences only" in stdout and "3 training batches x 4 held-out" in stdout
-    # What it printed is report.md, made from report.json alone: the intervals, no per-sequence
-    # benefit.
+    # What it printed is report.md, made from report.json alone: the benefit of every batch on
+    # every held-out sequence at every depth, every digit, from which it draws the intervals
+    # again; they are results.json's.
     assert stdout.startswith((out / "report.md").read_text())
     numbers = json.loads((out / "report.json").read_text())
-    assert "per_sequence" not in numbers and "per_batch_benefit" not in numbers["results"][0]
+    assert numbers["version"] == 2 and numbers["heldout"]["tokens_per_sequence"] == tokens.tolist()
+    for index, row in enumerate(numbers["results"]):
+        assert np.array_equal(np.array(row["benefit_per_sequence"]), benefit[index])
+        assert "depth_average" not in row and "per_batch_benefit" not in row
+    drawn = with_intervals(numbers)
+    for again, row in zip(drawn["results"], rows, strict=True):
+        for key in ("benefit", "depth_average", "bands"):
+            assert again[key] == row[key]
+    assert drawn["contains_zero_from_u"] == results["contains_zero_from_u"]
     assert_report_remade(out, report_markdown, report_markdown(results), tmp_path)
 
 

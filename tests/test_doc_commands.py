@@ -164,10 +164,13 @@ def test_every_configuration_shown_is_accepted(page, text, tmp_path):
     from fixedfirst.config import RunConfig, read_toml
     from fixedfirst.data.registry import resolve_data
     from fixedfirst.studies.sweep.spec import load_sweep
+    from tests.inkling_helpers import HAS_INKLING
 
     path = tmp_path / "shown.toml"
     path.write_text(text)
     data = read_toml(path)
+    if data.get("model", {}).get("kind") == "transformers" and not HAS_INKLING:
+        pytest.skip("a transformers looped model's configuration; this transformers lacks it")
     if "base" in data:
         assert load_sweep(path).runs
     else:

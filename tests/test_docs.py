@@ -76,13 +76,19 @@ DETERMINISTIC_OUTPUTS = {
     "compute-lm-200m-k0-4.txt": ["compute", "configs/lm-200m.toml", "--set", "schedule.k0=4"],
     "plan-lm-200m.txt": None,
     "plan-lm-1b.txt": None,
+    "compute-inkling-tiny.txt": ["compute", "configs/inkling-tiny.toml"],
 }
+NEEDS_INKLING = {"compute-inkling-tiny.txt"}
+"""Outputs of a transformers looped model's run: skipped where transformers lacks it."""
 
 
 @pytest.mark.parametrize("name", sorted(DETERMINISTIC_OUTPUTS))
 def test_committed_command_outputs_are_what_the_commands_print(name, monkeypatch):
     from fixedfirst.cli.main import main
+    from tests.inkling_helpers import HAS_INKLING
 
+    if name in NEEDS_INKLING and not HAS_INKLING:
+        pytest.skip("this transformers has no Inkling2Loop models (5.24 or later does)")
     committed = (DOCS / "figures" / name).read_text()
     argv = DETERMINISTIC_OUTPUTS[name]
     if argv is None:  # the file starts with the command that printed it

@@ -22,6 +22,24 @@ def test_over_seeds_by_hand():
     assert list(s.values) == [0, 1, 2, 3, 4]  # sorted by seed
 
 
+def test_a_bounded_quantity_keeps_its_interval_within_its_bounds():
+    """Shares of a ceiling 0.90, 0.99, 1.00: the t-interval (by hand) reaches past 1, the cut one
+    ends at 1 and keeps its lower end; values inside the bounds leave the interval as it was."""
+    shares = {0: 0.90, 1: 0.99, 2: 1.00}
+    sd = math.sqrt(((0.90 - 0.9633333) ** 2 + (0.99 - 0.9633333) ** 2 + (1.0 - 0.9633333) ** 2) / 2)
+    half = T_975_2 * sd / math.sqrt(3)
+    assert 0.9633333 + half > 1.0
+    cut = over_seeds(shares, bounds=(0.0, 1.0))
+    assert cut.mean == pytest.approx(0.9633333, abs=1e-7)
+    assert cut.low == pytest.approx(0.9633333 - half, abs=1e-6) and cut.high == 1.0
+    low_end = over_seeds({0: 0.0, 1: 0.0, 2: 0.3}, bounds=(0.0, 1.0))
+    assert low_end.low == 0.0 and low_end.high < 1.0
+    inside = {0: 0.4, 1: 0.5, 2: 0.6}
+    assert over_seeds(inside, bounds=(0.0, 1.0)) == over_seeds(inside)
+    with pytest.raises(ValueError, match="outside their bounds"):
+        over_seeds({0: 38.9, 1: 1.2}, bounds=(0.0, 1.0))  # bits where a share was meant
+
+
 def test_one_seed_has_no_interval():
     s = over_seeds({7: 0.25})
     assert (s.mean, s.low, s.high, s.n) == (0.25, None, None, 1)

@@ -192,7 +192,8 @@ def test_a_factor_study_shares_one_held_out_set_and_tables_its_gaps(study, train
     assert wsd["change"]["verdict"] in ("higher", "lower", "cannot tell")
     # A claim on the same pair is the same quantity, with the same interval over seeds and blocks.
     claim, exploratory = results["claims"]
-    assert claim["covers"] == "seeds and held-out blocks" and "family" not in claim
+    assert claim["covers"] == "seeds and held-out blocks"
+    assert claim["family"] == "primary, Holm over 1"
     assert (claim["mean"], claim["low"], claim["high"]) == pytest.approx(
         (first["gap"]["mean"], first["gap"]["low"], first["gap"]["high"])
     )

@@ -33,6 +33,10 @@ THIRD_PARTY: dict[tuple[str, str], str] = {
         "_is_hf_initialized",
     ): "transformers marks initialised tensors with it; the model's `_init_weights` must skip them",
     (
+        "fixedfirst/config/architectures.py",
+        "_can_compile_fullgraph",
+    ): "transformers' declaration that a model cannot compile as one graph; no public spelling",
+    (
         "fixedfirst/data/documents.py",
         "_fingerprint",
     ): "a datasets.Dataset's content hash: the only way to tell a changed dataset from the same",

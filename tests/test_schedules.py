@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 from fractions import Fraction
@@ -156,13 +157,16 @@ def test_progressive_stages_are_the_runs_of_equal_means_step_by_step(mean, warmu
 
 
 @pytest.mark.parametrize("config", ALL, ids=lambda c: c.kind)
-def test_expected_cost_equals_the_average_over_steps(config):
+def test_the_histograms_cost_what_the_steps_cost(config):
     cost = lambda k: 3.0 + 2.0 * k  # noqa: E731 - a cost linear in depth, like the FLOP model
     total = 4000
     schedule = Schedule(config, seed=1)
-    exact = schedule.expected_total(cost, total)
+    exact = schedule.expected_histogram(total).total(cost)
     realised = sum(cost(k) for k in schedule.depths(total))
     assert realised == pytest.approx(exact, rel=0.02)
+    assert schedule.histogram(total).total(cost) == pytest.approx(realised, rel=1e-12)
+    drawn = collections.Counter(schedule.depths(total))
+    assert schedule.histogram(total).steps() == dict(sorted(drawn.items()))
     if config.kind == "fixed":
         assert realised == exact
 

@@ -1,5 +1,6 @@
 """The committed study configs run end to end when shrunk to seconds: the language-model table
-(configs/sweeps/lm-code-cpu.toml, with its compute-matched runs, seeds and claims) and the two
+(configs/sweeps/lm-code-cpu.toml, with its compute-matched runs, seeds and claims), its
+fresh-seed confirmation (configs/sweeps/lm-fresh.toml, held to the factor study's base) and the two
 regime probes (configs/probes/) with the probe table script; and the committed probe tables in
 docs/probes/ are what the script makes of the results committed beside them."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -352,3 +354,92 @@ def test_a_fresh_seed_preset_is_its_study_preset_on_seeds_no_earlier_study_used(
     assert set(shipped["experiment"].pop("seeds")) <= EARLIER_SEEDS
     assert fresh["data"].pop("seed") == 100 and shipped["data"].pop("seed", 0) in EARLIER_SEEDS
     assert fresh == shipped
+
+
+def test_the_fresh_language_model_study_is_the_factor_studys_headline_on_new_seeds_and_rows():
+    """configs/sweeps/lm-fresh.toml, committed before its runs: the factor study's base and its
+    five headline arms key for key, but for the training seeds (100..104) and the seed of the
+    shared held-out rows (100, where the factor study's is 0); its four primary gaps; the
+    paper's progressive comparison at 65-69% of uniform's modeled compute at the same tokens;
+    the primary claims first, each bar the paper's number."""
+    from fixedfirst.compute.plan import plan_run
+    from fixedfirst.studies.sweep.spec import load_sweep
+
+    fresh = load_sweep(ROOT / "configs/sweeps/lm-fresh.toml")
+    factors = load_sweep(ROOT / "configs/sweeps/lm-factors.toml")
+    assert set(fresh.seeds) == FRESH_SEEDS and not set(fresh.seeds) & EARLIER_SEEDS
+    assert (factors.settings.heldout_seed, fresh.settings.heldout_seed) == (0, 100)
+    for key in ("heldout", "heldout_rows", "heldout_blocks", "eval_precision", "eval_depths"):
+        assert getattr(fresh.settings, key) == getattr(factors.settings, key), key
+    arms = {"uniform", "ff-k2-s0.67-uniform", "ff-k4-s0.67-uniform"}
+    arms |= {"uniform-matched-ff-k2-s0.67", "uniform-matched-ff-k4-s0.67"}
+    entries = set(fresh.groups.values())
+    assert entries == arms | {"progressive-ramp0.56"}
+    for arm in arms:  # the same run but for its seed (a compute-matched one: its budget too)
+        ours, theirs = fresh.run(f"{arm}-seed100").config, factors.run(f"{arm}-seed0").config
+        assert ours.train.seed == 100
+        keep = {"seed": 0, "flops": theirs.train.flops}
+        assert replace(ours, train=replace(ours.train, **keep)) == theirs
+    assert [(g.name, g.a, g.b, g.primary) for g in fresh.gaps] == [
+        (g.name, g.a, g.b, g.primary) for g in factors.gaps
+    ]
+    assert not fresh.factors and len(fresh.runs) == 30
+    primary = [(c.a, c.b, c.bound) for c in fresh.claims if c.primary]
+    assert primary == [
+        ("ff-k4-s0.67-uniform", "uniform-matched-ff-k4-s0.67", 0.0),
+        ("ff-k2-s0.67-uniform", "uniform-matched-ff-k2-s0.67", 0.0),
+        ("ff-k4-s0.67-uniform", "uniform", 0.001),
+        ("ff-k2-s0.67-uniform", "progressive-ramp0.56", 0.0),
+    ]
+    assert [c.primary for c in fresh.claims] == [True] * 4 + [False] * 3
+    for seed in fresh.seeds:
+        uniform = plan_run(fresh.run(f"uniform-seed{seed}").config)
+        progressive = plan_run(fresh.run(f"progressive-ramp0.56-seed{seed}").config)
+        assert progressive.total_steps == uniform.total_steps  # the same tokens
+        assert 0.65 <= progressive.flops / uniform.flops <= 0.69
+    assert fresh.run("uniform-seed100").config.train.checkpoint_every > 0
+
+
+def test_the_fresh_language_model_study_runs_end_to_end(tmp_path, corpus, capsys):  # noqa: F811
+    """Shrunk to 16 steps of 2 x 16 on two of its seeds: every arm trains, every run scores the
+    one held-out set heldout_seed draws (one checksum, seed 100 recorded), the gaps and the
+    claims are decided in their two families."""
+    sweep = tmp_path / "lm-fresh.toml"
+    sweep.write_text(
+        shrunk(
+            ROOT / "configs/sweeps/lm-fresh.toml",
+            6400,  # 1600 steps of 16 x 128 -> 16 steps of 2 x 16
+            {
+                "d_model": "d_model = 16",
+                "max_seq_len": "max_seq_len = 16",
+                "batch_size": "batch_size = 2",
+                "seq_len": "seq_len = 16",
+                "every": "every = 8",
+                "seeds": "seeds = [100, 101]",
+                "heldout_rows": "heldout_rows = 8",
+                "heldout_blocks": "heldout_blocks = 4",
+                "precision": 'precision = "fp32"',
+                "compile": "compile = false",
+            },
+            corpus,
+        )
+    )
+    code, stdout, err = run_cli(capsys, "sweep", sweep, "--out", tmp_path / "out", "--jobs", 1)
+    assert code == 0, err
+    assert "trained 12 run(s), reused 0; 12 in the table" in stdout
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["heldout"]["seed"] == 100 and results["heldout"]["rows"] == "shared"
+    assert len({r["validation_sha256"] for r in results["runs"]}) == 1
+    runs = {r["name"]: r for r in results["runs"]}
+    for seed in (100, 101):
+        matched = runs[f"uniform-matched-ff-k4-s0.67-seed{seed}"]
+        assert matched["flop_budget"] == runs[f"ff-k4-s0.67-uniform-seed{seed}"]["modeled_flops"]
+        progressive = runs[f"progressive-ramp0.56-seed{seed}"]
+        assert progressive["steps"] == runs[f"uniform-seed{seed}"]["steps"] == 16
+        assert progressive["modeled_flops"] < runs[f"uniform-seed{seed}"]["modeled_flops"]
+    families = [c["family"] for c in results["claims"]]
+    assert families == ["primary, Holm over 4"] * 4 + ["exploratory, Holm over 3"] * 3
+    covers = {(c["n"], c["covers"]) for c in results["claims"]}
+    assert covers == {(2, "seeds and held-out blocks")}
+    factors = (tmp_path / "out" / "factors.md").read_text()
+    assert factors.count("| the regime | base |") == 4

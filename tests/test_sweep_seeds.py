@@ -252,6 +252,12 @@ def test_seed_table_against_hand_computed_intervals():
     ]  # fmt: skip
     per_run = table_markdown(hand_rows(), "uniform-seed0", [], same_seed=True)
     assert "of the same seed" in per_run
+    # One shared set (every row drawn by the same seed): the legend says so, not "each run's".
+    rows = [{**r, "validation_seed": 7} for r in hand_rows()]
+    shared = table_markdown(rows, "uniform-seed0", [], same_seed=True, shared_rows=True)
+    assert "drawn once from the whole validation split (by seed 7)" in shared
+    assert "by each run's seed" not in shared
+    assert "by each run's seed" in table_markdown(rows, "uniform-seed0", [], same_seed=True)
     assert (
         "holds only 5 sequences, fewer than the evaluation asked for: all of it was scored"
         in per_run
@@ -278,8 +284,10 @@ def test_claims_get_their_verdicts_from_hand_computed_intervals():
         (claim(metric="depth:64", measure="difference", bound=0.2), "reproduced"),
         (claim(metric="depth:64", measure="difference", claim="above", bound=0.0), "cannot tell"),
     ]
-    results = evaluate_claims([c for c, _ in cases], rows, "nll", None)
+    # Each a family of its own (so no correction: Holm over 1 is the claim's own interval).
+    results = [evaluate_claims([c], rows, "nll", None)[0] for c, _ in cases]
     assert [r["verdict"] for r in results] == [v for _, v in cases]
+    assert all(r["family"] == "primary, Holm over 1" for r in results)
     assert (results[0]["mean"], results[0]["low"], results[0]["high"]) == pytest.approx(
         (0.013333333333333345, -0.024612497004061346, 0.05127916367072803), abs=1e-9
     )
@@ -297,9 +305,9 @@ def test_claims_get_their_verdicts_from_hand_computed_intervals():
     lines = claims_markdown([results[0], results[1], single], "nll").splitlines()
     assert cells(lines[2]) == [
         "t", "ff/uniform - 1 of mean serving NLL", "+1.33%", "[-2.46%, +5.13%]", "3",
-        "below +5.00%", "**cannot tell at 3 seeds**",
+        "below +5.00%", "**cannot tell at 3 seeds** (primary, Holm over 1)",
     ]  # fmt: skip
-    assert cells(lines[3])[-2:] == ["below +6.00%", "**reproduced**"]
+    assert cells(lines[3])[-2:] == ["below +6.00%", "**reproduced** (primary, Holm over 1)"]
     assert cells(lines[4]) == [
         "t", "ff - uniform of mean serving NLL", "+0.0000", "–", "1", "below +0.0500",
         "**cannot tell at 1 seed**",
@@ -312,6 +320,41 @@ def test_claims_get_their_verdicts_from_hand_computed_intervals():
     shared = claims_markdown(crossed, "nll").splitlines()[-1]
     assert "crossed over the seeds and the shared held-out set's blocks" in shared
     assert "drawn once" in shared and "drawn per seed" not in shared
+
+
+T_975_2 = 4.302652730
+
+
+def test_a_tables_claims_are_corrected_together_primary_and_exploratory_apart():
+    """Differences at K=64 are 0.02, 0, 0.072 per seed: mean 0.030667, standard error 0.021419.
+    Against a bound of -0.06 (claimed above) the t is 4.2326, p = 0.0516 two-sided with 2
+    degrees of freedom (by the t table: t = 4.3027 gives 0.05), and against -0.10 it is 6.1000,
+    p ~ 0.026. Alone, -0.10 is reproduced (its interval [-0.0617, 0.1230] lies above); with a
+    second primary claim, Holm over 2 wants p <= 0.025 first: the smaller p, 0.026, fails, and
+    every primary claim becomes "cannot tell". An exploratory claim is a family apart: it does
+    not count against the primaries. The caveat is printed beside the verdict."""
+    rows = hand_rows()
+    k64 = dict(metric="depth:64", measure="difference", claim="above")
+    strong, weak = claim(**k64, bound=-0.10), claim(**k64, bound=-0.06)
+    se = 0.021419
+    assert (0.030667 + 0.06) / se < T_975_2 < (0.030667 + 0.10) / se
+    (alone,) = evaluate_claims([strong], rows, "nll", None)
+    assert alone["verdict"] == "reproduced" and alone["p"] == pytest.approx(0.026, abs=1e-3)
+    both = evaluate_claims([strong, weak], rows, "nll", None)
+    assert [r["verdict"] for r in both] == ["cannot tell", "cannot tell"]
+    assert [r["family"] for r in both] == ["primary, Holm over 2"] * 2
+    apart = evaluate_claims(
+        [strong, claim(**k64, bound=-0.06, primary=False, caveat="a weak baseline")],
+        rows,
+        "nll",
+        None,
+    )
+    assert apart[0]["verdict"] == "reproduced" and apart[0]["family"] == "primary, Holm over 1"
+    assert apart[1]["family"] == "exploratory, Holm over 1" and apart[1]["caveat"]
+    line = claims_markdown(apart, "nll").splitlines()[3]
+    assert cells(line)[-1] == (
+        "**cannot tell at 3 seeds** (exploratory, Holm over 1) (a weak baseline)"
+    )
 
 
 def test_paired_relative_takes_each_seeds_ratio_first():

@@ -11,15 +11,23 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "DepthScheduler": "fixedfirst.adapters.scheduler",
+    "FixedFirstCallback": "fixedfirst.adapters.hf_trainer",
     "KLExit": "fixedfirst.serve",
     "LoopedTransformer": "fixedfirst.model",
     "ModelConfig": "fixedfirst.config",
     "RunConfig": "fixedfirst.config",
+    "RunPlan": "fixedfirst.compute.plan",
+    "Schedule": "fixedfirst.schedules",
+    "ScheduleConfig": "fixedfirst.config",
+    "SwitchConfig": "fixedfirst.config",
+    "UserError": "fixedfirst.errors",
+    "depth_handle": "fixedfirst.adapters.handles",
     "load": "fixedfirst.runs.exported",
     "load_config": "fixedfirst.config",
     "load_served": "fixedfirst.runs.served",
-    "Schedule": "fixedfirst.schedules",
-    "UserError": "fixedfirst.errors",
+    "measure_flops": "fixedfirst.adapters.measured",
+    "plan_schedule": "fixedfirst.compute.plan",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -2,8 +2,9 @@
 
 A schedule is data: a list of `Stage`s, each a range of steps and a depth distribution. A step's
 depth is drawn with a generator seeded by (seed, step) only, so every rank, micro-batch and
-resume draws the same K; each distribution knows its exact pmf, so a schedule's expected cost is
-a sum, not a simulation. The kinds (fixed, uniform, poisson-lognormal, progressive, fixed-first)
+resume draws the same K; each distribution knows its exact pmf, so a run's depth histogram, of
+the depths it draws or expected, is exact, and what it costs is a sum over depths, not a
+simulation. The kinds (fixed, uniform, poisson-lognormal, progressive, fixed-first)
 are tabulated in §2; an auto switch hands its step over through `with_switch_step` (§14).
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -359,28 +360,52 @@ class Schedule:
             for step in range(stage.start, stage.end)
         ]
 
-    def expected_total(self, fn: Callable[[int], float], total_steps: int) -> float:
-        """Exact E[sum over steps of fn(K_step)]: e.g. fn = training FLOPs per step at depth K."""
-        return sum(s.steps * s.dist.expectation(fn) for s in self.stages(total_steps))
-
-    def realised_total(self, fn: Callable[[int], float], total_steps: int) -> float:
-        """sum over steps of fn(K_step) for the depths this run actually draws. Known before the
+    def histogram(self, total_steps: int) -> DepthHistogram:
+        """How many steps train at each depth, for the depths this run draws: known before the
         run starts, since every depth is a pure function of (seed, step, total_steps)."""
-        values: dict[int, float] = {}
-        total = 0.0
+        parts: list[tuple[int, dict[int, float]]] = []
         for stage in self.stages(total_steps):
             if isinstance(stage.dist, Fixed):  # nothing to draw (a generator costs ~12 us)
-                value = fn(stage.dist.depth)
-                for _ in range(stage.steps):  # added one by one: the same float as before
-                    total += value
+                parts.append((1, {stage.dist.depth: stage.steps}))
                 continue
             drawn = self._table(stage.dist)
-            for step in range(stage.start, stage.end):
-                k = self._drawn(stage.dist, drawn, step)
-                if k not in values:
-                    values[k] = fn(k)
-                total += values[k]
-        return total
+            counts = Counter(
+                self._drawn(stage.dist, drawn, step) for step in range(stage.start, stage.end)
+            )
+            parts.append((1, dict(counts)))
+        return DepthHistogram(tuple(parts))
+
+    def expected_histogram(self, total_steps: int) -> DepthHistogram:
+        """The schedule as a distribution: each stage's steps and the exact pmf of its depths."""
+        return DepthHistogram(tuple((s.steps, s.dist.pmf()) for s in self.stages(total_steps)))
+
+
+@dataclass(frozen=True)
+class DepthHistogram:
+    """How a run's steps spread over depths, as parts of (steps, share of them at each depth):
+    the depths a run draws are a part per stage of weight 1 whose shares are counts, the
+    schedule's expectation a part per stage of its steps whose shares are its pmf. A cost is
+    then a sum over depths (`total`), computed in the same order as the expectation per stage;
+    a count times an integer cost per step is exact, so costing the draws of a run is too."""
+
+    parts: tuple[tuple[int, dict[int, float]], ...]
+
+    def total(self, per_step: Callable[[int], float]) -> float:
+        """The sum over the run's steps of `per_step(depth)` (e.g. training FLOPs per token)."""
+        return float(
+            sum(
+                steps * sum(share * per_step(k) for k, share in shares.items())
+                for steps, shares in self.parts
+            )
+        )
+
+    def steps(self) -> dict[int, float]:
+        """Steps (expected, for the expectation) at each depth, deepest last."""
+        out: dict[int, float] = {}
+        for steps, shares in self.parts:
+            for k, share in shares.items():
+                out[k] = out.get(k, 0) + steps * share
+        return dict(sorted(out.items()))
 
 
 def describe(config: ScheduleConfig) -> str:

@@ -6,8 +6,8 @@ import argparse
 import json
 
 from fixedfirst.cli.arguments import add_config_arguments, config_from_args
-from fixedfirst.compute.flops import realised_flops, schedule_flops
-from fixedfirst.compute.plan import UNIFORM_REFERENCE, RunPlan, plan_run
+from fixedfirst.compute.flops import RunCost, train_flops
+from fixedfirst.compute.plan import UNIFORM_REFERENCE, RunPlan
 from fixedfirst.config import RunConfig
 from fixedfirst.data.prepared import passes_note
 from fixedfirst.schedules import Schedule, describe
@@ -21,17 +21,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
-def parameter_counts(config) -> dict[str, int]:
-    """Parameter counts without building the model (meta device: no memory, no init)."""
-    import torch
-
-    from fixedfirst.model import LoopedTransformer
-
-    with torch.device("meta"):
-        return LoopedTransformer(config.model).parameter_counts()
-
-
-def notes(config: RunConfig, budget: RunPlan) -> list[str]:
+def notes(config: RunConfig, budget: RunPlan[RunCost]) -> list[str]:
     """What the plan does that its configuration may not mean: a fixed-first switch that
     leaves no finishing step, a budget of several passes over the data."""
     found = []
@@ -45,7 +35,7 @@ def notes(config: RunConfig, budget: RunPlan) -> list[str]:
     return found
 
 
-def no_finishing_step(config: RunConfig, budget: RunPlan) -> str | None:
+def no_finishing_step(config: RunConfig, budget: RunPlan[RunCost]) -> str | None:
     """The words for a fixed-first run whose switch leaves no step after it (a fixed K0 run
     reported as fixed-first); None when it leaves one, or decides its switch itself."""
     schedule = config.schedule
@@ -61,26 +51,28 @@ def no_finishing_step(config: RunConfig, budget: RunPlan) -> str | None:
 
 
 def report(config) -> dict:
+    from fixedfirst.adapters.measured import MeasuredFlops
+    from fixedfirst.adapters.run_model import parameter_counts, run_plan
+
     t = config.train
-    budget = plan_run(config)
+    budget = run_plan(config)
     fm = budget.flop_model
     schedule = budget.costed_schedule  # an auto switch at its floor
     auto = None
     if budget.switch_window is not None:  # and its dearest switch as a rule
         floor, ceiling = budget.switch_window
-        at_ceiling = budget.schedule.with_switch_step(ceiling)
+        at_ceiling = budget.decided(ceiling)
         auto = {
             "rule": config.switch.rule,
             "floor_step": floor,
             "ceiling_step": ceiling,
-            "realised_flops_at_ceiling": realised_flops(
-                at_ceiling, fm, budget.total_steps, t.tokens_per_step, t.grad_depth
+            "realised_flops_at_ceiling": train_flops(
+                fm, at_ceiling.histogram(), t.tokens_per_step, t.grad_depth
             ),
-            "modeled_savings_at_ceiling": budget.decided(ceiling).modeled_savings(),
+            "modeled_savings_at_ceiling": at_ceiling.modeled_savings(),
         }
-    uniform = schedule_flops(
-        Schedule(UNIFORM_REFERENCE, t.seed), fm, budget.total_steps, t.tokens_per_step, t.grad_depth
-    )
+    reference = Schedule(UNIFORM_REFERENCE, t.seed).expected_histogram(budget.total_steps)
+    uniform = train_flops(fm, reference, t.tokens_per_step, t.grad_depth)
     stages = [
         {
             "phase": s.phase,
@@ -93,9 +85,18 @@ def report(config) -> dict:
         }
         for s in schedule.stages(budget.total_steps)
     ]
+    measured = None
+    if isinstance(fm, MeasuredFlops):  # a model we did not write: its FLOPs were counted
+        measured = {
+            "model": config.model.architecture,
+            "depths": [depth for depth, _, _ in fm.measured],
+            "train_flops_per_token": [train for _, train, _ in fm.measured],
+            "forward_flops_per_token": [forward for _, _, forward in fm.measured],
+        }
     return {
         "schedule": describe(config.schedule),
-        "parameters": parameter_counts(config),
+        "parameters": parameter_counts(config.model),
+        "measured": measured,
         "seq_len": t.seq_len,
         "forward_flops_per_token": {str(k): fm.forward(k) for k in SHOWN_DEPTHS},
         "train_flops_per_token": {str(k): fm.train(k, t.grad_depth) for k in SHOWN_DEPTHS},
@@ -120,13 +121,21 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(r, indent=2))
         return 0
-    p = r["parameters"]
+    p, m = r["parameters"], r["measured"]
+    if m is not None:
+        print(f"model: transformers' {m['model']}")
     print(f"schedule: {r['schedule']}")
-    print(
-        "parameters: "
-        + ", ".join(f"{k} {v / 1e6:.2f}M" for k, v in p.items() if k != "total")
-        + f"; total {p['total'] / 1e6:.2f}M"
-    )
+    parts = ", ".join(f"{k} {v / 1e6:.2f}M" for k, v in p.items() if k != "total")
+    print(f"parameters: {parts + '; ' if parts else ''}total {p['total'] / 1e6:.2f}M")
+    if m is not None:
+        counted = ", ".join(
+            f"K={k}: {f:.4e} / {t:.4e}"
+            for k, f, t in zip(
+                m["depths"], m["forward_flops_per_token"], m["train_flops_per_token"], strict=True
+            )
+        )
+        print(f"measured by torch's FlopCounterMode, per token (forward / training): {counted}")
+        print("  every other depth from the straight line through them:")
     print(f"FLOPs per token at seq_len {r['seq_len']} (forward / training):")
     for k in SHOWN_DEPTHS:
         fwd, trn = r["forward_flops_per_token"][str(k)], r["train_flops_per_token"][str(k)]

@@ -212,7 +212,8 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"cannot create --out {out}: {e.strerror or e}") from None
         results = write_diagnosis(diagnosis, out)
         plot_figure4(results, out / "figure4.png")
-        report = write_numbers_and_report(out, report_numbers(results), report_markdown)
+        numbers = report_numbers(results, diagnosis.benefit_per_sequence)
+        report = write_numbers_and_report(out, numbers, report_markdown)
     print(report, end="")
     names = ("results.json", PER_SEQUENCE_FILE, "figure4.png", "report.json", "report.md")
     seconds = results["timing"]["total_s"]

@@ -35,6 +35,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "downstream": ("downstream_cmd", "lm-evaluation-harness tasks at several serving depths"),
     "inspect": ("inspect_cmd", "a page showing each token's prediction at every serving depth"),
+    "frontier": (
+        "frontier_cmd",
+        "a run's exit frontier: quality and speed against depth for fixed depths and exit rules",
+    ),
+    "serving-economics": (
+        "economics_cmd",
+        "every run's exit frontier compared across schedules (compute saved at matched quality)",
+    ),
 }
 
 

@@ -43,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
     from fixedfirst.machine.planning import plan_on_gpus
 
     configs = run_configs(args, is_sweep="runs" in read_toml(args.config))
+    for config in configs.values():  # its memory model is of fixedfirst's own model
+        config.own_model("fixedfirst plan")
     hardware = hardware_from_args(args, next(iter(configs.values())))
     plans = {name: plan_on_gpus(config, hardware) for name, config in configs.items()}
     if len(plans) == 1 and None in plans:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import MISSING, fields
 
-from fixedfirst.config import SECTIONS, field_docs
+from fixedfirst.config import SECTIONS, ModelConfig, TransformersModelConfig, field_docs
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -25,6 +25,25 @@ def _print_table(title: str, doc: str, rows: list[tuple[str, str, str]], markdow
         print(title)
         for name, default, meaning in rows:
             print(f"  {name} = {default}\n      {meaning}")
+    print()
+
+
+def _print_transformers_model(markdown: bool) -> None:
+    """[model] with `kind = "transformers"`: its keys, the architectures, and which of our own
+    model's features such a run has."""
+    from fixedfirst.config.architectures import ARCHITECTURES, OWN_FEATURES
+
+    section = TransformersModelConfig
+    title = '[model] with kind = "transformers"'
+    _print_table(title, _summary(section), field_docs(section), markdown)
+    known = ", ".join(f"`{a.name}` (transformers >= {a.since})" for a in ARCHITECTURES.values())
+    if markdown:
+        print(f"Architectures: {known}. What such a run has of fixedfirst's own model:\n")
+        print("| feature | a transformers architecture |\n| --- | --- |")
+        print("\n".join(f"| {feature} | {applies} |" for feature, applies in OWN_FEATURES))
+    else:
+        print(f"  architectures: {known}")
+        print("\n".join(f"  {feature}: {applies}" for feature, applies in OWN_FEATURES))
     print()
 
 
@@ -80,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
 
     for section in SECTIONS:
         _print_table(f"[{section.SECTION}]", _summary(section), field_docs(section), args.markdown)
+        if section is ModelConfig:
+            _print_transformers_model(args.markdown)
     for name in KINDS:
         kind = data_kind(name)
         if kind.options is not None:

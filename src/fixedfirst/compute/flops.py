@@ -5,17 +5,40 @@ readout), counting 2 FLOPs per matmul weight per token and 4 T d per attention l
 (no causal halving, as torch's FlopCounterMode counts, so the model can be checked against it).
 Training is 3 * F(K), less the forward-only iterations of truncated backprop and the state
 gradient the first iteration with gradients skips; activation checkpointing's recomputation is
-not counted (MFU's convention). A schedule's expected cost is exact; a run's realised cost sums
-the depths it draws, known before it starts. The derivation, the calibration against the paper
+not counted (MFU's convention). A schedule is costed from its depth histogram
+(`schedules.DepthHistogram`): the expectation is exact, and a run's realised cost sums the depths
+it draws, known before it starts. The derivation, the calibration against the paper
 and the measurements are in docs/design.md §3.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from fixedfirst.config import ModelConfig
-from fixedfirst.schedules import Schedule
+from fixedfirst.schedules import DepthHistogram
+
+
+class CostModel(Protocol):
+    """What planning needs of a compute model: training FLOPs per token of one optimizer step at
+    a depth. `FlopModel` is ours, derived from the shape; `adapters/measured.py` measures one of
+    a model we did not write."""
+
+    def train(self, depth: int, grad_depth: int | None = None) -> float: ...
+
+
+class RunCost(CostModel, Protocol):
+    """What fixedfirst's commands need of the compute model of a run's model, ours or measured:
+    also a forward, scoring at several depths (an auto switch's probes) and the ratio of the
+    work outside the loop to one pass of it."""
+
+    def forward(self, depth: int) -> float: ...
+
+    def eval_all_depths(self, depths: list[int]) -> float: ...
+
+    @property
+    def non_recurrent_ratio(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -66,27 +89,10 @@ def flop_model(config: ModelConfig, seq_len: int) -> FlopModel:
     )
 
 
-def schedule_flops(
-    schedule: Schedule,
-    flops: FlopModel,
-    total_steps: int,
-    tokens_per_step: int,
-    grad_depth: int | None = None,
+def train_flops(
+    cost: CostModel, histogram: DepthHistogram, tokens_per_step: int, grad_depth: int | None = None
 ) -> float:
-    """Exact expected modeled training FLOPs of a run of `total_steps` optimizer steps: the cost
-    of the schedule as a distribution (what modeled savings compare)."""
-    per_token = schedule.expected_total(lambda k: flops.train(k, grad_depth), total_steps)
-    return tokens_per_step * per_token
-
-
-def realised_flops(
-    schedule: Schedule,
-    flops: FlopModel,
-    total_steps: int,
-    tokens_per_step: int,
-    grad_depth: int | None = None,
-) -> float:
-    """Modeled training FLOPs of the depths a run of `total_steps` steps actually draws: what
-    the trainer's FLOP counter will read at the end, known before the first step."""
-    per_token = schedule.realised_total(lambda k: flops.train(k, grad_depth), total_steps)
-    return tokens_per_step * per_token
+    """Modeled training FLOPs of the steps `histogram` counts: of the depths a run draws (what the
+    trainer's FLOP counter will read at the end, known before the first step), or of the
+    schedule as a distribution (what modeled savings compare)."""
+    return tokens_per_step * histogram.total(lambda k: cost.train(k, grad_depth))

@@ -1,6 +1,7 @@
 """Run configuration: TOML sections loaded into validated dataclasses.
 
 sections.py   [model] [schedule] [train] [data] [eval]: fields, docstrings, checks
+architectures.py  [model] kind = "transformers": the looped architectures, checked and completed
 switch.py     [switch]: how `schedule.switch = "auto"` decides
 run.py        RunConfig: all sections, to and from TOML-shaped dicts
 schema.py     raw values checked against the annotations (one-line errors naming the key)
@@ -15,7 +16,7 @@ from fixedfirst.config.files import (
     read_toml,
     to_toml,
 )
-from fixedfirst.config.run import SECTIONS, RunConfig, section_names
+from fixedfirst.config.run import SECTIONS, ModelSection, RunConfig, section_names
 from fixedfirst.config.schema import Section, build_section, field_docs, require
 from fixedfirst.config.sections import (
     DataConfig,
@@ -23,6 +24,7 @@ from fixedfirst.config.sections import (
     ModelConfig,
     ScheduleConfig,
     TrainConfig,
+    TransformersModelConfig,
 )
 from fixedfirst.config.switch import SwitchConfig
 
@@ -31,11 +33,13 @@ __all__ = [
     "DataConfig",
     "EvalConfig",
     "ModelConfig",
+    "ModelSection",
     "RunConfig",
     "ScheduleConfig",
     "Section",
     "SwitchConfig",
     "TrainConfig",
+    "TransformersModelConfig",
     "apply_overrides",
     "build_section",
     "field_docs",

@@ -26,8 +26,8 @@ else:  # pragma: no cover
 
 
 def parse_override(text: str) -> tuple[str, str, Any]:
-    """Split `section.key=value` (key may be `KIND.option` in [data]); the value is read as
-    TOML, or else taken as a bare string."""
+    """Split `section.key=value` (key may be `KIND.option` in [data], `transformers.key` in
+    [model]); the value is read as TOML, or else taken as a bare string."""
     if "=" not in text or "." not in text.split("=", 1)[0]:
         raise UserError(f"--set {text!r}: expected section.key=value, e.g. --set train.lr=3e-4")
     path, raw = text.split("=", 1)
@@ -56,10 +56,13 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
                 + ", ".join(section_names())
             )
         table = merged.setdefault(section, {})
-        if "." in key:  # a nested table: data.KIND.option
+        if "." in key:  # a nested table: data.KIND.option, model.transformers.key
             sub, key = key.split(".", 1)
-            if section != "data" or "." in key:
-                raise UserError(f"--set {text!r}: only [data] has nested tables (data.KIND.option)")
+            if section not in ("data", "model") or "." in key:
+                raise UserError(
+                    f"--set {text!r}: only [data] and [model] have nested tables "
+                    "(data.KIND.option, model.transformers.key)"
+                )
             nested = table.setdefault(sub, {})
             if not isinstance(nested, dict):
                 raise UserError(f"--set {text!r}: data.{sub} is not a table")

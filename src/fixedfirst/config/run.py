@@ -1,16 +1,20 @@
 """A whole run's configuration: one instance of every section, to and from TOML-shaped dicts.
 
-The data section is the one with a nested table: `[data.KIND]` holds the options of the data
-source `kind` names (see DataConfig). `to_dict` writes it back under the kind's name, so the
-dict (and the TOML written from it) has the shape the user wrote.
+The data section has a nested table: `[data.KIND]` holds the options of the data source `kind`
+names (see DataConfig). `to_dict` writes it back under the kind's name, so the dict (and the
+TOML written from it) has the shape the user wrote. The model section is one of two: fixedfirst's
+own looped transformer (`ModelConfig`), or with `kind = "transformers"` a transformers looped
+architecture (`TransformersModelConfig`) and its table `[model.transformers]`; which features of
+fixedfirst's own model a run of the other refuses is decided here, once (`foreign_refusals`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
+from fixedfirst.config.architectures import compiles_as_one_graph
 from fixedfirst.config.schema import Section, build_section, require, shown
 from fixedfirst.config.sections import (
     DataConfig,
@@ -18,9 +22,13 @@ from fixedfirst.config.sections import (
     ModelConfig,
     ScheduleConfig,
     TrainConfig,
+    TransformersModelConfig,
 )
 from fixedfirst.config.switch import SwitchConfig
 from fixedfirst.errors import UserError
+
+ModelSection: TypeAlias = ModelConfig | TransformersModelConfig
+"""A run's model: fixedfirst's own looped transformer, or a transformers looped architecture."""
 
 SECTIONS: tuple[type[Section], ...] = (
     ModelConfig,
@@ -40,7 +48,7 @@ def section_names() -> list[str]:
 class RunConfig:
     """A whole run: one instance of every section."""
 
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelSection = field(default_factory=ModelConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     switch: SwitchConfig = field(default_factory=SwitchConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -53,6 +61,10 @@ class RunConfig:
             "train.seq_len",
             f"{self.train.seq_len} exceeds model.max_seq_len = {self.model.max_seq_len}",
         )
+        if isinstance(self.model, TransformersModelConfig):
+            refused = foreign_refusals(self.model, self.train)
+            if refused:
+                raise UserError(refused[0])
         if self.schedule.auto_switch and self.switch.rule == "depth-gap":
             deep = self.switch.probe_depth(self.schedule.k_max)
             require(
@@ -62,11 +74,22 @@ class RunConfig:
                 "compares serving at K0 with serving deeper)",
             )
 
+    def own_model(self, use: str) -> ModelConfig:
+        """The model section of a run of fixedfirst's own looped transformer; for a run of a
+        transformers architecture, the one-line refusal of `use`, which only ours has."""
+        if isinstance(self.model, ModelConfig):
+            return self.model
+        raise UserError(
+            f"{use} is for fixedfirst's own looped transformer; this run's model is "
+            f'transformers\' {self.model.architecture} ([model] kind = "transformers")'
+        )
+
     def to_dict(self) -> dict[str, dict[str, Any]]:
         out = {name: _section_dict(getattr(self, name)) for name in section_names()}
-        options = out["data"].pop("options", {})
-        if options:
-            out["data"][self.data.kind] = dict(options)
+        for section, table in (("data", self.data.kind), ("model", "transformers")):
+            options = out[section].pop("options", {})
+            if options:
+                out[section][table] = dict(options)
         return out
 
     @classmethod
@@ -87,6 +110,8 @@ class RunConfig:
                 raise UserError(f"[{section_cls.SECTION}] must be a table of key = value lines")
             if section_cls is DataConfig:
                 sections["data"] = _data_section(raw)
+            elif section_cls is ModelConfig:
+                sections["model"] = model_section(raw)
             else:
                 sections[section_cls.SECTION] = build_section(section_cls, raw)
         return cls(**sections)
@@ -110,6 +135,72 @@ def _top_level_key(key: str, value: Any) -> str:
         f"{key} = {shown(value)} is a top-level key (it comes before the first [section] "
         f"header), and every key belongs to a section: {where}"
     )
+
+
+def model_section(raw: dict[str, Any]) -> ModelSection:
+    """[model]: fixedfirst's looped transformer, or with `kind = "transformers"` a transformers
+    architecture with its table [model.transformers] taken out as its options."""
+    if "kind" not in raw:
+        tables = [key for key, value in raw.items() if isinstance(value, dict)]
+        if tables:
+            raise UserError(
+                f"[model.{tables[0]}] is the configuration of a transformers architecture: set "
+                '[model] kind = "transformers" and architecture = NAME, or remove the table'
+            )
+        return build_section(ModelConfig, raw)
+    own = {f.name for f in dataclasses.fields(ModelConfig)}
+    fields = {f.name for f in dataclasses.fields(TransformersModelConfig)} - {"options"}
+    for key, value in raw.items():
+        if key in own and key not in fields:
+            raise UserError(
+                f"model.{key} is a key of fixedfirst's own looped transformer; a transformers "
+                "architecture takes its configuration from [model.transformers] (leave "
+                "model.kind out for ours)"
+            )
+        if isinstance(value, dict) and key != "transformers":
+            raise UserError(
+                f"[model.{key}]: a transformers architecture's configuration is the table "
+                "[model.transformers]"
+            )
+    if "options" in raw:
+        raise UserError("model.options: write the architecture's keys as [model.transformers]")
+    scalars = {k: v for k, v in raw.items() if k != "transformers"}
+    return build_section(
+        TransformersModelConfig, {**scalars, "options": raw.get("transformers", {})}
+    )
+
+
+def foreign_refusals(model: TransformersModelConfig, train: TrainConfig) -> list[str]:
+    """What a run of a transformers architecture cannot have of fixedfirst's own model's
+    training features, one line each (docs/guides/configuration.md lists what applies)."""
+    name = f"transformers' {model.architecture}"
+    refused = []
+    if train.grad_depth is not None:
+        refused.append(
+            f"train.grad_depth: truncated backprop is a feature of fixedfirst's own looped "
+            f"transformer; {name} trains with full backprop: leave train.grad_depth out"
+        )
+    if train.checkpoint_activations:
+        refused.append(
+            "train.checkpoint_activations: activation checkpointing per core iteration is a "
+            f"feature of fixedfirst's own looped transformer, not of {name}; set it to false"
+        )
+    if train.strategy == "fsdp":
+        refused.append(
+            "train.strategy = 'fsdp' shards fixedfirst's own looped transformer block by "
+            f"block; train {name} with 'ddp'"
+        )
+    if train.compile is True:
+        why = (
+            "declares it cannot compile as one graph"
+            if not compiles_as_one_graph(model.architecture)
+            else "is not compiled by fixedfirst (only its own model's loop is)"
+        )
+        refused.append(
+            f"train.compile = true: {name} {why}; set train.compile = false, or 'auto' "
+            "(which trains it eagerly)"
+        )
+    return refused
 
 
 def _section_dict(section: Any) -> dict[str, Any]:

@@ -65,6 +65,10 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
             choices = ", ".join(repr(a) for a in args)
             raise UserError(f"{key}: {shown(value)} is not one of {choices}")
         return value
+    if origin is dict:  # a nested table whose keys its section checks (e.g. [model.transformers])
+        if not isinstance(value, dict):
+            raise UserError(f"{key}: expected a table of key = value lines, got {shown(value)}")
+        return dict(value)
     if origin is list:
         if not isinstance(value, list):
             raise UserError(f"{key}: expected a list, got {shown(value)}")

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from fixedfirst.config.architectures import checked_options, looped_architecture
 from fixedfirst.config.limits import (
     MAX_BATCH,
     MAX_DEPTH,
@@ -120,6 +121,49 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+
+@dataclass
+class TransformersModelConfig:
+    """A looped architecture of the transformers library, trained and scored by fixedfirst's own
+    commands (`[model] kind = "transformers"`; docs/guides/any-loop.md). Its keys replace the
+    looped transformer's (a key of the table above is refused here); the architecture's own
+    configuration is the table [model.transformers]."""
+
+    SECTION: ClassVar[str] = "model"
+
+    kind: Literal["transformers"]
+    """`transformers`: the architecture below, from the transformers library (leave `kind` out
+    for fixedfirst's own looped transformer)."""
+    architecture: str
+    """The model class as transformers exports it: `Inkling2LoopForCausalLM` (transformers >=
+    5.24: `pip install 'fixedfirst[looped]'`), a mixture-of-experts decoder whose layers
+    loop_layer_index_start..loop_layer_index_end run once per loop pass."""
+    options: dict[str, Any] = field(default_factory=dict, metadata={"table": True})
+    """The architecture's configuration: the table [model.transformers], keys of its
+    configuration class (Inkling2LoopTextConfig: hidden_size, n_routed_experts, ...), checked
+    by it and completed with its defaults in the run's config.toml. The number of loop passes
+    is the schedule's and is not a key here."""
+
+    def __post_init__(self) -> None:
+        require(
+            isinstance(self.architecture, str) and self.architecture.strip() != "",
+            f"{self.SECTION}.architecture",
+            "must name a transformers model class, e.g. 'Inkling2LoopForCausalLM'",
+        )
+        self.options = checked_options(looped_architecture(self.architecture), self.options)
+
+    @property
+    def vocab_size(self) -> int:
+        """The token ids the model takes and predicts (its embedding's and head's sizes)."""
+        keys = looped_architecture(self.architecture).vocab_keys
+        return min(int(self.options[key]) for key in keys)
+
+    @property
+    def max_seq_len(self) -> int:
+        """The longest sequence the model takes."""
+        key = looped_architecture(self.architecture).positions_key
+        return int(self.options[key])
 
 
 @dataclass

@@ -24,7 +24,7 @@ from fixedfirst.files.writing import write_json_atomic
 from fixedfirst.runs.checkpoint import MODEL_FILE
 from fixedfirst.runs.opening import (
     find_checkpoint,
-    load_run,
+    load_any_run,
     open_run,
     require_data,
     trained_source,
@@ -76,7 +76,7 @@ def evaluate_run(
     from fixedfirst.progress import Ticker
 
     require_data(open_run(run, data)[1], run, data)  # before the weights are read, verified
-    loaded = load_run(run, step, device, data=data)
+    loaded = load_any_run(run, step, device, data=data)
     config = loaded.config
     if held_out.rows is not None:
         batch_size = min(ROWS_BATCH, held_out.rows)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fixedfirst.data.source import Batch
-from fixedfirst.model import LoopedTransformer
+from fixedfirst.model import LoopedLM
 from fixedfirst.model.loss import IGNORE_INDEX
 
 SERVING_RANGE = range(1, 17)
@@ -39,7 +39,7 @@ class HeldOutScores:
 
 
 def score_held_out(
-    model: LoopedTransformer,
+    model: LoopedLM,
     batches: list[Batch],
     depths: list[int],
     device: torch.device,
@@ -87,7 +87,7 @@ def score_held_out(
 
 
 def validation_nll(
-    model: LoopedTransformer,
+    model: LoopedLM,
     batches: list[Batch],
     depths: list[int],
     device: torch.device,

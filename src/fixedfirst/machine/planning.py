@@ -106,7 +106,14 @@ def step_memory(
 ) -> TrainingMemory:
     t = config.train
     return training_memory(
-        config.model, where, micro, local // micro, t.seq_len, depth, t.grad_depth, checkpoint
+        config.own_model("the memory model (fixedfirst plan)"),
+        where,
+        micro,
+        local // micro,
+        t.seq_len,
+        depth,
+        t.grad_depth,
+        checkpoint,
     )
 
 
@@ -162,9 +169,7 @@ def plan_on_gpus(config: RunConfig, hardware: Hardware) -> GpuPlan:
     )
     fm = run.flop_model
     graded = (lambda k: k) if t.grad_depth is None else (lambda k: min(k, t.grad_depth))
-    per_token = run.costed_schedule.realised_total(
-        lambda k: graded(k) * fm.iteration, run.total_steps
-    )
+    per_token = run.histogram().total(lambda k: graded(k) * fm.iteration)
     nothing_fits = all(o.largest_micro_batch is None for o in options)
     return GpuPlan(
         config=config,

@@ -1,5 +1,6 @@
 """The looped transformer and its parts."""
 
+from fixedfirst.model.interface import LoopedLM
 from fixedfirst.model.kv_cache import (
     FULL_CACHE,
     LAST_ITERATION,
@@ -18,6 +19,7 @@ __all__ = [
     "CacheStrategy",
     "FullCache",
     "KVCache",
+    "LoopedLM",
     "LoopedTransformer",
     "check_depth",
     "parse_cache_strategy",

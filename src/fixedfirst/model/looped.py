@@ -21,6 +21,7 @@ from torch.utils.checkpoint import checkpoint as checkpoint_call
 from fixedfirst.config import ModelConfig
 from fixedfirst.config.limits import MAX_DEPTH
 from fixedfirst.errors import UserError
+from fixedfirst.model.interface import LoopedLM
 from fixedfirst.model.kv_cache import FULL_CACHE, CacheStrategy, KVCache, LayerCaches
 from fixedfirst.model.layers import Block, RMSNorm, RotaryEmbedding
 from fixedfirst.model.loss import next_token_loss
@@ -59,7 +60,7 @@ def truncated_normal(
     return torch.special.ndtri(u).mul_(std)
 
 
-class LoopedTransformer(nn.Module):
+class LoopedTransformer(LoopedLM):
     eval_state: torch.Tensor
 
     def __init__(self, config: ModelConfig) -> None:

@@ -9,6 +9,7 @@ more (gradients, AdamW, activations): train/memory_check.py checks it with the m
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import torch
 
@@ -39,14 +40,20 @@ def device_memory(device: torch.device) -> int | None:
 
 def check_fits(config: ModelConfig, device: torch.device) -> None:
     """Refuse, in one line, a model whose weights alone do not fit on `device`."""
+    described = f"model.d_model = {config.d_model}, vocab_size = {config.vocab_size}"
+    check_count_fits(lambda: parameter_count(config), described, device)
+
+
+def check_count_fits(count_of: Callable[[], int], described: str, device: torch.device) -> None:
+    """`check_fits` for a model of `count_of()` parameters, `described` in the message."""
     available = device_memory(torch.device(device))
     if available is None:
         return
-    count = parameter_count(config)
+    count = count_of()
     need = count * BYTES_SERVING
     if need > available:
         raise UserError(
-            f"the model has {count / 1e9:,.2f}B parameters (model.d_model = {config.d_model}, "
-            f"vocab_size = {config.vocab_size}); its weights alone need {need / GIB:,.0f} GiB, "
-            f"more than this {torch.device(device).type}'s memory; make the model smaller"
+            f"the model has {count / 1e9:,.2f}B parameters ({described}); its weights alone "
+            f"need {need / GIB:,.0f} GiB, more than this {torch.device(device).type}'s memory; "
+            "make the model smaller"
         )

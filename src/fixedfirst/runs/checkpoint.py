@@ -113,8 +113,7 @@ class Checkpoint:
     def load_model(self, model: nn.Module) -> None:
         """Load the weights into `model` (a plain, unsharded one); a model of another shape is a
         UserError naming the first mismatched tensors."""
-        shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
-        weights = self.load_weights(shapes)
+        weights = self.load_weights(state_shapes(model))
         for alias, canonical in tied_aliases(model).items():
             weights[alias] = weights[canonical]
         try:
@@ -158,6 +157,14 @@ class Checkpoint:
             raise UserError(
                 f"checkpoint {self.path}: cannot load {TRAINER_FILE} ({first})"
             ) from None
+
+
+def state_shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
+    """Name -> (full) shape of every tensor a checkpoint holds of `model`: its parameters and
+    persistent buffers (a transformers model's router biases; ours has none), each tied tensor
+    once, under its canonical name."""
+    aliases = tied_aliases(model)
+    return {name: tuple(t.shape) for name, t in model.state_dict().items() if name not in aliases}
 
 
 def tied_aliases(model: nn.Module) -> dict[str, str]:

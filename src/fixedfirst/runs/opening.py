@@ -9,26 +9,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 
+from fixedfirst.adapters.run_model import build_model
 from fixedfirst.config import RunConfig
 from fixedfirst.data.registry import build_source
 from fixedfirst.data.source import BatchSource
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import absolute, shown
-from fixedfirst.model import LoopedTransformer
+from fixedfirst.model import LoopedLM, LoopedTransformer
 from fixedfirst.model.memory import check_fits
 from fixedfirst.runs.checkpoint import Checkpoint, CheckpointManager, warn
 from fixedfirst.runs.directory import RunDir
 
+ModelT = TypeVar("ModelT", bound=LoopedLM)
+
 
 @dataclass
-class LoadedRun:
+class LoadedRun(Generic[ModelT]):
     path: Path
     config: RunConfig
-    model: LoopedTransformer
+    model: ModelT
     checkpoint: Checkpoint
 
 
@@ -110,10 +113,27 @@ def load_run(
     step: int | None = None,
     device: str | torch.device = "cpu",
     data: str | None = None,
-) -> LoadedRun:
-    """The run's model with the weights of a checkpoint, in eval mode on `device`."""
+) -> LoadedRun[LoopedTransformer]:
+    """The run's model with the weights of a checkpoint, in eval mode on `device`: a run of
+    fixedfirst's own looped transformer (what serving, export, inspection and the task metrics
+    use); a run of a transformers architecture is refused in one line."""
+    model_config = open_run(run, data)[1].own_model("this command")  # before a checkpoint
     config, ckpt = find_checkpoint(run, step, data=data)
-    check_fits(config.model, torch.device("cpu"))  # built on the CPU first
-    model = LoopedTransformer(config.model)
+    check_fits(model_config, torch.device("cpu"))  # built on the CPU first
+    model = LoopedTransformer(model_config)
+    ckpt.load_model(model)
+    return LoadedRun(Path(run), config, model.to(device).eval(), ckpt)
+
+
+def load_any_run(
+    run: str | Path,
+    step: int | None = None,
+    device: str | torch.device = "cpu",
+    data: str | None = None,
+) -> LoadedRun[LoopedLM]:
+    """`load_run` for a run of any model its [model] names (adapters/run_model.py), as
+    evaluation by depth scores it."""
+    config, ckpt = find_checkpoint(run, step, data=data)
+    model = build_model(config.model)  # on the CPU; its initial weights are replaced
     ckpt.load_model(model)
     return LoadedRun(Path(run), config, model.to(device).eval(), ckpt)

@@ -40,7 +40,7 @@ class Served:
     """The deepest depth the model trained at: the serving depth when none is asked for."""
     description: str
     """Where the weights came from, for messages and result files."""
-    run: LoadedRun | None = None
+    run: LoadedRun[LoopedTransformer] | None = None
     """The run and checkpoint, when served from a run directory."""
 
 

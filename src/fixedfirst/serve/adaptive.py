@@ -151,37 +151,37 @@ def _fill_unreached_slots(
 ) -> None:
     """Give position `start` an entry in every core slot up to max_depth: a row that stopped at
     depth d never wrote slot q >= d (the first iteration writing slot q is q + 1, under every
-    strategy), and shows there its iteration-d entry (slot d - 1's)."""
-    row_depths = depths.tolist()
-    stopped_at = sorted(set(row_depths))
+    strategy), and shows there its iteration-d entry (slot d - 1's).
+
+    Per core layer: the rows' own entries are gathered once from the slots they stopped in; a
+    slot no row reached takes them whole (one append), a slot some rows reached takes them at the
+    rows that stopped before it."""
+    slots = cache.strategy.slots(max_depth)
+    reached = min(int(depths.max()), slots)  # slots 0..reached-1 hold the column
+    shallowest = int(depths.min())
+    if shallowest >= slots:
+        return
+    rows = torch.arange(depths.shape[0], device=depths.device)
+    source = (depths - 1).clamp(max=reached - 1)
     for layer_index in range(model.config.n_core):
-        source = {d: cache.layer("core", d - 1, layer_index) for d in stopped_at}
-        for q in range(stopped_at[0], cache.strategy.slots(max_depth)):
-            target = cache.layer("core", q, layer_index)
-            if target.columns == start:  # no row wrote slot q: every row copies
-                if len(stopped_at) == 1:
-                    entry = source[stopped_at[0]]
-                    assert entry.keys is not None and entry.values is not None
-                    # a copy: a slot of a bounded cache is later overwritten in place
-                    target.append(
-                        entry.keys[..., start:, :].clone(), entry.values[..., start:, :].clone()
-                    )
-                    continue
-                first = source[stopped_at[0]]
-                assert first.keys is not None and first.values is not None
-                target.append(
-                    torch.empty_like(first.keys[..., start:, :]),
-                    torch.empty_like(first.values[..., start:, :]),
-                )
+        written = [cache.layer("core", q, layer_index) for q in range(reached)]
+        own = []
+        for part in ("keys", "values"):
+            columns = torch.stack([getattr(w, part)[:, :, start] for w in written])
+            own.append(columns[source, rows])  # (B, H, hd): each row's stopping entry
+        whole = [x[:, :, None] for x in own]  # the same as a column (B, H, 1, hd)
+        for q in range(shallowest, reached):
+            target = written[q]
             assert target.keys is not None and target.values is not None
-            for d in stopped_at:
-                if d > q:
-                    break
-                rows = depths == d
-                entry = source[d]
-                assert entry.keys is not None and entry.values is not None
-                target.keys[rows, :, start] = entry.keys[rows, :, start]
-                target.values[rows, :, start] = entry.values[rows, :, start]
+            stopped = depths <= q
+            target.keys[stopped, :, start] = own[0][stopped]
+            target.values[stopped, :, start] = own[1][stopped]
+        for q in range(reached, slots):
+            target = cache.layer("core", q, layer_index)
+            keys, values = whole
+            if target.keys is None:  # its first columns are these tensors: a copy per slot, as
+                keys, values = keys.clone(), values.clone()  # a bounded slot is written in place
+            target.append(keys, values)
 
 
 def check_prompt(model: LoopedTransformer, prompt: torch.Tensor, max_new_tokens: int) -> None:

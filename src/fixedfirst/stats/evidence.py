@@ -66,16 +66,30 @@ class OverSeeds:
         }
 
 
-def over_seeds(values: Mapping[int, float], level: float = LEVEL) -> OverSeeds:
-    """The mean over seeds and its t-interval (None for a single seed: no spread to measure)."""
+def over_seeds(
+    values: Mapping[int, float], level: float = LEVEL, bounds: tuple[float, float] | None = None
+) -> OverSeeds:
+    """The mean over seeds and its t-interval (None for a single seed: no spread to measure).
+
+    bounds: the range a bounded quantity cannot leave (an accuracy in [0, 1], recall in [0, the
+    ceiling]); the interval is cut at them. The mean being estimated lies within the bounds, so
+    the cut interval contains it whenever the t-interval does: the coverage is unchanged, and no
+    interval claims a recall below nothing or above the ceiling."""
     if not values:
         raise ValueError("no seeds to summarise")
     ordered = {int(s): float(v) for s, v in sorted(values.items())}
     x = list(ordered.values())
+    if bounds is not None:
+        slack = 1e-9 * max(1.0, *map(abs, bounds))  # a share summed in another order
+        if not bounds[0] - slack <= min(x) <= max(x) <= bounds[1] + slack:
+            raise ValueError(f"values {x} outside their bounds {bounds}")
     if len(x) < 2:
         return OverSeeds(ordered, x[0], None, None)
     interval = t_interval(x, level)
-    return OverSeeds(ordered, interval.mean, interval.low, interval.high)
+    low, high = interval.low, interval.high
+    if bounds is not None:
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+    return OverSeeds(ordered, interval.mean, low, high)
 
 
 def common_seeds(a: Mapping[int, object], b: Mapping[int, object]) -> list[int]:

@@ -265,12 +265,12 @@ def run_progress(run: Path, budget: float) -> Callable[[], float | None]:
 def training_jobs(runs: list[PlannedRun], root: Path) -> list[Job]:
     """One job per run: train (or reuse) it into root/runs/NAME (`training.run_one`), its
     progress read from its metrics file as a fraction of the run's planned FLOPs."""
-    from fixedfirst.compute.plan import plan_run
+    from fixedfirst.adapters.run_model import run_plan
 
     jobs = []
     for planned in runs:
         path = run_directory(root, planned.name).path
-        progress = run_progress(path, plan_run(planned.config).flops)
+        progress = run_progress(path, run_plan(planned.config).flops)
         jobs.append(Job(planned.name, run_one, (planned, root, True), progress=progress))
     return jobs
 

@@ -73,7 +73,7 @@ def check_runs_startable(runs: list[PlannedRun], root: Path) -> None:
     written: each run's budget (a schedule with dearer steps may not afford a single step where
     a cheaper one does), its data against its model (missing data, a vocabulary that does not
     fit, a task's options), and a run directory in `root` holding a different run."""
-    from fixedfirst.compute.plan import plan_run
+    from fixedfirst.adapters.run_model import run_plan
     from fixedfirst.data.registry import build_source
 
     names = [r.name for r in runs]
@@ -81,7 +81,7 @@ def check_runs_startable(runs: list[PlannedRun], root: Path) -> None:
         raise UserError(f"run names must be unique, got {names}")
     for planned in runs:
         try:
-            plan_run(planned.config)
+            run_plan(planned.config)
             build_source(planned.config)
         except UserError as e:
             raise UserError(f'run "{planned.name}": {e}') from None

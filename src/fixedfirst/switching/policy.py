@@ -38,16 +38,18 @@ def window_steps(config: SwitchConfig, total_steps: int) -> int:
     return max(1, round(config.window * total_steps))
 
 
-def check_window(config: SwitchConfig, total_steps: int, log_every: int) -> None:
-    """Refuse a window that can never hold MIN_POINTS observations (the rule could never fire)."""
-    spacing = log_every if config.rule == "plateau" else config.every
+def check_window(config: SwitchConfig, total_steps: int, log_every: int | None) -> None:
+    """Refuse a window that can never hold MIN_POINTS observations (the rule could never fire).
+    `log_every`: the trainer's spacing of logged losses; None for a loop of the caller's own,
+    which observes its loss every step."""
+    spacing = (log_every or 1) if config.rule == "plateau" else config.every
     held = window_steps(config, total_steps) // spacing
     if held < MIN_POINTS:
-        what, knob = (
-            ("logged losses", "lower train.log_every")
-            if config.rule == "plateau"
-            else ("probes", "lower switch.every")
-        )
+        if config.rule == "depth-gap":
+            what, knob = "probes", "lower switch.every"
+        else:
+            what = "logged losses" if log_every is not None else "losses"
+            knob = "lower train.log_every" if log_every is not None else "plan more steps"
         raise UserError(
             f"switch.window = {config.window:g} of {total_steps} steps holds {held} {what}, "
             f"fewer than the {MIN_POINTS} a trend needs; widen switch.window or {knob}"

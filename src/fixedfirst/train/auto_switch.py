@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from fixedfirst.compute.flops import FlopModel
+from fixedfirst.compute.flops import RunCost
 from fixedfirst.compute.plan import RunPlan
 from fixedfirst.config import RunConfig, TrainConfig
 from fixedfirst.data.source import BatchSource
@@ -42,7 +42,7 @@ class AutoSwitch:
         self,
         config: RunConfig,
         total_steps: int,
-        flops: FlopModel,
+        flops: RunCost,
         source: BatchSource,
         world: World,
         device: torch.device,
@@ -67,7 +67,7 @@ class AutoSwitch:
         cls,
         config: RunConfig,
         total_steps: int,
-        flops: FlopModel,
+        flops: RunCost,
         source: BatchSource,
         world: World,
         device: torch.device,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fixedfirst.compute.plan import plan_run
+from fixedfirst.adapters.run_model import run_plan
 from fixedfirst.config import RunConfig
 from fixedfirst.errors import UserError
 from fixedfirst.files import locks
@@ -78,7 +78,7 @@ def branch_run(
             "a run with schedule.switch = 'auto' does not branch (its decision reads the whole "
             "run's losses); train a new run instead"
         )
-    total = plan_run(config).total_steps
+    total = run_plan(config).total_steps
     if ckpt.step >= total:
         raise UserError(
             f"the branch point, step {ckpt.step}, is not before the end of the new run "

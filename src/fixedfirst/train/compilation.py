@@ -74,9 +74,16 @@ def check_compiler(setting: bool | str, device: torch.device) -> None:
 
 
 def decide(
-    setting: bool | str, device: torch.device, run_flops: float, peak_flops: float
+    setting: bool | str,
+    device: torch.device,
+    run_flops: float,
+    peak_flops: float,
+    never: str | None = None,
 ) -> CompileDecision:
-    """Resolve train.compile for a run that still has `run_flops` modeled FLOPs to train."""
+    """Resolve train.compile for a run that still has `run_flops` modeled FLOPs to train;
+    `never`: why the model is never compiled (`LoopedLM.never_compiled`), if it is not."""
+    if never is not None:  # `true` was refused with the configuration
+        return CompileDecision(False, never)
     if setting is True or setting is False:
         return CompileDecision(setting, "train.compile")
     eager_s = run_flops / (peak_flops * EAGER_MFU)

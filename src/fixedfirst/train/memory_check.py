@@ -27,7 +27,7 @@ from fixedfirst.compute.memory import (
     training_memory,
 )
 from fixedfirst.compute.plan import RunPlan
-from fixedfirst.config import RunConfig
+from fixedfirst.config import ModelConfig, RunConfig
 from fixedfirst.errors import UserError
 from fixedfirst.model.memory import device_memory
 from fixedfirst.train.distributed import World
@@ -53,7 +53,7 @@ def estimate(config: RunConfig, where: Placement, plan: RunPlan) -> tuple[Traini
     micro = t.micro_batch(where.processes)
     local = max(1, t.batch_size // where.processes)
     memory = training_memory(
-        config.model,
+        config.own_model("the memory model (train.check_memory)"),
         where,
         micro,
         max(1, local // micro),
@@ -71,9 +71,9 @@ def check_training_memory(
     """Refuse, in one line, a run whose estimated step does not fit in (1 - MARGIN) of
     `capacity` bytes (default: the device's memory, a CPU's shared by the run's processes on
     it; unknown: no check)."""
-    t = config.train
-    if not t.check_memory:
-        return
+    t, model = config.train, config.model
+    if not t.check_memory or not isinstance(model, ModelConfig):
+        return  # the memory model is our model's; a run of another says so in its log
     if capacity is None:
         capacity = device_memory(torch.device(where.device))
         if capacity is not None and where.device == "cpu":  # the processes here share it
@@ -90,8 +90,8 @@ def check_training_memory(
     if state > capacity:
         raise UserError(
             f"the model's weights, gradients and AdamW state alone need {state / GIB:,.1f} GiB "
-            f"per process{sharded} (model.d_model = {config.model.d_model}, vocab_size = "
-            f"{config.model.vocab_size}), more than {device}; make the model smaller"
+            f"per process{sharded} (model.d_model = {model.d_model}, vocab_size = "
+            f"{model.vocab_size}), more than {device}; make the model smaller"
             + ("" if where.shards > 1 else ' or shard it over GPUs (train.strategy = "fsdp")')
         )
     changes = []
@@ -128,15 +128,20 @@ def explained(trainer: Any) -> Iterator[None]:
         t = trainer.config.train
         step = trainer.counters.step
         depth = trainer.plan.depth(step)
-        memory, _ = estimate(trainer.config, trainer.memory_placement, trainer.plan)
         micro = t.micro_batch(trainer.world_size)
+        estimated = ""
+        if isinstance(trainer.config.model, ModelConfig):
+            memory, _ = estimate(trainer.config, trainer.memory_placement, trainer.plan)
+            estimated = (
+                f"; the memory model estimated {memory.peak / GIB:,.1f} GiB per process for "
+                "the run's deepest step"
+            )
         change = "--set train.checkpoint_activations=true"
         if micro > 1:
             change = f"--set train.micro_batch_size={largest_divisor_below(micro)}"
         raise UserError(
             f"out of {trainer.device.type} memory in step {step + 1} (depth {depth}, "
-            f"micro-batches of {micro}; the memory model estimated {memory.peak / GIB:,.1f} GiB "
-            f"per process for the run's deepest step); lower train.micro_batch_size or set "
+            f"micro-batches of {micro}{estimated}); lower train.micro_batch_size or set "
             f"train.checkpoint_activations = true, e.g. "
             f"`{resume_command(trainer.run.path, trainer.world_size)} {change}`"
         ) from None

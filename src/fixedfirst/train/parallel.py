@@ -21,9 +21,9 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from fixedfirst.model import LoopedTransformer
-from fixedfirst.runs.checkpoint import tied_aliases
-from fixedfirst.train.distributed import World
+from fixedfirst.model import LoopedLM, LoopedTransformer
+from fixedfirst.runs.checkpoint import state_shapes, tied_aliases
+from fixedfirst.train.distributed import World, broadcast_object
 
 
 class ParallelModel:
@@ -36,7 +36,7 @@ class ParallelModel:
 
     def __init__(
         self,
-        model: LoopedTransformer,
+        model: LoopedLM,
         world: World,
         strategy: str,
         device: torch.device,
@@ -49,31 +49,38 @@ class ParallelModel:
         if self.strategy == "ddp":
             self.train_module = self._ddp(model, device)
         elif self.strategy == "fsdp":
+            if not isinstance(model, LoopedTransformer):  # refused with the configuration
+                raise ValueError("FSDP2 shards fixedfirst's own model block by block")
             self._fully_shard(model, world, device, dtype)
 
     @classmethod
-    def alone(cls, model: LoopedTransformer) -> ParallelModel:
+    def alone(cls, model: LoopedLM) -> ParallelModel:
         """`model` trained by this process alone: no wrapper, no collectives."""
         return cls(model, World(), "single", next(model.parameters()).device, torch.float32)
 
     @staticmethod
-    def _ddp(model: nn.Module, device: torch.device) -> nn.Module:
+    def _ddp(model: LoopedLM, device: torch.device) -> nn.Module:
         from torch.nn.parallel import DistributedDataParallel
 
-        # find_unused_parameters stays False (no extra graph walk each step) because every
-        # parameter receives a gradient at every step, whatever the depth K >= 1 and grad_depth:
+        # find_unused_parameters is False (no extra graph walk each step) for our own model,
+        # where every parameter receives a gradient at every step, whatever the depth K >= 1
+        # and grad_depth:
         # the embedding, prelude, final norms, coda and head run once per forward with gradients;
         # the adapter and the core run at every iteration, and at least the last
         # min(K, grad_depth) >= 1 iterations carry gradients (truncated backprop only moves the
         # earlier ones under no_grad). DDP's hooks fire once per parameter per backward however
         # often the core was applied, because autograd sums a reused parameter's gradient before
         # accumulating it. tests/test_distributed.py runs varying depths with grad_depth < K.
+        # A model that declares otherwise (model/interface.py: a transformers looped model, whose
+        # message gates run only from the second pass) has DDP find the parameters each step
+        # leaves unused.
         # broadcast_buffers=False: the buffers (rotary tables, the evaluation initial state) are
         # deterministic functions of the configuration, identical on every rank.
         return DistributedDataParallel(
             model,
             device_ids=[device.index] if device.type == "cuda" else None,
             broadcast_buffers=False,
+            find_unused_parameters=model.leaves_parameters_unused,
         )
 
     @staticmethod
@@ -132,6 +139,11 @@ class ParallelModel:
         """Canonical parameter name -> full (unsharded) shape."""
         return {name: tuple(p.shape) for name, p in self.module.named_parameters()}
 
+    def state_shapes(self) -> dict[str, tuple[int, ...]]:
+        """What a checkpoint of the model holds: parameters and persistent buffers (full
+        shapes)."""
+        return state_shapes(self.module)
+
     def optimizer_parameter_names(self, optimizer: torch.optim.Optimizer) -> list[list[str]]:
         """The names of each optimizer group's parameters, in order (how full optimizer state
         dicts refer to parameters)."""
@@ -186,4 +198,17 @@ class ParallelModel:
                 state[alias] = state[canonical]
         options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=self.world.launched)
         set_model_state_dict(self.module, state, options=options)
-        set_optimizer_state_dict(self.module, optimizer, optim, options=options)
+        # A parameter no step has given a gradient yet (a transformers looped model's message
+        # gates through a fixed stage at one pass) has no AdamW state, in the checkpoint as in
+        # the run that wrote it (the names were checked on rank 0). torch gives every parameter
+        # a state first, by a step at zero gradients; those left without one in the checkpoint
+        # lose it again, so that their first real step counts as their first, as it did.
+        stated = broadcast_object(self.world, sorted(optim.get("state", {})))
+        optimizer_options = StateDictOptions(
+            full_state_dict=True, broadcast_from_rank0=self.world.launched, strict=False
+        )
+        set_optimizer_state_dict(self.module, optimizer, optim, options=optimizer_options)
+        with_state = set(stated)
+        for name, p in self.module.named_parameters():
+            if name not in with_state:
+                optimizer.state.pop(p, None)

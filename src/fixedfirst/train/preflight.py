@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
+from fixedfirst.adapters.run_model import run_plan
 from fixedfirst.compute.memory import Placement
-from fixedfirst.compute.plan import RunPlan, plan_run
+from fixedfirst.compute.plan import RunPlan
 from fixedfirst.config import RunConfig
 from fixedfirst.data.registry import build_source, resolve_data
 from fixedfirst.data.source import Batch, BatchSource
@@ -53,7 +54,7 @@ def preflight(config: RunConfig, world: World | None = None) -> Preflight:
     config = resolve_data(config)
     world = world if world is not None else World.from_env()
     t = config.train
-    plan = plan_run(config)
+    plan = run_plan(config)
     device = distributed.process_device(world, resolve_device(t.device))
     dtype = resolve_dtype(t.precision, device)
     memory = memory_check.placement(config, device, dtype, world)

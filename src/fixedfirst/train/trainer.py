@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from fixedfirst.adapters.run_model import build_model, foreign_model_note
 from fixedfirst.compute.plan import RunPlan
 from fixedfirst.config import RunConfig
 from fixedfirst.data.source import BatchSource, rank_rows
@@ -29,7 +30,6 @@ from fixedfirst.machine.device import (
     choose_threads,
     run_peak_flops,
 )
-from fixedfirst.model import LoopedTransformer
 from fixedfirst.progress import Progress
 from fixedfirst.runs.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.runs.directory import RunDir, config_record
@@ -93,9 +93,16 @@ class Trainer:
             self.device.type, self.dtype, self.given_peak
         )
         peak = self.peak_flops = self.peak_per_process * self.world_size
-        self.compiled = compilation.decide(t.compile, self.device, self.plan.flops, peak)
+        torch.manual_seed(t.seed)  # the same initial weights on every rank
+        model = build_model(config.model).to(self.device)
+        self.compiled = compilation.decide(
+            t.compile, self.device, self.plan.flops, peak, model.never_compiled
+        )
         how = "compiled" if self.compiled.compile else "eager"
         self.precision = "bf16" if self.dtype == torch.bfloat16 else "fp32"
+        note = foreign_model_note(config.model)
+        if note is not None:
+            self._say(note)
         self._say(f"data: {self.source.describe()}")
         self._say(
             f"{self.threads} thread(s) ({threads_why}); {how} ({self.compiled.reason}); "
@@ -103,8 +110,6 @@ class Trainer:
             f"MFU against {self.peak_flops:.3g} FLOP/s ({self.peak_from})"
         )
 
-        torch.manual_seed(t.seed)  # the same initial weights on every rank
-        model = LoopedTransformer(config.model).to(self.device)
         if self.compiled.compile:
             model.compile_loop()
         self.parallel = ParallelModel(model, self.world, t.strategy, self.device, self.dtype)
@@ -185,7 +190,7 @@ class Trainer:
                 self.metrics.truncate(0)  # nothing saved yet: start over cleanly
                 self._say(f"resume: {self.run.path} has no checkpoint yet; starting from step 0")
                 return None
-            loaded["weights"] = ckpt.load_weights(self.parallel.parameter_shapes())
+            loaded["weights"] = ckpt.load_weights(self.parallel.state_shapes())
             check_same_config(ckpt, self.config, self.run.path)
             state = ckpt.load_trainer_state()
             check_trainer_state(ckpt, state, self.source, self.parallel, self.optimizer)
@@ -257,8 +262,8 @@ class Trainer:
     def _step(self, step: int) -> StepRecord:
         """Train step `step` (0-based) at the schedule's depth and learning rate and count it."""
         t, total = self.config.train, self.plan.total_steps
-        phase = self.plan.schedule.stage_at(step, total).phase
-        depth = self.plan.depth(step)
+        planned = self.plan.at(step)  # the depth and phase the plan gives this step
+        depth, phase = planned.depth, planned.phase
         lr = lr_at(step, total, t)
         started = time.perf_counter()
         batch = self.source.next_batch(t.batch_size, self.rank, self.world_size).to(self.device)

@@ -140,7 +140,7 @@ def export_hf(
     weights = {
         k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in aliases
     }
-    if loaded.config.model.state_init == "normal":
+    if loaded.config.own_model("fixedfirst export").state_init == "normal":
         weights["eval_state"] = model.eval_state.detach().cpu().contiguous()
     generation = {
         "bos_token_id": config["bos_token_id"],

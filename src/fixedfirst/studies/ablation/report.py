@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from fixedfirst.stats.evidence import common_seeds, paired, sign
 from fixedfirst.studies.report_files import write_numbers_and_report
 
 NUMBERS_FORMAT = "fixedfirst-ablation-report"
@@ -23,6 +24,9 @@ SETUP_FIELDS = (
     "variants",
     "score_name",
 )
+PRESET = "preset"
+"""The variant every other is compared with: the preset's own switches."""
+SIGN_WORDS = {"positive": "higher", "negative": "lower", "cannot tell": "cannot tell"}
 COLLAPSE = 0.5
 """A variant collapses at a depth where it keeps less than this share of its training-depth
 score (the bios report's rule)."""
@@ -65,7 +69,35 @@ def findings(results: dict[str, Any]) -> list[str]:
         out.append(f"No variant collapses at K={deepest} (none keeps less than {COLLAPSE:.0%}).")
     if held:
         out.append("These hold their score at 16x the training depth: " + "; ".join(held) + ".")
+    versus = versus_preset(results, deepest)
+    if versus:
+        out.append(versus)
     return out
+
+
+def versus_preset(results: dict[str, Any], depth: int) -> str | None:
+    """Each variant's same-seed difference from the preset at `depth`, with its 95% t-interval
+    over the seeds and the word it allows; None with fewer than two seeds both ran. A run's seed
+    is its name's (`VARIANT-seedN`, as the experiment names its runs)."""
+    scores: dict[str, dict[int, float]] = {}  # variant -> seed -> score at depth
+    for name, run in results["runs"].items():
+        scores.setdefault(run["variant"], {})
+        scores[run["variant"]][int(name.rsplit("-seed", 1)[1])] = run["scores"][str(depth)]
+    preset = scores.pop(PRESET, {})
+    parts = []
+    for variant, by_seed in scores.items():
+        if len(common_seeds(by_seed, preset)) < 2:
+            return None
+        d = paired(by_seed, preset)
+        parts.append(
+            f"{variant} {d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}] ({SIGN_WORDS[sign(d)]})"
+        )
+    if not parts:
+        return None
+    return (
+        f"Same-seed difference from the preset at K={depth}, mean [95% t-interval over the "
+        f"{len(preset)} seeds]: " + "; ".join(parts) + "."
+    )
 
 
 def report_numbers(results: dict[str, Any]) -> dict[str, Any]:

@@ -1,11 +1,14 @@
 """What the bios experiment's recall supports, over seeds, by rules fixed before the numbers.
 
 Every arm trains once per seed; a cell is recalled bits per person at one (arm, budget fraction,
-serving depth) with its 95% t-interval over seeds. The rules (the regime, collapse, same-seed
-comparisons, the least recall over deep serving depths against the ceiling) are docs/design.md
-§5, "bios: where recall runs through the loop"; their bars are the constants below. The preset's
-primary comparisons (`PrimaryComparison`) are each decided by their own interval; every same-seed
-difference is exploratory, its verdict corrected over all of them by Holm's method
+serving depth) with its 95% t-interval over seeds, cut at 0 and the ceiling (recall cannot leave
+them; `evidence.over_seeds`). The rules (the regime, collapse, same-seed comparisons, the least
+recall over deep serving depths against the ceiling) are docs/design.md §5, "bios: where recall
+runs through the loop"; their bars are the constants below. The preset's primary comparisons
+(`PrimaryComparison`) are each decided by their own interval; every same-seed difference (every
+pair of arms, every budget fraction: recall averaged over serving depths, averaged off depth
+over 8..64 where Figure 1 contrasts fixed-first with fixed K = 4, and at depths 4 and the
+deepest) is exploratory, its verdict corrected over all of them by Holm's method
 (`studies/comparisons.py`).
 """
 
@@ -36,8 +39,15 @@ COMPARISONS = (
     ("fixed-first-2-0.67", "uniform-1-16"),
     ("fixed-first-2-0.67", "fixed-first-4-0.8"),
     ("fixed-first-4-0.8", "fixed-first-4-0.8-wsd"),
+    ("fixed-first-2-0.67", "fixed-4"),
+    ("fixed-first-4-0.8-wsd", "fixed-4"),
+    ("fixed-first-4-0.8-wsd", "uniform-1-16"),
+    ("fixed-first-2-0.67", "fixed-first-4-0.8-wsd"),
 )
-"""(a, b) pairs compared as a - b, when both arms ran."""
+"""(a, b) pairs compared as a - b, when both arms ran: every pair of the presets' five arms,
+fixed-first before fixed before uniform (the first six are the ones the first reports had)."""
+FIXED = "fixed-4"
+"""The fixed-depth arm Figure 1 contrasts every fixed-first arm with, off its depth."""
 Quantity = Literal["least_of_ceiling", "mean_of_ceiling", "kept_of_depth_4"]
 QUANTITY_WORDS = {
     "least_of_ceiling": "least recall over serving depths {deep} as a share of the ceiling",
@@ -45,6 +55,13 @@ QUANTITY_WORDS = {
     "kept_of_depth_4": "least recall over serving depths {collapse} as a share of that at depth 4",
 }
 """Each quantity in words, for the report ({deep} and {collapse}: the depths it reads)."""
+SHARE = (0.0, 1.0)
+QUANTITY_BOUNDS: dict[str, tuple[float, float]] = {
+    "least_of_ceiling": SHARE,
+    "mean_of_ceiling": SHARE,
+    "kept_of_depth_4": (0.0, float("inf")),  # a deeper depth may recall more than depth 4
+}
+"""The range each quantity cannot leave; its interval over seeds is cut there (`over_seeds`)."""
 
 
 @dataclass(frozen=True)
@@ -130,19 +147,26 @@ def analyse(results: dict[str, Any]) -> dict[str, Any]:
     def mean_over_depths(row: dict[int, float]) -> float:
         return float(np.mean([row[d] for d in depths]))
 
+    bits = (0.0, ceiling)
     out: dict[str, Any] = {
         "arms": arms,
         "seeds": seeds,
         "ceiling_bits": ceiling,
+        "pairs": {
+            "compared": sum(a in arms and b in arms for a, b in COMPARISONS),
+            "possible": len(arms) * (len(arms) - 1) // 2,
+        },
         "cells": {
             arm: {
                 f"{fraction:g}": {
                     "by_depth": {
-                        str(d): over_seeds(per_seed(arm, fraction, itemgetter(d))).to_dict()
+                        str(d): over_seeds(
+                            per_seed(arm, fraction, itemgetter(d)), bounds=bits
+                        ).to_dict()
                         for d in depths
                     },
                     "mean_over_depths": over_seeds(
-                        per_seed(arm, fraction, mean_over_depths)
+                        per_seed(arm, fraction, mean_over_depths), bounds=bits
                     ).to_dict(),
                 }
                 for fraction in fractions
@@ -158,6 +182,11 @@ def analyse(results: dict[str, Any]) -> dict[str, Any]:
         "primary": [],
         "exploratory": {},
     }
+    off_depth = [d for d in depths if d in COLLAPSE_DEPTHS]
+
+    def mean_off_depth(row: dict[int, float]) -> float:
+        return float(np.mean([row[d] for d in off_depth]))
+
     for a, b in COMPARISONS:
         if a not in arms or b not in arms:
             continue
@@ -165,10 +194,13 @@ def analyse(results: dict[str, Any]) -> dict[str, Any]:
             entry = {"a": a, "b": b, "fraction": fraction}
             for what, value in (
                 ("mean_over_depths", mean_over_depths),
+                ("mean_off_depth", mean_off_depth),
                 ("depth_4", lambda r: r[4]),
                 (f"depth_{max(depths)}", lambda r: r[max(depths)]),
             ):
-                if what == "depth_4" and 4 not in depths:
+                if (what == "depth_4" and 4 not in depths) or (
+                    what == "mean_off_depth" and not off_depth
+                ):
                     continue
                 entry[what] = _difference(
                     per_seed(a, fraction, value), per_seed(b, fraction, value)
@@ -186,7 +218,10 @@ def analyse(results: dict[str, Any]) -> dict[str, Any]:
 
     for arm in arms:
         least = least_of_ceiling(arm)
-        out["at_ceiling"][arm] = {"depths": [min(deep), max(deep)], **over_seeds(least).to_dict()}
+        out["at_ceiling"][arm] = {
+            "depths": [min(deep), max(deep)],
+            **over_seeds(least, bounds=SHARE).to_dict(),
+        }
     quantities: dict[str, Callable[[str], dict[int, float]]] = {
         "least_of_ceiling": least_of_ceiling,
         "mean_of_ceiling": lambda arm: per_seed(
@@ -198,6 +233,7 @@ def analyse(results: dict[str, Any]) -> dict[str, Any]:
     }
     for p in (PrimaryComparison(**p) for p in results["primary"]):
         out["primary"].append(_primary(p, quantities[p.quantity](p.arm), depths))
+    out["off_depth"] = [min(off_depth), max(off_depth)] if off_depth else None
     family = [
         d
         for c in out["comparisons"]
@@ -230,7 +266,7 @@ def _primary(p: PrimaryComparison, values: dict[int, float], depths: list[int]) 
         deep=f"{min(deep, default=0)}..{max(deep, default=0)}",
         collapse=f"{min(collapse, default=0)}..{max(collapse, default=0)}",
     )
-    scored = over_seeds(values) if values else None
+    scored = over_seeds(values, bounds=QUANTITY_BOUNDS[p.quantity]) if values else None
     verdict = None
     if scored is not None and scored.low is not None and scored.high is not None:
         side = bar_verdict(scored.low, scored.high, p.bar)

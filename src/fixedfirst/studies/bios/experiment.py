@@ -135,7 +135,7 @@ def recall_of_checkpoint(
         if cached.get("key") == key:
             return cached["report"]
     ckpt.verify()
-    model = LoopedTransformer(config.model)
+    model = LoopedTransformer(config.own_model("the bios recall metric"))
     ckpt.load_model(model)
     report = evaluate_recall(
         model.eval(),

@@ -47,7 +47,7 @@ def plot_figure1(results: dict[str, Any], path: Path) -> None:
             if by_depth[0]["low"] is not None:
                 ax.fill_between(
                     depths,
-                    [max(0.0, c["low"]) for c in by_depth],
+                    [c["low"] for c in by_depth],  # cut at 0 and the ceiling (analysis)
                     [c["high"] for c in by_depth],
                     color=color,
                     alpha=0.15,

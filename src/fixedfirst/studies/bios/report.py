@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fixedfirst.studies.bios.analysis import COLLAPSE, NOTHING, analyse
+from fixedfirst.studies.bios.analysis import COLLAPSE, FIXED, NOTHING, analyse
 from fixedfirst.studies.bios.figure import label
 from fixedfirst.studies.report_files import write_numbers_and_report
 
@@ -36,17 +36,11 @@ SIGN_WORDS = {"positive": "higher", "negative": "lower", "cannot tell": "cannot 
 
 
 def bits(c: dict[str, Any]) -> str:
-    """An arm's recall over seeds: mean [95% interval], or the single seed's value."""
+    """An arm's recall over seeds: mean [95% interval] (the interval cut at 0 and the ceiling,
+    so not mean ± a half-width), or the single seed's value."""
     if c["low"] is None:
         return f"{c['mean']:.1f}"
     return f"{c['mean']:.1f} [{c['low']:.1f}, {c['high']:.1f}]"
-
-
-def compact(c: dict[str, Any]) -> str:
-    """mean ± half-width of the 95% interval (table cells)."""
-    if c["low"] is None:
-        return f"{c['mean']:.1f}"
-    return f"{c['mean']:.1f} ± {(c['high'] - c['low']) / 2:.1f}"
 
 
 def difference(d: dict[str, Any] | None) -> str:
@@ -93,13 +87,21 @@ def findings(results: dict[str, Any]) -> list[str]:
         "are same-seed differences; a difference whose interval contains 0 cannot be told apart."
     ]
     if family["size"]:
+        pairs = a["pairs"]
+        which = (
+            f"every pair of the {len(a['arms'])} arms"
+            if pairs["compared"] == pairs["possible"]
+            else f"{pairs['compared']} of the {pairs['possible']} pairs of arms"
+        )
+        off = a["off_depth"]
+        off_words = f", averaged off depth over {off[0]}..{off[1]}" if off else ""
         out.append(
             f"The same-seed differences are exploratory: of the {family['size']} the report "
-            "computes (every pair, budget fraction, the average over serving depths and single "
-            "depths; it lists the averages), each keeps its uncorrected 95% interval and its word "
-            "is corrected over all of them by Holm's method: "
-            f"{family['uncorrected']} exclude zero uncorrected, {family['corrected']} after the "
-            "correction."
+            f"computes ({which}, at every budget fraction: recall averaged over serving "
+            f"depths{off_words}, and at single depths; it lists the averages), each keeps its "
+            "uncorrected 95% interval and its word is corrected over all of them by Holm's "
+            f"method: {family['uncorrected']} exclude zero uncorrected, {family['corrected']} "
+            "after the correction."
         )
     for fraction in fractions:
         cells = {
@@ -131,6 +133,9 @@ def findings(results: dict[str, Any]) -> list[str]:
             )
             text += "."
         out.append(text)
+    contrast = figure1_contrast(results)
+    if contrast:
+        out.append(contrast)
     regime = a.get("regime")
     if regime is not None:
         seeds = "; ".join(
@@ -207,6 +212,33 @@ def findings(results: dict[str, Any]) -> list[str]:
     return out
 
 
+def figure1_contrast(results: dict[str, Any]) -> str | None:
+    """Figure 1's contrast at the full budget: each fixed-first arm minus fixed K = 4, off its
+    depth (recall averaged over serving depths 8..64) and over every serving depth, each with its
+    Holm-corrected word; None where fixed K = 4 or the off-depth depths are missing."""
+    a = results["analysis"]
+    final = results["budget_fractions"][-1]
+    off = a["off_depth"]
+    compared = [
+        c
+        for c in a["comparisons"]
+        if c["b"] == FIXED and c["a"].startswith("fixed-first") and c["fraction"] == final
+    ]
+    if not compared or off is None:
+        return None
+    return (
+        f"Figure 1's contrast at the full budget, each fixed-first arm minus {label(FIXED)} (same "
+        f"seed, exploratory): off depth (recall averaged over serving depths {off[0]}..{off[1]}) "
+        "and averaged over every serving depth: "
+        + "; ".join(
+            f"{label(c['a'])}: off depth {difference(c['mean_off_depth'])}, over every depth "
+            f"{difference(c['mean_over_depths'])}"
+            for c in compared
+        )
+        + "."
+    )
+
+
 def report_numbers(results: dict[str, Any]) -> dict[str, Any]:
     """What report.md is computed from, from results.json: the setup, every run's cost (and the
     learning rate at a switch), every (run, budget fraction, serving depth)'s recall."""
@@ -259,7 +291,7 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         "",
         "## Recalled bits per person by serving depth",
         "",
-        "Mean over seeds ± half the width of its 95% interval over seeds.",
+        "Mean over seeds [its 95% interval over seeds, cut at 0 and the ceiling].",
         "",
         "| arm | budget | " + " | ".join(f"K={d}" for d in depths) + " |",
         "| --- | --- | " + " | ".join("---" for _ in depths) + " |",
@@ -268,7 +300,7 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         for arm in a["arms"]:
             cell = a["cells"][arm].get(f"{fraction:g}")
             if cell is not None:
-                row = " | ".join(compact(cell["by_depth"][str(d)]) for d in depths)
+                row = " | ".join(bits(cell["by_depth"][str(d)]) for d in depths)
                 lines.append(f"| {label(arm)} | {fraction:.0%} | {row} |")
     lines += [
         "",

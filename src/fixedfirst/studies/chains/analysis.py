@@ -1,6 +1,7 @@
 """What the chains experiment's scores support, by rules fixed before the numbers were seen.
 
-The unit is the seed: a score is a 95% t-interval over seeds of a seed's accuracy, a comparison
+The unit is the seed: a score is a 95% t-interval over seeds of a seed's accuracy (cut at 0 and
+1, which an accuracy cannot leave), a comparison
 the same-seed difference with its interval, "cannot tell" when it contains zero. The rules
 (bands, depth decides the answer, extrapolation, matched FLOPs, extrapolates best, solved up to
 d, collapse, the KL exit rule) are docs/design.md §5, "chains: the rules"; their bars are the
@@ -32,6 +33,8 @@ Band = Literal["easy", "hard", "near", "far"]
 ROLES: tuple[str, ...] = get_args(Band)
 COMPARISONS = (("hard", 1), ("hard", TRAINING_DEPTH), ("near", None), ("far", None))
 """(band, depth) cells of the matched-FLOP comparison; None is the deepest serving depth."""
+ACCURACY = (0.0, 1.0)
+"""An accuracy's range: its interval over seeds is cut there (`evidence.over_seeds`)."""
 COLLAPSE_FROM = 4
 COLLAPSE_DEPTHS = (8, 12, 16, 24, 32, 48, 64)
 
@@ -246,7 +249,10 @@ def analyse(
     for s in schedules:
         out["band_accuracy"][s] = {
             name: {
-                role: {str(d): over_seeds(values(s, name, role, d)).to_dict() for d in depths}
+                role: {
+                    str(d): over_seeds(values(s, name, role, d), bounds=ACCURACY).to_dict()
+                    for d in depths
+                }
                 for role in out["sets"][name]["bands"]
             }
             for name in set_names
@@ -372,7 +378,8 @@ def _kl_exit(runs: dict[int, dict[str, Any]], bands: dict[str, dict[str, Any]]) 
                     {
                         s: float(np.mean(e[what][bands[label]["low"] : bands[label]["high"] + 1]))
                         for s, e in exits.items()
-                    }
+                    },
+                    bounds=ACCURACY if what == "accuracy" else (1.0, float(first["max_depth"])),
                 ).to_dict()
                 for what in ("accuracy", "mean_depth")
             }

@@ -331,8 +331,9 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         f"by the schedules of that seed. Chance is {100 * results['chance']:.1f}%. Produced by "
         f"`fixedfirst chains --preset {results['preset']}`.",
         "",
-        f"Intervals are 95% t-intervals over the {n} seeds, of one schedule's accuracy or of a "
-        'same-seed difference; "cannot tell" means the interval contains zero. The rules '
+        f"Intervals are 95% t-intervals over the {n} seeds, of one schedule's accuracy (cut at "
+        '0 and 100%, which an accuracy cannot leave) or of a same-seed difference; "cannot '
+        'tell" means the interval contains zero. The rules '
         "(bands, depths, what counts as solved, the depth chosen on the selection set) were "
         "fixed before the numbers (docs/design.md §5). The primary comparisons, named in the "
         "preset before the runs, are each decided by their own interval. Every other "

@@ -111,7 +111,7 @@ def open_run_state(
     config, ckpt = find_diagnosis_checkpoint(run, which, data)
     dev = resolve_device(device)
     dtype = resolve_dtype(config.train.precision, dev)
-    model = LoopedTransformer(config.model).to(dev)
+    model = LoopedTransformer(config.own_model("fixedfirst diagnose")).to(dev)
     optimizer = build_optimizer(model, config.train)
     state = ckpt.load_trainer_state()
     optimizer_state = state.get("optimizer") if isinstance(state, dict) else None

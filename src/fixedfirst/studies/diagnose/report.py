@@ -1,12 +1,24 @@
 """The diagnostic's report (printed, and written as report.md): depth-averaged benefit per u,
-then per band and per serving depth; made from report.json alone (`report_numbers`: the
-intervals the tables show, without the per-sequence benefits they were drawn from)."""
+then per band and per serving depth; made from report.json alone (`report_numbers`: the setup
+and, per u, the benefit of every training batch on every held-out sequence at every serving
+depth, from which `report_markdown` draws every interval again, so a reader of report.json can
+recompute each one)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from fixedfirst.studies.diagnose.summary import (
+    IntervalSettings,
+    benefit_intervals,
+    contained_from,
+)
+
 NUMBERS_FORMAT = "fixedfirst-diagnose-report"
+NUMBERS_VERSION = 2
+"""Version 1 (before 2026-12-04) held the intervals only; version 2 the benefits they come from."""
 SETUP_FIELDS = (
     "run",
     "schedule",
@@ -15,41 +27,68 @@ SETUP_FIELDS = (
     "batches",
     "rms_reference",
     "interval",
-    "contains_zero_from_u",
 )
-MEAN_AND_BOUNDS = ("mean", "low", "high")
-AVERAGE_FIELDS = (*MEAN_AND_BOUNDS, "contains_zero", "se", "se_batches_only", "se_heldout_only")
 
 
-def report_numbers(results: dict[str, Any]) -> dict[str, Any]:
-    """What the report is computed from, from results.json: the setup, and per u its step,
-    learning rate and the intervals of the depth average, the bands and every serving depth."""
-
-    def bounds(interval: dict[str, Any]) -> dict[str, Any]:
-        return {key: interval[key] for key in MEAN_AND_BOUNDS}
-
+def report_numbers(results: dict[str, Any], benefit_per_sequence: np.ndarray) -> dict[str, Any]:
+    """What the report is computed from: the setup from results.json, the held-out sequences'
+    scored tokens (their weights), the bands, and per u its step, learning rate and the benefit
+    per (training batch, held-out sequence, serving depth) in nats per token
+    (`benefit_per_sequence`, the array beside results.json), every digit kept."""
     numbers: dict[str, Any] = {
         "format": NUMBERS_FORMAT,
-        "version": 1,
+        "version": NUMBERS_VERSION,
         **{key: results[key] for key in SETUP_FIELDS},
         "checkpoint": {key: results["checkpoint"][key] for key in ("step", "tags")},
-        "heldout": {"sequences": results["heldout"]["sequences"]},
+        "heldout": {
+            "sequences": results["heldout"]["sequences"],
+            "tokens_per_sequence": results["heldout"]["tokens_per_sequence"],
+        },
+        "bands": results["bands"],
+        "benefit_axes": ["training batch", "held-out sequence", "serving depth"],
     }
-    if results.get("bands"):
-        numbers["bands"] = list(results["bands"])  # the names: the tables read no more
-        numbers["contains_zero_from_u_by_band"] = results["contains_zero_from_u_by_band"]
     numbers["results"] = [
         {
             "u": row["u"],
             "step": row["step"],
             "lr": row["lr"],
-            "depth_average": {key: row["depth_average"][key] for key in AVERAGE_FIELDS},
-            "bands": {name: bounds(band) for name, band in row["bands"].items()},
-            "benefit": {k: bounds(interval) for k, interval in row["benefit"].items()},
+            "benefit_per_sequence": benefit_per_sequence[index].tolist(),
         }
-        for row in results["results"]
+        for index, row in enumerate(results["results"])
     ]
     return numbers
+
+
+def with_intervals(numbers: dict[str, Any]) -> dict[str, Any]:
+    """report.json's numbers with every interval drawn from its benefits (`benefit_intervals`,
+    as the command drew them) and the headline's u from them; results.json, or a version 1
+    report.json, already holds its intervals and is returned as it is."""
+    rows = numbers["results"]
+    if not rows or "benefit_per_sequence" not in rows[0]:
+        return numbers
+    i = numbers["interval"]
+    settings = IntervalSettings(i["level"], i["resamples"], i["seed"])
+    tokens = np.asarray(numbers["heldout"]["tokens_per_sequence"], dtype=np.float64)
+    bands = numbers["bands"]
+    drawn = [
+        {
+            **{key: row[key] for key in ("u", "step", "lr")},
+            **benefit_intervals(
+                np.asarray(row["benefit_per_sequence"], dtype=np.float64),
+                tokens,
+                numbers["serving_depths"],
+                bands,
+                settings,
+            ),
+        }
+        for row in rows
+    ]
+    return {
+        **numbers,
+        "results": drawn,
+        "contains_zero_from_u": contained_from(drawn),
+        "contains_zero_from_u_by_band": {name: contained_from(drawn, name) for name in bands},
+    }
 
 
 def _signed(x: float) -> str:
@@ -92,7 +131,7 @@ def headline(results: dict[str, Any]) -> list[str]:
 
 def report_markdown(numbers: dict[str, Any]) -> str:
     """report.md (what the command prints) from report.json's numbers, or results.json's."""
-    return format_tables(numbers) + "\n"
+    return format_tables(with_intervals(numbers)) + "\n"
 
 
 def format_tables(results: dict[str, Any]) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from fixedfirst.stats.intervals import BootstrapOver, two_way_bootstrap
+from fixedfirst.stats.intervals import BootstrapInterval, BootstrapOver, two_way_bootstrap
 from fixedfirst.studies.diagnose.update_pair import HeldoutNLL, PairResult
 
 INTERVAL_KIND = "two-way bootstrap over training batches and held-out sequences"
@@ -84,47 +84,14 @@ class Measurements:
         """(batches, depths): the token-weighted benefit of each of the first `measured` batches."""
         return self.tokens @ self.benefit[:measured] / self.tokens.sum()
 
-    def _interval(self, x: np.ndarray, settings: IntervalSettings) -> dict[str, Any]:
-        return two_way_bootstrap(
-            x, settings.level, settings.resamples, settings.seed, self.tokens
-        ).to_dict()
-
-    def _interval_with_sources(self, x: np.ndarray, settings: IntervalSettings) -> dict[str, Any]:
-        """The interval, and the standard errors with only the batches or only the held-out
-        sequences resampled: how much of the uncertainty each kind of unit brings."""
-        interval = self._interval(x, settings)
-        sources: tuple[tuple[str, BootstrapOver], ...] = (
-            ("se_batches_only", "rows"),
-            ("se_heldout_only", "columns"),
-        )
-        for key, over in sources:
-            interval[key] = two_way_bootstrap(
-                x, settings.level, settings.resamples, settings.seed, self.tokens, over
-            ).se
-        return interval
-
     def summary(
         self, baseline: HeldoutNLL, bands: dict[str, list[int]], settings: IntervalSettings
     ) -> dict[str, Any]:
-        ks = self.serving_depths
-        names = [str(k) for k in ks]
-        columns = {k: j for j, k in enumerate(ks)}
-        band_intervals = {
-            name: self._interval_with_sources(
-                self.benefit[:, :, [columns[k] for k in depths]].mean(axis=2), settings
-            )
-            for name, depths in bands.items()
-        }
-        average = self._interval_with_sources(self.benefit.mean(axis=2), settings)
+        names = [str(k) for k in self.serving_depths]
         baseline_mean = baseline.mean()
         return {
-            "benefit": {
-                str(k): self._interval(self.benefit[:, :, j], settings) for j, k in enumerate(ks)
-            },
-            "depth_average": average,
-            "bands": band_intervals,
-            "contains_zero": average["contains_zero"],
-            "baseline_nll": {str(k): baseline_mean[k] for k in ks},
+            **benefit_intervals(self.benefit, self.tokens, self.serving_depths, bands, settings),
+            "baseline_nll": {str(k): baseline_mean[k] for k in self.serving_depths},
             "nll_after_shallow": dict(zip(names, self.nll_shallow.mean(0).tolist(), strict=True)),
             "nll_after_deep": dict(zip(names, self.nll_deep.mean(0).tolist(), strict=True)),
             "update_rms": dict(
@@ -132,6 +99,45 @@ class Measurements:
             ),
             "per_batch_benefit": self.per_batch_benefit().tolist(),
         }
+
+
+def benefit_intervals(
+    benefit: np.ndarray,
+    tokens: np.ndarray,
+    serving_depths: list[int],
+    bands: dict[str, list[int]],
+    settings: IntervalSettings,
+) -> dict[str, Any]:
+    """Every interval of one u from its benefits, (batches, held-out sequences, serving depths),
+    with each sequence weighted by its scored `tokens`: per serving depth, the depth average (with
+    the standard errors of resampling one kind of unit only) and each band's average. The report
+    computes them again from report.json's benefits with this function."""
+
+    def interval(x: np.ndarray, over: BootstrapOver = "both") -> BootstrapInterval:
+        return two_way_bootstrap(x, settings.level, settings.resamples, settings.seed, tokens, over)
+
+    def with_sources(x: np.ndarray) -> dict[str, Any]:
+        """The interval, and the standard errors with only the batches or only the held-out
+        sequences resampled: how much of the uncertainty each kind of unit brings."""
+        return {
+            **interval(x).to_dict(),
+            "se_batches_only": interval(x, "rows").se,
+            "se_heldout_only": interval(x, "columns").se,
+        }
+
+    columns = {k: j for j, k in enumerate(serving_depths)}
+    average = with_sources(benefit.mean(axis=2))
+    return {
+        "benefit": {
+            str(k): interval(benefit[:, :, j]).to_dict() for j, k in enumerate(serving_depths)
+        },
+        "depth_average": average,
+        "bands": {
+            name: with_sources(benefit[:, :, [columns[k] for k in depths]].mean(axis=2))
+            for name, depths in bands.items()
+        },
+        "contains_zero": average["contains_zero"],
+    }
 
 
 def _interval_of(row: dict[str, Any], band: str | None) -> dict[str, Any]:

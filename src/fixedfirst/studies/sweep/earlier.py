@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fixedfirst.compute.plan import plan_run
+from fixedfirst.adapters.run_model import run_plan
 from fixedfirst.errors import UserError
 from fixedfirst.studies.sweep.results import RESULTS_FORMAT, ROW_FROM
 from fixedfirst.studies.sweep.settings import SweepSettings
@@ -44,7 +44,7 @@ def read_earlier_rows(path: str | Path) -> list[dict[str, Any]]:
 
 def fingerprint_mismatch(row: dict[str, Any], planned: PlannedRun) -> str | None:
     """Why `row` is not a result of `planned` as the sweep plans it now, or None if it is."""
-    plan = plan_run(planned.config)
+    plan = run_plan(planned.config)
     expected = {
         "seed": planned.config.train.seed,
         "schedule_config": planned.config.to_dict()["schedule"],

@@ -21,7 +21,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, FormatStrFormatter
 
-from fixedfirst.compute.plan import plan_run
+from fixedfirst.adapters.run_model import run_plan
 from fixedfirst.errors import UserError
 from fixedfirst.files.writing import save_figure
 from fixedfirst.runs.directory import RunDir
@@ -77,7 +77,7 @@ def figure3_data(run: str | Path) -> dict[str, Any]:
     evals = read_metrics(run_dir.metrics_path, "eval")
     if len(train) < 2:
         raise UserError(f"{run_dir.path}: fewer than two logged training steps to draw")
-    plan = plan_run(config)
+    plan = run_plan(config)
     total_steps, switch_step = plan.total_steps, plan.switch_step
     if config.schedule.auto_switch:  # decided by the run: its `switch` record says where
         decided = read_metrics(run_dir.metrics_path, "switch")

@@ -56,14 +56,15 @@ def report_texts(spec: SweepSpec, results: dict[str, Any], missing: list[str]) -
     """From results.json's document (`sweep_results`) and the sweep file alone: table.md and,
     with claims, claims.md, with gaps, factors.md, by file name."""
     rows = results["runs"]
-    table = table_markdown(rows, spec.reference, missing, spec.seeds is not None)
+    shared = spec.settings.rows == "shared"
+    table = table_markdown(rows, spec.reference, missing, spec.seeds is not None, shared)
     if spec.seeds is not None:
         table += "\n## Over seeds\n\n" + seed_table_markdown(
             results["groups"],
             spec.reference_group,
             spec.metric,
             _score_name(spec, rows),
-            shared_rows=spec.settings.rows == "shared",
+            shared_rows=shared,
         )
     texts = {"table.md": table}
     if spec.claims:

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from fixedfirst.compute.plan import plan_run
+from fixedfirst.adapters.run_model import run_plan
 from fixedfirst.evaluation.nll import SERVING_RANGE
 from fixedfirst.files.writing import write_text_atomic
 from fixedfirst.schedules import describe
@@ -55,7 +55,7 @@ def result_row(
     config = planned.config
     switch = summary.get("switch")
     probe_flops = (switch or {}).get("probe_flops", 0.0)
-    plan = plan_run(config, summary["total_steps"])
+    plan = run_plan(config, summary["total_steps"])
     if switch and switch.get("auto") and switch["step"] is not None:
         plan = plan.decided(switch["step"])
     return {
@@ -207,10 +207,15 @@ TABLE_COLUMNS = (
 
 
 def table_markdown(
-    rows: list[dict[str, Any]], reference: str | None, missing: list[str], same_seed: bool = False
+    rows: list[dict[str, Any]],
+    reference: str | None,
+    missing: list[str],
+    same_seed: bool = False,
+    shared_rows: bool = False,
 ) -> str:
     """The schedule table, with a legend saying what each column measures (`same_seed`: each
-    row was compared with the reference entry's run of its seed)."""
+    row was compared with the reference entry's run of its seed; `shared_rows`: every run
+    scored one held-out set, drawn once)."""
     lines = ["| " + " | ".join(TABLE_COLUMNS) + " |", "|" + " --- |" * len(TABLE_COLUMNS)]
     for r in rows:
         name = f"**{r['name']}** (reference)" if r["name"] == reference else r["name"]
@@ -236,9 +241,12 @@ def table_markdown(
         if not same_seed
         else "savings relative to the reference entry's run of the same seed on the same machine"
     )
-    drawn = any(r.get("validation_seed") is not None for r in rows)
+    drawn = {int(r["validation_seed"]) for r in rows if r.get("validation_seed") is not None}
     held_out = (
-        "validation rows drawn from the whole validation split by each run's seed (the same "
+        "one set of validation rows drawn once from the whole validation split (by seed "
+        f"{', '.join(map(str, sorted(drawn)))}), the same rows for every run"
+        if shared_rows and drawn
+        else "validation rows drawn from the whole validation split by each run's seed (the same "
         "rows for every run of one seed)"
         if drawn
         else "the validation split's first rows"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fixedfirst.compute.plan import plan_run
+from fixedfirst.adapters.run_model import run_plan
 from fixedfirst.evaluation.cached import HeldOut, cached_evaluation
 from fixedfirst.evaluation.task import cached_task_evaluation
 from fixedfirst.studies.side_by_side import Conducted, Job, Study, conduct, once_finished
@@ -36,7 +36,7 @@ def print_plan(spec: SweepSpec, selected: list[PlannedRun], out: Path) -> None:
     print(f"sweep {spec.path}: {len(spec.runs)} runs into {out}")
     print(f"  {'run':<28s} {'steps':>6s} {'tokens':>11s} {'modeled FLOPs':>13s}  status")
     for planned in spec.runs:
-        budget = plan_run(planned.config)
+        budget = run_plan(planned.config)
         status = _status(planned, out) if planned.name in chosen else "not selected"
         print(
             f"  {planned.name:<28s} {budget.total_steps:>6d} {budget.tokens:>11,} "
@@ -49,7 +49,7 @@ class SweepProgress:
     the runs trained so far in this invocation, roughly how long the rest takes."""
 
     def __init__(self, runs: list[PlannedRun], out: Path) -> None:
-        self.flops = {r.name: plan_run(r.config).flops for r in runs}
+        self.flops = {r.name: run_plan(r.config).flops for r in runs}
         self.todo = {r.name for r in runs if _status(r, out) != "finished"}
         self.total = sum(self.flops.values())
         self.done = sum(f for n, f in self.flops.items() if n not in self.todo)

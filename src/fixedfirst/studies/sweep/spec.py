@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fixedfirst.compute.plan import UNIFORM_REFERENCE, plan_run
+from fixedfirst.adapters.run_model import run_plan
+from fixedfirst.compute.plan import UNIFORM_REFERENCE
 from fixedfirst.config import SECTIONS, RunConfig, build_section, merge_tables, read_toml
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import resolve_data_path
@@ -135,7 +136,7 @@ def _with_run_keys(base: dict[str, Any], run: dict[str, Any], where: str) -> dic
 def _build_config(data: dict[str, Any], where: str) -> RunConfig:
     try:
         config = RunConfig.from_dict(data)
-        plan_run(config)  # a budget below one step is an error now, not after other runs
+        run_plan(config)  # a budget below one step is an error now, not after other runs
     except UserError as e:
         raise UserError(f"{where}: {e}") from None
     return config
@@ -205,7 +206,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
                         "cost is known only once it has switched; match a run of fixed schedule"
                     )
                 flops_of[run] = target
-                data.setdefault("train", {})["flops"] = plan_run(target_config).flops
+                data.setdefault("train", {})["flops"] = run_plan(target_config).flops
             runs.append(PlannedRun(run, _build_config(data, where)))
             groups[run] = name
 

@@ -9,7 +9,9 @@ recurrence (`logits_by_depth`).
 
 The KL exit rule (`fixedfirst.serve.KLExit`) is scored on the same labels: each position of each
 sequence iterates until its output distribution settles, and we report the accuracy and the depth
-it used per difficulty: whether the model spends more iterations on harder labels.
+it used per difficulty: whether the model spends more iterations on harder labels. `ExitAccuracy`
+scores any way of serving (a fixed depth, any exit rule) for the exit frontier
+(`fixedfirst.serve.frontier`).
 """
 
 from __future__ import annotations
@@ -19,9 +21,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from fixedfirst.data.source import Batch
 from fixedfirst.model import LoopedTransformer
+from fixedfirst.model.loss import IGNORE_INDEX
 from fixedfirst.serve.adaptive import KLExit, teacher_forced_kl_exit
+from fixedfirst.serve.frontier import Scored
 from fixedfirst.serve.modes import Adaptive
+from fixedfirst.serve.pareto import QualityMeasure
+from fixedfirst.tasks.chains.bands import bands_of
+from fixedfirst.tasks.chains.program import ChainsOptions
 from fixedfirst.tasks.chains.source import EvaluationSet
 
 
@@ -107,3 +115,66 @@ def kl_exit_by_difficulty(
         right_all.mean(axis=0).tolist(),
         used_all.mean(axis=0).tolist(),
     )
+
+
+CHAINS_ACCURACY = QualityMeasure(
+    "accuracy", "share of in-range labels right", "higher", 0.01, relative=False
+)
+"""The exit frontier's quality on chains: exact-match accuracy on the long chain's labels of
+the training range (difficulty 0..max_ops), each sequence's share first; a point matches the best
+fixed depth within 1 accuracy point."""
+
+
+class ExitAccuracy:
+    """The exit frontier's scorer on the chains evaluation set (`serve.frontier.HeldOutScorer`):
+    accuracy in the training range, and accuracy and depth per difficulty and per band. The
+    depth per token is over every scored position (every statement is decoded), the accuracy
+    over the long chain's labels."""
+
+    measure = CHAINS_ACCURACY
+
+    def __init__(self, evaluation: EvaluationSet, options: ChainsOptions, batch_size: int = 256):
+        self.options = options
+        self.positions = [
+            evaluation.positions[i : i + batch_size]
+            for i in range(0, evaluation.sequences, batch_size)
+        ]
+        self.batches = [
+            Batch(
+                evaluation.batch.inputs[i : i + batch_size],
+                evaluation.batch.targets[i : i + batch_size],
+            )
+            for i in range(0, evaluation.sequences, batch_size)
+        ]
+
+    def tally(self, index: int, logits: torch.Tensor, depths: torch.Tensor) -> tuple:
+        batch = self.batches[index]
+        positions = self.positions[index].to(logits.device)
+        targets = batch.targets.to(logits.device)
+        right = logits.argmax(-1).gather(1, positions) == targets.gather(1, positions)
+        scored = targets != IGNORE_INDEX
+        return (
+            right.cpu().numpy(),
+            depths.gather(1, positions).cpu().numpy(),
+            float(depths[scored].sum()),
+            int(scored.sum()),
+        )
+
+    def summary(self, tallies: list[tuple]) -> Scored:
+        right = np.concatenate([t[0] for t in tallies]).astype(np.float64)
+        used = np.concatenate([t[1] for t in tallies]).astype(np.float64)
+        depth_sum, count = sum(t[2] for t in tallies), sum(t[3] for t in tallies)
+        in_range = float(right[:, : self.options.max_ops + 1].mean(axis=1).mean())
+        bands = {
+            band.label: {
+                "accuracy": float(right[:, band.low : band.high + 1].mean(axis=1).mean()),
+                "mean_depth": float(used[:, band.low : band.high + 1].mean()),
+            }
+            for band in bands_of(self.options)
+        }
+        details = {
+            "tokens": count,
+            "bands": bands,
+            "accuracy_by_difficulty": right.mean(axis=0).tolist(),
+        }
+        return Scored(in_range, depth_sum / count, details)

@@ -1,0 +1,141 @@
+"""Depth handles: how a training loop sets the depth of a looped model it did not build.
+
+Every looped model takes its depth in its own way: ours as a `forward` argument, our Hugging Face
+export from `config.depth`, transformers' Inkling2Loop models from `config.loop_num_passes`, read
+at each forward. A `DepthHandle` hides which: `set_depth(k)` makes the model's next forwards run
+k loop passes, and refuses, in one line, a depth the model cannot run. `depth_handle(model)`
+finds the handle of a model it knows; any other model plugs in with one small function
+(`depth_handle(model, set_depth=...)`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from fixedfirst.config.limits import MAX_DEPTH
+from fixedfirst.errors import UserError
+from fixedfirst.model.looped import LoopedTransformer, check_depth
+
+INKLING2_LOOP = "transformers.models.inkling2_loop"
+INKLING2_LOOP_FLOOR = "5.24.0"
+"""The oldest transformers release with the Inkling2Loop models (5.23 has only Inkling2), and the
+floor of the `looped` extra (pyproject.toml); docs/guides/any-loop.md says what was run on it."""
+
+
+class DepthHandle(Protocol):
+    """Sets the number of loop passes a model's next forwards run."""
+
+    def set_depth(self, depth: int) -> None: ...
+
+
+class ForwardDepth:
+    """Our `LoopedTransformer`: `forward(tokens, depth)` takes the depth as an argument, so the
+    handle supplies it to calls that leave it out (a forward pre-hook); a call that gives one
+    keeps its own, as evaluation at a chosen depth does."""
+
+    def __init__(self, model: LoopedTransformer) -> None:
+        self.depth: int | None = None
+        self.hook = model.register_forward_pre_hook(self.supply, with_kwargs=True)
+
+    def set_depth(self, depth: int) -> None:
+        self.depth = check_depth(depth)
+
+    def supply(
+        self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if len(args) < 2 and "depth" not in kwargs:
+            if self.depth is None:
+                raise UserError("the depth handle has no depth yet: call set_depth before forward")
+            kwargs = {**kwargs, "depth": self.depth}
+        return args, kwargs
+
+    def remove(self) -> None:
+        """Take the hook off the model (forwards need their depth again)."""
+        self.hook.remove()
+
+
+class ConfigDepth:
+    """A model whose forwards read their depth from a configuration attribute: our Hugging Face
+    export (`config.depth`) and transformers' Inkling2Loop models (`loop_num_passes` of each text
+    configuration the model holds: its own, or a multimodal model's `text_config`)."""
+
+    def __init__(self, configs: list[Any], key: str, model_name: str, loops: str = "") -> None:
+        self.configs, self.key, self.model_name = configs, key, model_name
+        self.loops = loops
+        """Empty, or why the model loops nothing (then it runs depth 1 only)."""
+
+    def set_depth(self, depth: int) -> None:
+        if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= MAX_DEPTH:
+            raise UserError(
+                f"{self.model_name} cannot run depth {depth!r}: its {self.key} must be an "
+                f"integer in 1..{MAX_DEPTH}"
+            )
+        if self.loops and depth > 1:
+            raise UserError(
+                f"{self.model_name} cannot run depth {depth}: {self.loops}, so every depth "
+                "computes depth 1; loop at least one layer"
+            )
+        for config in self.configs:
+            setattr(config, self.key, depth)
+
+
+class FunctionDepth:
+    """Any other model: a function that sets its depth (and raises for one it cannot run)."""
+
+    def __init__(self, set_depth: Callable[[int], None]) -> None:
+        self.set_depth = set_depth
+
+
+def depth_handle(model: nn.Module, set_depth: Callable[[int], None] | None = None) -> DepthHandle:
+    """The handle that sets `model`'s depth: `set_depth` when given, else the one for a model
+    fixedfirst knows (a DistributedDataParallel wrapper is looked through)."""
+    if set_depth is not None:
+        return FunctionDepth(set_depth)
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        model = model.module
+    if isinstance(model, LoopedTransformer):
+        return ForwardDepth(model)
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    name = type(model).__name__
+    if model_type == "fixedfirst":  # our export, loaded with trust_remote_code
+        return ConfigDepth([model.config], "depth", name)
+    if model_type in ("inkling2_loop", "inkling2_loop_text"):
+        text_model = inkling2_loop().Inkling2LoopTextModel
+        configs = [m.config for m in model.modules() if isinstance(m, text_model)]
+        configs = list({id(c): c for c in configs}.values())
+        empty = [c for c in configs if c.loop_layer_index_end <= c.loop_layer_index_start]
+        loops = (
+            f"it loops no layer (loop_layer_index_start = {empty[0].loop_layer_index_start}, "
+            f"loop_layer_index_end = {empty[0].loop_layer_index_end})"
+            if empty
+            else ""
+        )
+        return ConfigDepth(configs, "loop_num_passes", name, loops)
+    raise UserError(
+        f"no depth handle for {name}: fixedfirst sets the depth of LoopedTransformer, its "
+        "Hugging Face export and transformers' Inkling2Loop models; give "
+        "depth_handle(model, set_depth=FUNCTION) a function that sets this model's depth"
+    )
+
+
+def inkling2_loop() -> Any:
+    """transformers' Inkling2Loop module, or a one-line error naming the release it needs."""
+    try:
+        import transformers
+    except ImportError:
+        raise UserError(
+            "transformers is not installed; the Inkling2Loop models need transformers >= "
+            f"{INKLING2_LOOP_FLOOR}: pip install 'fixedfirst[looped]'"
+        ) from None
+    try:
+        return importlib.import_module(INKLING2_LOOP)
+    except ImportError:
+        raise UserError(
+            f"transformers {transformers.__version__} has no Inkling2Loop models (they came in "
+            f"{INKLING2_LOOP_FLOOR}): pip install 'fixedfirst[looped]'"
+        ) from None

@@ -1,0 +1,141 @@
+"""A transformers looped architecture, trained and scored by fixedfirst's own commands.
+
+`[model] kind = "transformers"` (config/architectures.py) names the model class and its
+configuration. `build` makes the model and wraps it as a `LoopedLM`, the shape our trainer and
+evaluation call: `forward(tokens, depth)` sets the depth through the model's depth handle
+(handles.py) and returns its logits, and scoring several depths is one forward per depth, since
+the model has no readout between its passes. Two declarations follow from the architecture: a
+step may leave parameters without a gradient (at one pass, Inkling2Loop's message gates and
+the query that reads the previous pass), so DDP looks for them; and it is never compiled
+(Inkling2Loop declares it cannot compile as one graph, and fixedfirst compiles only its own
+model's loop). The compute
+model is measured (measured.py): FLOPs of one sequence of the training length at depths 1..3,
+fitted, once per process and configuration.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable, Sequence
+
+import torch
+from torch import nn
+
+from fixedfirst.adapters.handles import depth_handle
+from fixedfirst.adapters.measured import MeasuredFlops, measure_flops
+from fixedfirst.config import TransformersModelConfig
+from fixedfirst.config.architectures import (
+    build_configuration,
+    compiles_as_one_graph,
+    looped_architecture,
+    model_class,
+    quiet_transformers,
+)
+from fixedfirst.model.interface import LoopedLM
+from fixedfirst.model.loss import next_token_loss
+from fixedfirst.model.memory import check_count_fits
+
+MEASURED_DEPTHS = (1, 2, 3)
+"""The depths the compute model is measured at (FLOPs are affine in the passes: two would do,
+the third checks the line)."""
+
+
+class TransformersLoop(LoopedLM):
+    """A transformers looped model (`network`) called as fixedfirst calls its own."""
+
+    def __init__(self, network: nn.Module, architecture: str) -> None:
+        super().__init__()
+        self.network = network
+        self.architecture = architecture
+        self.handle = depth_handle(network)
+        self.leaves_parameters_unused = True
+        why = "declares it cannot compile as one graph"
+        if compiles_as_one_graph(architecture):
+            why = "is not one of fixedfirst's own models, whose loop alone it compiles"
+        self.never_compiled = f"transformers' {architecture} {why}"
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        depth: int,
+        grad_depth: int | None = None,
+        state_seeds: Sequence[int] | None = None,
+        checkpoint: bool = False,
+    ) -> torch.Tensor:
+        """Logits after `depth` loop passes. The model has no random initial state, so
+        `state_seeds` changes nothing; truncated backprop and activation checkpointing are
+        refused with the configuration (config/run.py), never reach here."""
+        if grad_depth is not None or checkpoint:
+            raise ValueError("truncated backprop and activation checkpointing are ours only")
+        self.handle.set_depth(depth)
+        return self.network(input_ids=tokens, use_cache=False).logits
+
+    @torch.no_grad()
+    def row_nll_by_depth(
+        self, tokens: torch.Tensor, targets: torch.Tensor, depths: Iterable[int]
+    ) -> tuple[dict[int, float], dict[int, torch.Tensor]]:
+        """One forward per depth: the mean NLL and each row's summed NLL."""
+        means, rows = {}, {}
+        for depth in dict.fromkeys(depths):
+            logits = self(tokens, depth)
+            means[depth] = next_token_loss(logits, targets).item()
+            per_token = next_token_loss(logits, targets, reduction="none")
+            rows[depth] = per_token.view(targets.shape).sum(dim=1)
+        return means, rows
+
+    def nll_by_depth(
+        self, tokens: torch.Tensor, targets: torch.Tensor, depths: Iterable[int]
+    ) -> dict[int, float]:
+        return self.row_nll_by_depth(tokens, targets, depths)[0]
+
+    def compile_loop(self) -> None:
+        raise ValueError(f"{self.never_compiled}; the trainer runs it eagerly")
+
+
+def build(config: TransformersModelConfig) -> TransformersLoop:
+    """The model of `config` on the CPU, initialised by transformers from the global random
+    state."""
+    architecture = looped_architecture(config.architecture)
+    configuration = build_configuration(architecture, config.options)
+    described = f"transformers' {config.architecture}"
+    check_count_fits(lambda: parameter_count(config), described, torch.device("cpu"))
+    with quiet_transformers():
+        network = model_class(architecture)(configuration)
+    return TransformersLoop(network, config.architecture)
+
+
+def parameter_count(config: TransformersModelConfig) -> int:
+    """The model's parameters, counted on the meta device (no memory, no initialisation)."""
+    return _parameter_count(config.architecture, json.dumps(config.options, sort_keys=True))
+
+
+@functools.cache
+def _parameter_count(architecture: str, options: str) -> int:
+    looped = looped_architecture(architecture)
+    configuration = build_configuration(looped, json.loads(options))
+    with quiet_transformers(), torch.device("meta"):
+        network = model_class(looped)(configuration)
+    return sum(p.numel() for p in network.parameters())
+
+
+def measured_cost(config: TransformersModelConfig, seq_len: int) -> MeasuredFlops:
+    """The model's compute model at the training sequence length, measured on the CPU."""
+    return _measured_cost(config.architecture, json.dumps(config.options, sort_keys=True), seq_len)
+
+
+@functools.cache
+def _measured_cost(architecture: str, options: str, seq_len: int) -> MeasuredFlops:
+    section = TransformersModelConfig("transformers", architecture, json.loads(options))
+    # A draw of weights and tokens of its own: the caller's random state is left as it was.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = build(section)
+        model.handle.set_depth(max(MEASURED_DEPTHS))  # one that cannot run: refused, unrun
+        tokens = torch.randint(0, section.vocab_size, (1, seq_len + 1))
+        inputs, targets = tokens[:, :-1], tokens[:, 1:]
+
+        def loss() -> torch.Tensor:
+            return next_token_loss(model.network(input_ids=inputs, use_cache=False).logits, targets)
+
+        return measure_flops(model.network, loss, seq_len, MEASURED_DEPTHS, model.handle)

@@ -1,0 +1,39 @@
+"""`fixedfirst serving-economics`: the exit frontier of every run of the configured studies and
+the comparison across schedules: compute saved at matched quality by schedule, the paired
+differences named in the config, and which exit rule is best for which schedule."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fixedfirst.files import locks
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "config",
+        metavar="CONFIG.toml",
+        help="the study's configuration (e.g. configs/serving-economics.toml)",
+    )
+    parser.add_argument("--out", required=True, metavar="DIR", help="the study's directory")
+    parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fixedfirst.errors import UserError
+    from fixedfirst.studies.serving.runner import conduct
+    from fixedfirst.studies.serving.settings import load_economics
+
+    config = load_economics(args.config)  # refused before anything is read
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    with locks.holding(out, "serving-economics"):
+        files = conduct(config, out, args.quiet)
+    if not args.quiet:
+        for path in files:
+            print(f"wrote {path}")
+    return 0

@@ -1,0 +1,212 @@
+"""The looped architectures of the transformers library that a run's `[model]` may name.
+
+`[model] kind = "transformers"` trains a model class nobody here wrote with fixedfirst's own
+commands (docs/guides/any-loop.md). Such a class is usable only when fixedfirst knows how to set
+its depth: `ARCHITECTURES` lists those, with the key of their configuration that holds the number
+of loop passes (the depth handle sets it at every step, so a run's table may not) and the keys
+that bound the token ids and the sequence length. `checked_options` builds the architecture's
+configuration class from the table `[model.transformers]`, refusing in one line what it refuses
+(an unknown key, a wrong type, an impossible layout), and returns the table completed with every
+default, so that a run's config.toml keeps the configuration it trained with even when a later
+transformers release changes a default. transformers is imported only here and only then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import importlib
+import importlib.util
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from fixedfirst.errors import UserError
+
+TABLE = "model.transformers"
+"""Where the architecture's configuration keys live."""
+
+
+@dataclass(frozen=True)
+class LoopedArchitecture:
+    """A transformers model class whose depth fixedfirst can set."""
+
+    name: str
+    """The class, as `transformers` exports it."""
+    since: str
+    """The first transformers release with it (the floor of the `looped` extra)."""
+    depth_key: str
+    """The configuration key every forward reads its number of loop passes from."""
+    vocab_keys: tuple[str, ...]
+    """Keys bounding the token ids (the embedding's rows, the head's columns): the smallest."""
+    positions_key: str
+    """The key of the longest sequence the model takes."""
+
+
+ARCHITECTURES = {
+    "Inkling2LoopForCausalLM": LoopedArchitecture(
+        name="Inkling2LoopForCausalLM",
+        since="5.24.0",
+        depth_key="loop_num_passes",
+        vocab_keys=("vocab_size", "unpadded_vocab_size"),
+        positions_key="max_position_embeddings",
+    ),
+}
+
+
+OWN_FEATURES: tuple[tuple[str, str], ...] = (
+    (
+        "every schedule kind, the auto switch (`plateau`, `depth-gap`), token and FLOP budgets "
+        "(`train.flops`, a sweep's `flops_of`), snapshots",
+        "apply: the compute model is measured (torch's FlopCounterMode at depths 1, 2, 3 at the "
+        "training sequence length, fitted; `fixedfirst compute` prints it)",
+    ),
+    (
+        "`eval.depths`, `fixedfirst eval`, a sweep's evaluation, the `depth-gap` probes",
+        "apply, one forward per depth (our model scores every depth in one pass of its "
+        "recurrence, the one-pass `nll_by_depth`)",
+    ),
+    (
+        "checkpoints, `--resume` (bit-identical), `fixedfirst branch`, DDP (`--nproc`, torchrun)",
+        "apply; DDP finds the parameters a step leaves without gradient (Inkling2Loop's "
+        "message gates at one pass; its experts are one tensor per layer, used by every step)",
+    ),
+    ("`train.grad_depth` (truncated backprop)", "refused: full backprop"),
+    (
+        "`model.state_init` and every other key of the looped transformer's [model]",
+        "refused: the architecture's own keys go in [model.transformers]",
+    ),
+    (
+        "`train.compile`",
+        "`true` refused: Inkling2Loop declares it cannot compile as one graph; `auto` trains "
+        "eagerly",
+    ),
+    ("`train.checkpoint_activations`", "refused"),
+    ('`train.strategy = "fsdp"`', "refused: `ddp`"),
+    (
+        "the memory model: `train.check_memory`, `fixedfirst plan`",
+        "not applied (a run's log says its memory is not estimated); `plan` refused",
+    ),
+    (
+        "`generate`, `inspect`, `export`, `diagnose`, `downstream`, `eval --task KIND`",
+        "refused: they serve fixedfirst's own model",
+    ),
+)
+"""Which of fixedfirst's own features a run of a transformers architecture has (the
+configuration reference prints it; each refusal is one line, config/run.py and
+`RunConfig.own_model`)."""
+
+
+def looped_architecture(name: str) -> LoopedArchitecture:
+    """The architecture `name`, or a one-line error: not a class fixedfirst sets the depth of
+    (and whether transformers has it at all)."""
+    if name in ARCHITECTURES:
+        return ARCHITECTURES[name]
+    known = ", ".join(ARCHITECTURES)
+    installed = importlib.util.find_spec("transformers") is not None
+    if installed and hasattr(importlib.import_module("transformers"), name):
+        raise UserError(
+            f"model.architecture: transformers' {name} has no depth handle: fixedfirst's "
+            f"commands train the looped architectures whose depth they can set ({known})"
+        )
+    raise UserError(
+        f"model.architecture: {name!r} is not a looped architecture fixedfirst knows ({known})"
+    )
+
+
+def model_class(architecture: LoopedArchitecture) -> Any:
+    """The transformers class, or one line naming the release that has it."""
+    try:
+        import transformers
+    except ImportError:
+        raise UserError(
+            f"model.architecture = {architecture.name!r} needs transformers >= "
+            f"{architecture.since}, which is not installed: pip install 'fixedfirst[looped]'"
+        ) from None
+    try:
+        return getattr(transformers, architecture.name)
+    except (AttributeError, ImportError):
+        raise UserError(
+            f"transformers {transformers.__version__} has no {architecture.name} (it came in "
+            f"{architecture.since}): pip install 'fixedfirst[looped]'"
+        ) from None
+
+
+def compiles_as_one_graph(name: str) -> bool:
+    """Whether the architecture declares that torch.compile can take its forward as one graph
+    (transformers' `_can_compile_fullgraph`; Inkling2Loop's is false)."""
+    return bool(getattr(model_class(looped_architecture(name)), "_can_compile_fullgraph", False))
+
+
+def architecture_fields(config_class: type) -> list[str]:
+    """The keys of the architecture's own configuration: its class's fields less those every
+    transformers configuration has (the library version, output flags, label maps)."""
+    from transformers import PreTrainedConfig
+
+    common = {f.name for f in dataclasses.fields(PreTrainedConfig)}
+    return [f.name for f in dataclasses.fields(config_class) if f.name not in common]
+
+
+def build_configuration(architecture: LoopedArchitecture, options: dict[str, Any]) -> Any:
+    """The architecture's configuration object from the table's keys (checked as
+    `checked_options` checks them)."""
+    config_class = model_class(architecture).config_class
+    keys = architecture_fields(config_class)
+    for key in options:
+        if key == architecture.depth_key:
+            raise UserError(
+                f"{TABLE}.{key}: the depth is the schedule's, set at every step ([schedule], "
+                "eval.depths, switch.depth); leave the key out"
+            )
+        if key not in keys:
+            close = difflib.get_close_matches(key, keys, n=1)
+            hint = (
+                f"did you mean {close[0]}?"
+                if close
+                else f"its keys: {', '.join(keys[:4])}, ... ({len(keys)} in all)"
+            )
+            raise UserError(
+                f"unknown key {TABLE}.{key}; {config_class.__name__} has no such field ({hint})"
+            )
+    try:
+        with quiet_transformers():
+            return config_class(**options)
+    except (TypeError, ValueError, refusals()) as e:
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        raise UserError(f"[{TABLE}]: {lines[-1] if lines else type(e).__name__}") from None
+
+
+def refusals() -> type[Exception]:
+    """What a configuration class raises for a value it refuses, besides TypeError and
+    ValueError: huggingface_hub's strict dataclasses' validation errors."""
+    from huggingface_hub.errors import StrictDataclassError
+
+    return StrictDataclassError
+
+
+def checked_options(architecture: LoopedArchitecture, options: dict[str, Any]) -> dict[str, Any]:
+    """The table checked by the architecture's configuration class and completed with its
+    defaults: every key with a value TOML can hold (unset ones, None, are left out), the depth
+    key aside."""
+    config = build_configuration(architecture, options)
+    complete = {}
+    for key in architecture_fields(type(config)):
+        value = getattr(config, key)
+        if key != architecture.depth_key and value is not None:
+            complete[key] = list(value) if isinstance(value, tuple) else value
+    return complete
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' warnings off while it checks a configuration: a small test model's
+    unused defaults (an end-of-text id beyond a tiny vocabulary) warn on every load."""
+    from transformers.utils import logging
+
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)

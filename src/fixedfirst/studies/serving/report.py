@@ -1,0 +1,172 @@
+"""report.md of the serving-economics study, made from report.json alone (`analyse` computes
+every interval and verdict again from the runs' summaries)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fixedfirst.studies.serving.comparison import analyse
+
+QUANTITY_WORDS = {
+    "saved": "saved at matched quality",
+    "saved_by_exit": "saved by exiting beyond the cheapest matching fixed depth",
+}
+COMPUTE_WORDS = {"iterations": "recurrent iterations", "flops": "modeled FLOPs"}
+
+
+def pct(value: float | None) -> str:
+    return "" if value is None else f"{100 * value:.1f}%"
+
+
+def estimate(cell: dict[str, Any]) -> str:
+    """mean [low, high] in percent, or the single seed's value."""
+    if cell.get("low") is None:
+        return f"{pct(cell['mean'])} (one seed)"
+    return f"{pct(cell['mean'])} [{pct(cell['low'])}, {pct(cell['high'])}]"
+
+
+def difference(d: dict[str, Any]) -> str:
+    return f"{100 * d['mean']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] points"
+
+
+def setup_lines(numbers: dict[str, Any]) -> list[str]:
+    f = numbers["frontier"]
+    exits = "; ".join(
+        f"{rule} at {', '.join(f'{t:g}' for t in ts)}" for rule, ts in f["exits"].items()
+    )
+    deepest = f["max_depth"] or "each run's deepest training depth"
+    lines = [
+        "# Serving economics by schedule",
+        "",
+        f"Every finished run of the studies below, served at fixed depths 1..K and under each exit "
+        f"rule over its thresholds ({exits}; K = {deepest}), "
+        f"quality teacher-forced through the full cache on a held-out draw of its own (seed "
+        f"{f['seed']} mixed with the run's seeds: {f['sequences']} chains sequences, or "
+        f"{f['rows']} validation rows of a text run). A point matches the run's best fixed depth "
+        "within 0.5% of its NLL or 1 accuracy point; the least compute that matches, against the "
+        "best fixed depth's, is the compute saved at matched quality, and what it saves beyond "
+        "the cheapest fixed depth that matches is what exiting adds. Intervals: 95% over seeds. "
+        f"Made by `fixedfirst serving-economics {numbers['config']}`; each run's frontier is "
+        "beside the report (frontiers/STUDY/RUN/frontier.md).",
+        "",
+    ]
+    for study in numbers["studies"]:
+        arms = ", ".join(f"{arm} (`{run}`)" for arm, run in study["arms"].items())
+        n = len(numbers["runs"].get(study["name"], {}))
+        lines.append(
+            f"- **{study['name']}**: `{study['directory']}`, seeds "
+            f"{', '.join(map(str, study['seeds']))}; arms {arms}; {n} runs measured."
+        )
+    if numbers["missing"]:
+        lines += ["", f"Not finished yet, left out: {', '.join(numbers['missing'])}."]
+    return [*lines, ""]
+
+
+def primary_lines(analysis: dict[str, Any]) -> list[str]:
+    lines = [
+        "## Primary comparisons",
+        "",
+        "Named in the config before the runs; each is decided by its own 95% interval over seeds "
+        "(a - b, paired by seed).",
+        "",
+        "| comparison | study | a - b | quantity | difference | verdict |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for p in analysis["primary"]:
+        d = p["difference"]
+        cell = "not enough seeds (two in common needed)" if d is None else difference(d)
+        quantity = f"{COMPUTE_WORDS[p['compute']]} {QUANTITY_WORDS[p['quantity']]}"
+        lines.append(
+            f"| {p['name']} | {p['study']} | {p['a']} - {p['b']} | {quantity} | {cell} | "
+            f"{p['verdict'] or 'cannot tell'} |"
+        )
+    if not analysis["primary"]:
+        lines.append("| (none named) | | | | | |")
+    return [*lines, ""]
+
+
+def arm_lines(numbers: dict[str, Any], analysis: dict[str, Any]) -> list[str]:
+    lines = ["## Compute saved at matched quality, by schedule", ""]
+    for study in numbers["studies"]:
+        arms = analysis["studies"][study["name"]]["arms"]
+        lines += [
+            f"### {study['name']}",
+            "",
+            "| arm | seeds | iterations saved | beyond fixed | FLOPs saved | beyond fixed | best "
+            "fixed depth per seed |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for arm, a in arms.items():
+            cells = [
+                estimate(a["by"][c][q]) for c in ("iterations", "flops") for q in QUANTITY_WORDS
+            ]
+            depths = ", ".join(f"{d}" for d in a["best_fixed_depths"].values())
+            lines.append(f"| {arm} | {len(a['seeds'])} | " + " | ".join(cells) + f" | {depths} |")
+        lines.append("")
+    return lines
+
+
+def rule_lines(numbers: dict[str, Any], analysis: dict[str, Any]) -> list[str]:
+    lines = [
+        "## Which exit rule, for which schedule",
+        "",
+        "Each rule's recurrent iterations saved at matched quality (its best threshold, with the "
+        "fixed depths to fall back on); the best rule's lead over the runner-up is paired by seed "
+        "and corrected with the exploratory family below.",
+        "",
+    ]
+    for study in numbers["studies"]:
+        arms = analysis["studies"][study["name"]]["arms"]
+        if not arms:
+            continue
+        rules = list(next(iter(arms.values()))["rules"])
+        lines += [
+            f"### {study['name']}",
+            "",
+            "| arm | " + " | ".join(rules) + " | best | lead over the runner-up |",
+            "| --- |" + " --- |" * len(rules) + " --- | --- |",
+        ]
+        for arm, a in arms.items():
+            lead = (
+                "one seed"
+                if a["lead"] is None
+                else (f"{difference(a['lead'])} over {a['runner_up']}")
+            )
+            cells = " | ".join(estimate(a["rules"][r]) for r in rules)
+            lines.append(f"| {arm} | {cells} | {a['best_rule']} | {lead} |")
+        lines.append("")
+    return lines
+
+
+def exploratory_lines(analysis: dict[str, Any]) -> list[str]:
+    family = analysis["exploratory"]
+    lines = [
+        "## Exploratory differences",
+        "",
+        f"Every other paired difference ({len(family)}), each with its uncorrected sign and its "
+        "verdict after Holm's correction over all of them; an interval that holds zero is "
+        '"cannot tell".',
+        "",
+        "| study | a - b | quantity | difference | uncorrected | Holm |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for d in family:
+        quantity = f"{COMPUTE_WORDS[d['compute']]} {QUANTITY_WORDS[d['quantity']]}"
+        lines.append(
+            f"| {d['study']} | {d['a']} - {d['b']} | {quantity} | {difference(d)} | {d['sign']} "
+            f"| {d['holm']} |"
+        )
+    return [*lines, ""]
+
+
+def report_markdown(numbers: dict[str, Any]) -> str:
+    """report.md from report.json."""
+    analysis = analyse(numbers)
+    lines = [
+        *setup_lines(numbers),
+        *primary_lines(analysis),
+        *arm_lines(numbers, analysis),
+        *rule_lines(numbers, analysis),
+        *exploratory_lines(analysis),
+    ]
+    return "\n".join(lines)

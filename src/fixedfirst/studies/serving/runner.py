@@ -1,0 +1,104 @@
+"""`fixedfirst serving-economics`: the exit frontier of every finished run of the configured
+studies, then the comparison across schedules.
+
+Each run's frontier is written to OUT/frontiers/STUDY/RUN/ (frontier.json, .md, .png) and reused
+when the command runs again on the same weights with the same settings, so the study resumes and
+takes in runs that finished since; runs not finished yet are listed, not waited for. The run
+directories are only read: a run still training is not touched. OUT/report.json holds what the
+report is made from (each run's summary and the config's study, arms and comparisons), and
+OUT/report.md and OUT/report.png are made from it (`report.py`, `figure.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from fixedfirst.files.paths import shown
+from fixedfirst.files.writing import write_text_atomic
+from fixedfirst.runs.directory import RunDir
+from fixedfirst.studies.report_files import numbers_json, write_numbers_and_report
+from fixedfirst.studies.serving.comparison import run_summary
+from fixedfirst.studies.serving.frontier import (
+    FrontierSettings,
+    measure_frontier,
+    open_subject,
+    reusable,
+)
+from fixedfirst.studies.serving.frontier_figure import plot_frontier
+from fixedfirst.studies.serving.frontier_report import frontier_markdown
+from fixedfirst.studies.serving.settings import EconomicsConfig
+from fixedfirst.studies.training import finished_summary
+
+FORMAT = "fixedfirst-serving-economics"
+VERSION = 1
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "study"
+
+
+def frontier_of(run: Path, settings: FrontierSettings, out: Path, quiet: bool) -> dict[str, Any]:
+    """The run's frontier document: the one in `out` when it measured these weights with these
+    settings, else measured now and written there."""
+    subject = open_subject(run, settings)
+    try:
+        saved = json.loads((out / "frontier.json").read_text())
+    except (OSError, ValueError):
+        saved = None
+    if saved is not None and reusable(saved, subject, settings):
+        return saved
+    document = measure_frontier(subject, settings, quiet)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "frontier.json", numbers_json(document) + "\n")
+    write_text_atomic(out / "frontier.md", frontier_markdown(document))
+    plot_frontier(document, out / "frontier.png")
+    return document
+
+
+def collect(config: EconomicsConfig, out: Path, quiet: bool = False) -> dict[str, Any]:
+    """report.json's numbers: every finished run's summary, and which runs were not there."""
+    runs: dict[str, dict[str, Any]] = {}
+    missing: list[str] = []
+    for study in config.studies:
+        runs[study.name] = {}
+        for arm in study.arms:
+            for seed in study.seeds:
+                path = study.run_path(arm, seed)
+                if finished_summary(RunDir(path)) is None:
+                    missing.append(str(path))
+                    continue
+                if not quiet:
+                    print(f"frontier of {shown(path)}", flush=True)
+                where = out / "frontiers" / slug(study.name) / path.name
+                document = frontier_of(path, config.frontier, where, quiet)
+                runs[study.name][path.name] = run_summary(document, arm, seed)
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "config": config.path,
+        "frontier": asdict(config.frontier),
+        "studies": [
+            {"name": s.name, "directory": s.directory, "seeds": s.seeds, "arms": s.arms}
+            for s in config.studies
+        ],
+        "comparisons": [asdict(c) for c in config.comparisons],
+        "primary": [asdict(p) for p in config.primary],
+        "runs": runs,
+        "missing": missing,
+    }
+
+
+def conduct(config: EconomicsConfig, out: Path, quiet: bool = False) -> list[Path]:
+    """Measure, analyse and write; the files written."""
+    from fixedfirst.studies.serving.figure import plot_economics
+    from fixedfirst.studies.serving.report import report_markdown
+
+    numbers = collect(config, out, quiet)
+    out.mkdir(parents=True, exist_ok=True)
+    write_numbers_and_report(out, numbers, report_markdown)
+    plot_economics(json.loads((out / "report.json").read_text()), out / "report.png")
+    return [out / "report.json", out / "report.md", out / "report.png"]
