@@ -1,6 +1,7 @@
 # Two commands set up everything on a fresh machine: `make demo` and `make test`.
-# torch is pinned here (the CPU build available offline); the package itself asks for torch>=2.13,
-# the oldest release the test suite has passed on (2.6.0 failed it: docs/log.md, 2026-12-02).
+# torch is pinned here (the CPU build available offline); the package itself asks for torch>=2.11,
+# the oldest release the test suite has passed on (2.6.0 failed it: docs/log.md, 2026-12-02 and
+# 2026-12-04).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python

@@ -20,8 +20,8 @@ Two checks, one table:
 
 Every row is one micro-batch per step: MemTracker refuses a model called twice in a step, so the
 gradients kept between micro-batches are modeled but not measured here. The model is of CPU
-PyTorch in these rows; on CUDA it counts F.rms_norm's fused kernel, which the GPU check
-(benchmarks/gpu_check.py) measures.
+PyTorch in these rows; on CUDA it counts F.rms_norm's fused kernel, which the first run on a GPU
+(benchmarks/first_run.py) measures.
 """
 
 from __future__ import annotations

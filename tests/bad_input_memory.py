@@ -37,6 +37,22 @@ MEMORY_CASES: list[Case] = [
         needs=("tiny.toml",),
     ),
     Case(
+        "plan-measured-missing",
+        "plan",
+        "`plan --measured DIR` where no first run wrote its output",
+        ["plan", "tiny.toml", "--measured", "first-run"],
+        "--measured first-run: no first run's output there (first-run/first-run.json",
+        needs=("tiny.toml",),
+    ),
+    Case(
+        "plan-measured-and-mfu",
+        "plan",
+        "`plan --mfu 0.4 --measured DIR` (two answers to one question)",
+        ["plan", "tiny.toml", "--mfu", "0.4", "--measured", "first-run"],
+        "--mfu and --measured both say what the MFU is; give one of them",
+        needs=("tiny.toml",),
+    ),
+    Case(
         "plan-gpu-memory-negative",
         "plan",
         "`plan --gpu-memory -80`",

@@ -155,7 +155,7 @@ NOTICES: list[Notice] = [
         "plan",
         '`plan` of a run that takes microseconds on the GPU (it said "0 min")',
         ["plan", "tiny.toml", "--gpu", "h100"],
-        "wall-clock at MFU 0.581 on 1 GPU(s)",
+        "wall-clock on 1 GPU(s), each depth at its MFU:",
         needs=("tiny.toml",),
     ),
     Notice(

@@ -14,8 +14,10 @@ from fixedfirst.model import LoopedTransformer
 
 LONGEST_MODULES = (
     "test_distributed.py",
+    "test_first_run.py",
     "test_bios_experiment.py",
     "test_side_by_side.py",
+    "test_warm_up.py",
     "test_hard_edges.py",
     "test_study_configs.py",
     "test_inspect.py",
@@ -23,6 +25,7 @@ LONGEST_MODULES = (
     "test_hf_export.py",
     "test_sweep_seeds.py",
     "test_auto_switch.py",
+    "test_training_at_scale.py",
     "test_ablation.py",
     "test_memory_model.py",
     "test_compute.py",

@@ -38,7 +38,7 @@ def trained_state():
     torch.manual_seed(0)
     model = LoopedTransformer(tiny_model_config())
     optimizer = build_optimizer(model, TRAIN)
-    source = SyntheticSource(61, 16, seeds(1))
+    source = SyntheticSource(61, 16, seed=1)
     for step, depth in enumerate((2, 3, 2)):
         train_step(alone(model, optimizer), source.next_batch(8), depth, 3e-3, seeds(step))
     heldout = stack_batches(source.validation_batches(2, 4))
@@ -167,7 +167,7 @@ def test_heldout_nll_per_sequence_matches_the_model_on_each_row_alone():
 
 
 def test_stack_batches_pads_with_ignored_targets():
-    source = SyntheticSource(61, 16, seeds(1))
+    source = SyntheticSource(61, 16, seed=1)
     a = source.validation_batches(1, 3)[0]
     short = type(a)(a.inputs[:, :10], a.targets[:, :10])
     stacked = stack_batches([a, short])

@@ -1,7 +1,7 @@
 """What only a GPU can check: bf16 training, torch.compile, FSDP2 over NCCL and cached decoding on
 CUDA, each against the plain fp32 eager computation it stands in for.
 
-Marked `gpu`: skipped without CUDA ("needs CUDA"), run by benchmarks/gpu_check.py on the day a
+Marked `gpu`: skipped without CUDA ("needs CUDA"), run by benchmarks/first_run.py on the day a
 GPU is lent. `FIXEDFIRST_GPU_TEST_DEVICE=cpu pytest -m gpu tests/test_gpu.py` runs the same
 bodies on the CPU (gloo instead of NCCL), which is how they were checked before any GPU.
 """

@@ -169,6 +169,7 @@ def test_trainer_refuses_a_step_that_does_not_fit_and_trains_when_told(tmp_path,
 
 OOM_CHILD = """
 import resource, sys
+import torch  # mapped before the limit: a CUDA build of torch maps far more than a CPU one
 from fixedfirst.cli.main import main
 with open("/proc/self/status") as f:
     size = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))

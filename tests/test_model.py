@@ -359,3 +359,20 @@ def test_the_training_initial_state_is_the_truncated_normal_its_design_names():
     assert stats.kstest(s.numpy(), reference.cdf).pvalue > 1e-3
     alone = model.initial_state(e[:1], 0, deterministic=False, state_seeds=[5])
     assert torch.equal(alone[0], model.initial_state(e, 0, False, state_seeds=range(64))[5])
+
+
+def test_the_evaluation_state_is_the_draw_every_earlier_run_was_scored_with():
+    """The fixed evaluation state is not saved with the weights: every model draws it again.
+    These are torch 2.13's `trunc_normal_` values for (96, 32), std sqrt(2 / 160), seed 0,
+    recorded there; torch 2.11's `trunc_normal_` draws others, our own draw does not."""
+    from fixedfirst.model.looped import evaluation_state
+
+    std = (2 / (5 * 32)) ** 0.5
+    state = evaluation_state(96, 32, std, seed=0)
+    assert state.double().sum().item() == pytest.approx(-3.1206001254213334, abs=1e-12)
+    first = [-0.12587271630764008, -0.12883777916431427, -0.028015537187457085]
+    assert state[0, :3].tolist() == first
+    assert state[95, -2:].tolist() == [-0.1309637427330017, -0.09408802539110184]
+    assert state.abs().max() <= 3 * std
+    model = LoopedTransformer(tiny_model_config(max_seq_len=96, d_model=32, eval_seed=0))
+    assert torch.equal(model.eval_state, state)

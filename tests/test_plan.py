@@ -3,18 +3,20 @@ to change when nothing fits, and sweep files run by run."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from fixedfirst.cli.compute_cmd import report
 from fixedfirst.cli.main import main
 from fixedfirst.compute.flops import flop_model
 from fixedfirst.compute.memory import MARGIN, Placement, training_memory
-from fixedfirst.machine.planning import Hardware, plan_on_gpus
+from fixedfirst.machine.planning import Hardware, MfuByDepth, measured_mfu, plan_on_gpus
 from tests.trainer_helpers import TINY_TOML, tiny_config
 
 
 def hardware(gpus: int = 1, memory: float = 1e12, peak: float = 1e12, mfu: float = 0.5):
-    return Hardware("test GPU", gpus, int(memory), peak, mfu)
+    return Hardware("test GPU", gpus, int(memory), peak, MfuByDepth.flat(mfu, "a test"))
 
 
 def test_wall_clock_is_the_compute_models_flops_at_the_given_rate():
@@ -79,7 +81,8 @@ def test_plan_prints_the_table_the_verdict_and_the_wall_clock(tmp_path, capsys, 
     assert "2 x NVIDIA A100 40GB (SXM): 40.0 GiB and 312 TFLOP/s peak per GPU" in out
     assert "| DDP | off |" in out and "| FSDP2 | on |" in out
     assert "as configured (DDP, checkpointing off, micro-batches of 4): fits" in out
-    assert "MFU 0.581 is assumed: our step's at depth 16 on a CPU" in out
+    assert "MFU 0.509 at every depth, from nanochat's depth-32 GPT" in out
+    assert "| depth | steps | share of the FLOPs | MFU | wall-clock |" in out
 
 
 def test_a_sweep_is_planned_run_by_run(tmp_path, capsys, monkeypatch):
@@ -109,19 +112,46 @@ def test_fp32_runs_are_planned_at_the_fp32_peak(tmp_path, capsys, monkeypatch):
     assert "and 67 TFLOP/s peak per GPU" in capsys.readouterr().out
 
 
-def test_the_assumed_mfu_is_the_committed_measurement():
-    """ASSUMED_MFU is benchmarks/depth_eval.py's training MFU at depth 16, as its committed output
-    docs/figures/bench-depth-eval.md has it; when the benchmark is re-run and the file replaced,
-    this says to update the constant."""
-    from pathlib import Path
+def test_the_wall_clock_is_the_sum_over_the_depths_the_run_draws():
+    """Each step at its own depth's MFU (linear between measured depths: numpy's interp, an
+    independent reference), summed step by step over the depths the schedule draws, which is
+    not the run's FLOPs at any one of the MFUs."""
+    np = pytest.importorskip("numpy")
+    config = tiny_config("schedule.switch=0.25")
+    measured = MfuByDepth(((1, 0.2), (3, 0.3), (6, 0.45)), "a test")
+    plan = plan_on_gpus(config, Hardware("GPU", 2, 10**12, 3e9, measured))
+    expected = 0.0
+    for step in range(plan.run.total_steps):
+        depth = plan.run.depth(step)
+        mfu = np.interp(depth, [1, 3, 6], [0.2, 0.3, 0.45])
+        expected += plan.run.step_flops(depth) / (2 * 3e9 * mfu)
+    assert plan.seconds(checkpoint=False) == pytest.approx(expected, rel=1e-12)
+    assert {s.depth for s in plan.by_depth(False)} == set(range(1, 7))
+    for mfu in (0.2, 0.3, 0.45):
+        flat = plan_on_gpus(config, hardware(gpus=2, peak=3e9, mfu=mfu)).seconds(False)
+        assert plan.seconds(False) != pytest.approx(flat, rel=0.02)
 
-    from fixedfirst.machine.planning import ASSUMED_MFU
 
-    output = Path(__file__).resolve().parents[1] / "docs" / "figures" / "bench-depth-eval.md"
-    table = output.read_text()
-    table = table[table.index("| training depth | median s/step |") :]
-    row = next(line for line in table.splitlines() if line.startswith("| 16 |"))
-    assert row.split("|")[-2].strip() == f"{100 * ASSUMED_MFU:.1f}%"
+def test_a_first_runs_output_gives_the_mfu_by_depth(tmp_path, capsys, monkeypatch):
+    """`--measured DIR` reads benchmarks/first_run.py's first-run.json: the compiled step's MFU
+    against the datasheet's peak where that section ran, and names where it came from."""
+    rows = [
+        {"mode": mode, "depth": depth, "seconds": 1.0, "mfu": {"measured": 0.9, "datasheet": mfu}}
+        for mode, scale in (("eager", 0.5), ("compiled", 1.0))
+        for depth, mfu in ((1, 0.2 * scale), (4, 0.3 * scale), (16, 0.4 * scale))
+    ]
+    data = {"environment": {"device": "NVIDIA H200"}, "speed": {"rows": rows}}
+    (tmp_path / "first-run.json").write_text(json.dumps(data))
+    table = measured_mfu(tmp_path)
+    assert table.points == ((1, 0.2), (4, 0.3), (16, 0.4))
+    assert table.at(2) == pytest.approx(0.2 + 0.1 / 3) and table.at(32) == 0.4
+    assert "benchmarks/first_run.py on NVIDIA H200" in table.source and "compiled" in table.source
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.toml").write_text(TINY_TOML)
+    with pytest.raises(SystemExit):
+        main(["plan", "tiny.toml", "--gpu", "h200", "--measured", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "MFU by depth (K=1: 0.2, K=4: 0.3, K=16: 0.4; linear between), from " in out
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -49,6 +50,8 @@ class TransformersLoop(LoopedLM):
         self.network = network
         self.architecture = architecture
         self.handle = depth_handle(network)
+        config: Any = network.config  # a transformers PretrainedConfig, untyped to torch
+        self.vocab_size = int(config.vocab_size)
         self.leaves_parameters_unused = True
         why = "declares it cannot compile as one graph"
         if compiles_as_one_graph(architecture):

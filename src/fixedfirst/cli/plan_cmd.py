@@ -35,6 +35,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mfu", type=float, metavar="F", help="model FLOP utilisation for the wall-clock"
     )
+    parser.add_argument(
+        "--measured",
+        metavar="DIR",
+        help="the MFU by depth from a first run's output (benchmarks/first_run.py --out DIR)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -81,7 +86,14 @@ def hardware_from_args(args: argparse.Namespace, config):
     from fixedfirst.compute.memory import GIB
     from fixedfirst.errors import UserError
     from fixedfirst.machine.accelerators import accelerator
-    from fixedfirst.machine.planning import ASSUMED_MFU, MAX_GPUS, Hardware
+    from fixedfirst.machine.planning import (
+        MAX_GPUS,
+        REFERENCE,
+        REFERENCE_MFU,
+        Hardware,
+        MfuByDepth,
+        measured_mfu,
+    )
 
     bf16 = config.train.precision != "fp32"
     here = torch.cuda.is_available() and args.gpu is None
@@ -91,9 +103,16 @@ def hardware_from_args(args: argparse.Namespace, config):
     for flag, value in (("--gpu-memory", args.gpu_memory), ("--peak-flops", args.peak_flops)):
         if value is not None and not 0 < value < float("inf"):
             raise UserError(f"{flag} must be a positive number, got {value}")
-    mfu = ASSUMED_MFU if args.mfu is None else args.mfu
-    if not 0 < mfu <= 1:
-        raise UserError(f"--mfu must be in (0, 1], got {mfu}")
+    if args.mfu is not None and args.measured is not None:
+        raise UserError("--mfu and --measured both say what the MFU is; give one of them")
+    if args.mfu is not None and not 0 < args.mfu <= 1:
+        raise UserError(f"--mfu must be in (0, 1], got {args.mfu}")
+    if args.measured is not None:
+        mfu = measured_mfu(args.measured)
+    elif args.mfu is not None:
+        mfu = MfuByDepth.flat(args.mfu, "--mfu")
+    else:
+        mfu = MfuByDepth.flat(REFERENCE_MFU, REFERENCE)
     if here:
         from fixedfirst.machine.device import measured_peak_flops
 
@@ -218,28 +237,26 @@ def format_plan(plan, path: str) -> str:
             f"{gib(m.activations)} | {gib(m.peak)} | {'yes' if o.fits else 'no'} | {largest} |"
         )
     lines += ["", *verdict(plan), ""]
-    rate = h.gpus * h.peak_flops * h.mfu
     recompute = plan.recompute_flops / b.flops
     lines += [
         f"compute: {b.tokens:.4g} tokens in {b.total_steps:,} steps, {b.flops:.4g} modeled "
         "training FLOPs (`fixedfirst compute`)",
-        f"wall-clock at MFU {h.mfu:.3g} on {h.gpus} GPU(s) ({rate:.3g} FLOP/s): "
-        f"{duration(plan.seconds(False))}; with checkpointing (+{recompute:.0%} FLOPs, the "
-        f"core's forward again): {duration(plan.seconds(True))}",
-        mfu_source(h.mfu),
+        f"wall-clock on {h.gpus} GPU(s), each depth at its MFU: {duration(plan.seconds(False))}; "
+        f"with checkpointing (+{recompute:.0%} FLOPs, the core's forward again): "
+        f"{duration(plan.seconds(True))}",
+        "",
+        "| depth | steps | share of the FLOPs | MFU | wall-clock |",
+        "| --- | --- | --- | --- | --- |",
     ]
+    shares = plan.by_depth(plan.configured.checkpoint)
+    total = sum(share.flops for share in shares)
+    lines += [
+        f"| {s.depth} | {s.steps:,.0f} | {s.flops / total:.1%} | {s.mfu:.3g} | "
+        f"{duration(s.seconds)} |"
+        for s in shares
+    ]
+    lines += ["", h.mfu.describe()]
     return "\n".join(lines)
-
-
-def mfu_source(mfu: float) -> str:
-    from fixedfirst.machine.planning import ASSUMED_MFU
-
-    if mfu != ASSUMED_MFU:
-        return f"MFU {mfu:.3g} from --mfu"
-    return (
-        f"MFU {mfu:.3g} is assumed: our step's at depth 16 on a CPU (benchmarks/depth_eval.py); "
-        "no GPU has been measured yet (benchmarks/gpu_check.py measures it); --mfu sets it"
-    )
 
 
 def format_sweep(plans: dict, path: str) -> str:
@@ -248,7 +265,7 @@ def format_sweep(plans: dict, path: str) -> str:
     h = first.hardware
     lines = [
         f"plan for {path} ({len(plans)} runs) on {hardware_line(h)}",
-        mfu_source(h.mfu),
+        h.mfu.describe(),
         "",
         "| run | schedule | deepest K | peak GiB as configured | fits | modeled FLOPs "
         "| wall-clock |",

@@ -24,8 +24,8 @@ GIB = 1 << 30
 MARGIN = 0.10
 """The share of a device's memory an estimate must leave free, for what is not a tensor (the
 CUDA context, allocator fragmentation) and what the model does not count. A choice, not a
-measurement; the GPU check (benchmarks/gpu_check.py) reports what the allocator reserved beyond
-the tensors."""
+measurement; the first run on a GPU (benchmarks/first_run.py) reports what the allocator reserved
+beyond the tensors."""
 
 
 @dataclass(frozen=True)

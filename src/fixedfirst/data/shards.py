@@ -187,6 +187,10 @@ class CheckedShard:
         for block in np.flatnonzero(~self.verified):
             self._verify(int(block))
 
+    def trust_all(self) -> None:
+        """Take every block as checked: another process on this machine checked this file."""
+        self.verified[:] = True
+
     def _verify(self, block: int) -> None:
         first = block * self.block_tokens
         part = self.tokens[first : first + self.block_tokens]

@@ -36,7 +36,14 @@ class Batch:
     targets: torch.Tensor
 
     def to(self, device: torch.device) -> Batch:
-        return Batch(self.inputs.to(device, non_blocking=True), self.targets.to(device))
+        """Both tensors on `device`. A copy to a device does not wait (asynchronous from pinned
+        memory, data/prefetch.py: the training step reads neither on the host); one to the host
+        does, since the host may read it at once."""
+        wait = torch.device(device).type == "cpu"
+        return Batch(
+            self.inputs.to(device, non_blocking=not wait),
+            self.targets.to(device, non_blocking=not wait),
+        )
 
     @property
     def scored_tokens(self) -> int:
@@ -80,6 +87,11 @@ class BatchSource(ABC):
     def check_training_data(self) -> None:
         """Refuse, before the first step, training data that is not what it was made as (a
         prepared shard changed since `prepare`); nothing to check for generated data."""
+        return None
+
+    def training_data_checked(self) -> None:
+        """Another process on this machine checked the same training data: take its word and
+        do not check it again (one process per machine reads every shard, not all of them)."""
         return None
 
     def save_tokenizer(self, directory: Path) -> bool:

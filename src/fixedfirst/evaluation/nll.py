@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fixedfirst.data.source import Batch
+from fixedfirst.machine.device import exact_float32
 from fixedfirst.model import LoopedLM
 from fixedfirst.model.loss import IGNORE_INDEX
 
@@ -23,6 +24,14 @@ def autocast(device: torch.device, dtype: torch.dtype):
     if dtype == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def exact(device: torch.device, dtype: torch.dtype):
+    """An fp32 evaluation on a GPU without TF32, so that it scores what a CPU scores (training
+    there uses TF32: machine/device.py)."""
+    if dtype == torch.float32 and device.type == "cuda":
+        return exact_float32()
+    return contextlib.nullcontext()
 
 
 @dataclass
@@ -66,7 +75,7 @@ def score_held_out(
             n = b.scored_tokens
             if n == 0 and not rows:
                 continue
-            with torch.no_grad(), autocast(device, dtype):
+            with torch.no_grad(), autocast(device, dtype), exact(device, dtype):
                 if rows:
                     nll, sums = model.row_nll_by_depth(b.inputs, b.targets, depths)
                 else:

@@ -47,3 +47,18 @@ def accelerator(kind: str) -> Accelerator:
             "--gpu-memory GIB and --peak-flops TFLOPS for another)"
         )
     return found
+
+
+def accelerator_named(device_name: str, memory: int) -> Accelerator | None:
+    """The table's entry for a GPU as torch names it ("NVIDIA H200", "NVIDIA H100 80GB HBM3",
+    "NVIDIA A100-SXM4-40GB", ...) with `memory` bytes; None for a GPU the table does not have."""
+    name = device_name.upper()
+    if "H200" in name:
+        return ACCELERATORS["h200"]
+    if "H100" in name:
+        return ACCELERATORS["h100-pcie" if "PCIE" in name else "h100"]
+    if "A100" in name:
+        return ACCELERATORS["a100-40gb" if memory < 60 * 1024 * MIB else "a100"]
+    if "L40S" in name:
+        return ACCELERATORS["l40s"]
+    return None

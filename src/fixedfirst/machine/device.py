@@ -9,9 +9,11 @@ FIXEDFIRST_PEAK_FLOPS gives one. A run takes the cores that are idle when it sta
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
+from collections.abc import Iterator
 from functools import cache
 
 import torch
@@ -28,6 +30,38 @@ def resolve_device(name: str, setting: str = "train.device") -> torch.device:
         asked = f"{setting} = 'cuda'" if "." in setting else f"{setting} cuda"
         raise UserError(f"{asked} but no CUDA device is here; use 'auto' or 'cpu'")
     return torch.device(name)
+
+
+ALLOCATOR_ENV = "PYTORCH_CUDA_ALLOC_CONF"
+EXPANDABLE = "expandable_segments:True"
+"""The CUDA allocator's setting the trainer asks for when nobody chose one: memory grows by
+mapping more pages into one segment instead of allocating blocks of new sizes, so the blocks
+that depths of different activation sizes leave behind do not fragment it (docs/design.md §8)."""
+
+
+def cuda_settings(device: torch.device) -> None:
+    """A training process's CUDA settings, before its first allocation: TF32 for the float32
+    matmuls (the optimizer's and autocast's fp32 work; bf16 matmuls are unaffected; fp32
+    evaluation turns it off, `exact_float32`), and the allocator's expandable segments unless
+    ALLOCATOR_ENV (or torch's newer PYTORCH_ALLOC_CONF) says otherwise. Nothing on the CPU."""
+    if device.type != "cuda":
+        return
+    torch.set_float32_matmul_precision("high")
+    chosen = os.environ.get(ALLOCATOR_ENV) or os.environ.get("PYTORCH_ALLOC_CONF")
+    if not chosen and not torch.cuda.is_initialized():
+        os.environ[ALLOCATOR_ENV] = EXPANDABLE
+
+
+@contextlib.contextmanager
+def exact_float32() -> Iterator[None]:
+    """float32 matmuls in full float32 (no TF32) while inside: what a CPU computes, so that an
+    evaluation on a GPU can be compared with one there."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
@@ -174,9 +208,11 @@ def _peak_flops(device_type: str, dtype: torch.dtype, threads: int) -> float:
 
 def best_matmul_seconds(device: torch.device, dtype: torch.dtype, n: int, repeats: int) -> float:
     """The fastest of `repeats` n x n matmuls after one warm-up (thread pool, allocator, kernel
-    selection). Constant operands: timing must not consume (and so shift) the global RNG."""
-    a = torch.full((n, n), 0.5, device=device, dtype=dtype)
-    b = torch.full((n, n), 0.25, device=device, dtype=dtype)
+    selection), on random operands: a GPU multiplies low-entropy data (constants, zeros) faster
+    than a training step's (894 against 788 TFLOP/s in bf16 on an H200), which would lower every
+    MFU. Drawn from a generator of their own, so that timing does not shift the global RNG."""
+    generator = torch.Generator(device=device).manual_seed(0)
+    a, b = (torch.randn(n, n, device=device, generator=generator).to(dtype) for _ in range(2))
     torch.mm(a, b)
     best = float("inf")
     for _ in range(repeats):

@@ -3,15 +3,21 @@
 For a run configuration and a number of GPUs of one kind, the memory model (compute/memory.py)
 gives the per-GPU memory at the deepest depth the schedule draws under DDP and FSDP2, with and
 without activation checkpointing, and the largest micro-batch that fits in (1 - MARGIN) of a
-GPU's memory; the compute model (compute/plan.py) gives the run's modeled training FLOPs, and
-an assumed model FLOP utilisation turns them into wall-clock. Nothing is refused for not fitting:
-the plan says what does not fit and what would (a smaller micro-batch, checkpointing, sharding,
-more GPUs).
+GPU's memory; the compute model (compute/plan.py) gives the modeled FLOPs of every depth the run
+draws, and each depth's model FLOP utilisation on a GPU turns them into wall-clock: a step at
+depth 1 is mostly the prelude, coda and head, a step at depth 16 mostly the core, and a GPU runs
+them at different fractions of its peak. The MFU comes from where it is measured: a first run's
+output (benchmarks/first_run.py, `measured_mfu`), else a published GPU figure (REFERENCE_MFU),
+never a CPU's. Nothing is refused for not fitting: the plan says what does not fit and what would
+(a smaller micro-batch, checkpointing, sharding, more GPUs).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
 
 from fixedfirst.compute.memory import (
     MARGIN,
@@ -24,14 +30,78 @@ from fixedfirst.compute.plan import RunPlan, plan_run
 from fixedfirst.config import RunConfig
 from fixedfirst.errors import UserError
 
-ASSUMED_MFU = 0.581
-"""Model FLOP utilisation assumed for the wall-clock when none is given: our training step at
-depth 16 on this project's CPU (benchmarks/depth_eval.py, whose output is
-docs/figures/bench-depth-eval.md: 58.1% of the measured matmul peak). No GPU has been measured
-yet; benchmarks/gpu_check.py measures it."""
+REFERENCE_MFU = 0.509
+"""The MFU a plan assumes at every depth until a first run has measured ours: nanochat's
+depth-32 GPT (1.9B parameters, bf16, 8 x H100) logs 50.9% in the training output its run1000.sh
+quotes (github.com/karpathy/nanochat). Another model, tuned for those GPUs: our step has not run
+on a GPU, and a CPU's MFU (58.1%, docs/guides/benchmarks.md) says nothing about one."""
+REFERENCE = (
+    "nanochat's depth-32 GPT (1.9B parameters, bf16) on 8 x H100, its run1000.sh's training log "
+    "(github.com/karpathy/nanochat); not our step's, which no GPU has measured yet: "
+    "benchmarks/first_run.py measures it and `--measured DIR` reads its output"
+)
+FIRST_RUN_FILE = "first-run.json"
+"""What benchmarks/first_run.py writes into its output folder."""
 
 MAX_GPUS = 4096
 """The most GPUs the plan looks at when it searches for a number of them that fits."""
+
+
+@dataclass(frozen=True)
+class MfuByDepth:
+    """Model FLOP utilisation against the GPU's datasheet peak at the training depths where it
+    is known, and where it comes from; linear in between, held beyond the ends."""
+
+    points: tuple[tuple[int, float], ...]
+    """(depth, MFU), by depth; at least one."""
+    source: str
+
+    @classmethod
+    def flat(cls, mfu: float, source: str) -> MfuByDepth:
+        return cls(((1, mfu),), source)
+
+    def at(self, depth: int) -> float:
+        points = self.points
+        if depth <= points[0][0]:
+            return points[0][1]
+        for (d0, m0), (d1, m1) in pairwise(points):
+            if depth <= d1:
+                return m0 + (m1 - m0) * (depth - d0) / (d1 - d0)
+        return points[-1][1]
+
+    def describe(self) -> str:
+        if len(self.points) == 1:
+            return f"MFU {self.points[0][1]:.3g} at every depth, from {self.source}"
+        shown = ", ".join(f"K={d}: {m:.3g}" for d, m in self.points)
+        return f"MFU by depth ({shown}; linear between), from {self.source}"
+
+
+def measured_mfu(directory: str | Path) -> MfuByDepth:
+    """The MFU by depth that a first run measured (benchmarks/first_run.py's output folder): its
+    compiled step where that section ran, else its eager one, against the datasheet's peak."""
+    path = Path(directory) / FIRST_RUN_FILE
+    try:
+        data = json.loads(path.read_text())
+        environment, rows = data["environment"], data["speed"]["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UserError(
+            f"--measured {directory}: no first run's output there ({path}: "
+            f"{type(e).__name__}); give the folder benchmarks/first_run.py --out wrote"
+        ) from None
+    modes = {r["mode"] for r in rows if r["mfu"].get("datasheet")}
+    mode = "compiled" if "compiled" in modes else "eager"
+    points = sorted(
+        (int(r["depth"]), float(r["mfu"]["datasheet"]))
+        for r in rows
+        if r["mode"] == mode and r["mfu"].get("datasheet")
+    )
+    if not points:
+        raise UserError(
+            f"--measured {directory}: its first run measured no step against a datasheet peak "
+            f"(device {environment.get('device')!r}: a GPU the accelerator table knows)"
+        )
+    where = f"benchmarks/first_run.py on {environment['device']} ({path}, {mode})"
+    return MfuByDepth(tuple(points), where)
 
 
 @dataclass(frozen=True)
@@ -42,7 +112,7 @@ class Hardware:
     """Bytes per GPU."""
     peak_flops: float
     """Per GPU, in the run's precision."""
-    mfu: float
+    mfu: MfuByDepth
 
     @property
     def usable(self) -> float:
@@ -64,6 +134,18 @@ class MemoryOption:
 
 
 @dataclass(frozen=True)
+class DepthShare:
+    """The steps a run takes at one depth and what they cost on the plan's GPUs."""
+
+    depth: int
+    steps: float
+    flops: float
+    """Modeled training FLOPs of these steps (with checkpointing's recomputation when asked)."""
+    mfu: float
+    seconds: float
+
+
+@dataclass(frozen=True)
 class GpuPlan:
     config: RunConfig
     hardware: Hardware
@@ -78,11 +160,29 @@ class GpuPlan:
     """What activation checkpointing adds: one more forward of every iteration with gradients."""
     gpus_needed: int | None
     """When nothing fits on `hardware.gpus` GPUs: the fewest that would, sharded (None: none)."""
+    depth_steps: dict[int, float]
+    """How many steps the run takes at each depth (of the schedule it is costed on: an undecided
+    auto switch at its floor)."""
+
+    def by_depth(self, checkpoint: bool) -> list[DepthShare]:
+        """Each depth's steps, FLOPs, MFU and seconds on `hardware.gpus` GPUs."""
+        h, run, t = self.hardware, self.run, self.config.train
+        iteration = run.flop_model.iteration
+        shares = []
+        for depth, steps in sorted(self.depth_steps.items()):
+            flops = steps * run.step_flops(depth)
+            if checkpoint:  # one more forward of each iteration with gradients
+                graded = depth if t.grad_depth is None else min(depth, t.grad_depth)
+                flops += steps * t.tokens_per_step * graded * iteration
+            mfu = h.mfu.at(depth)
+            shares.append(
+                DepthShare(depth, steps, flops, mfu, flops / (h.gpus * h.peak_flops * mfu))
+            )
+        return shares
 
     def seconds(self, checkpoint: bool) -> float:
-        flops = self.run.flops + (self.recompute_flops if checkpoint else 0.0)
-        h = self.hardware
-        return flops / (h.gpus * h.peak_flops * h.mfu)
+        """The run's wall-clock: the sum over its depths."""
+        return sum(share.seconds for share in self.by_depth(checkpoint))
 
 
 def strategies(gpus: int) -> list[str]:
@@ -181,4 +281,5 @@ def plan_on_gpus(config: RunConfig, hardware: Hardware) -> GpuPlan:
         configured=configured,
         recompute_flops=t.tokens_per_step * per_token,
         gpus_needed=fewest_gpus(config, hardware, depth) if nothing_fits else None,
+        depth_steps={k: n for k, n in run.histogram().steps().items() if n},
     )

@@ -24,6 +24,8 @@ class LoopedLM(nn.Module):
     pass): DDP then finds them each step (`find_unused_parameters`)."""
     never_compiled: str | None = None
     """Why `train.compile` never compiles this model (None: `compile_loop` compiles it)."""
+    vocab_size: int
+    """Token ids are below it (the warm-up step before step 0 draws random ones)."""
 
     def forward(
         self,

@@ -60,12 +60,33 @@ def truncated_normal(
     return torch.special.ndtri(u).mul_(std)
 
 
+def evaluation_state(length: int, d: int, std: float, seed: int) -> torch.Tensor:
+    """The fixed evaluation state (length, d): N(0, std^2) truncated to +-STATE_CLIP std, drawn
+    on the CPU from a generator seeded by `seed`, by rejection (every value outside the bounds
+    is redrawn, the whole tensor's worth at a time, until none is). That is how torch 2.13's
+    `trunc_normal_` drew it for every run evaluated so far; drawn here, every torch release
+    gives these values (2.11's `trunc_normal_` maps uniforms through the normal quantile, other
+    values), so that a run scores the same everywhere. Drawn once per model: its host syncs cost
+    nothing. Under the meta device (counting parameters) nothing is drawn."""
+    state = torch.empty(length, d)
+    if state.is_meta:
+        return state
+    generator = torch.Generator().manual_seed(seed)
+    bound = torch.tensor(STATE_CLIP * std, dtype=torch.float32).item()  # as float32 rounds it
+    values = torch.empty(length, d, device="cpu").normal_(0.0, std, generator=generator)
+    while bool((outside := (values < -bound) | (values > bound)).any()):
+        redrawn = torch.empty_like(values).normal_(0.0, std, generator=generator)
+        values = torch.where(outside, redrawn, values)
+    return values.to(state.device)
+
+
 class LoopedTransformer(LoopedLM):
     eval_state: torch.Tensor
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
+        self.vocab_size = config.vocab_size
         d = config.d_model
         self.embed = nn.Embedding(config.vocab_size, d)
         self.prelude = nn.ModuleList(Block(config) for _ in range(config.n_prelude))
@@ -82,14 +103,7 @@ class LoopedTransformer(LoopedLM):
         # The evaluation initial state: one fixed draw per position, so that the same tokens give
         # the same NLL every time and cached decoding sees the same state as a full forward.
         self.state_std = math.sqrt(2 / (5 * d))
-        eval_state = torch.empty(config.max_seq_len, d)
-        torch.nn.init.trunc_normal_(
-            eval_state,
-            std=self.state_std,
-            a=-3 * self.state_std,
-            b=3 * self.state_std,
-            generator=torch.Generator().manual_seed(config.eval_seed),
-        )
+        eval_state = evaluation_state(config.max_seq_len, d, self.state_std, config.eval_seed)
         self.register_buffer("eval_state", eval_state, persistent=False)
         self.loop_compiled = False
         """Set by `compile_loop`: cache-less iterations run compiled."""
@@ -215,10 +229,12 @@ class LoopedTransformer(LoopedLM):
     def compile_loop(self) -> None:
         """torch.compile in place what a training or evaluation forward runs: each prelude and
         coda block, and a core iteration (the injection's matmul-add and every core block) as
-        one graph. The depth loop stays in Python, so no depth recompiles; decoding with a
-        cache stays eager. Parameter names, and so checkpoints, are unchanged."""
+        one graph, each whole (`fullgraph`: a graph break is an error, not a silent split).
+        The depth loop stays in Python, so no depth recompiles; the trainer builds every graph
+        a run needs before step 0 (train/warm_up.py); decoding with a cache stays eager.
+        Parameter names, and so checkpoints, are unchanged."""
         for block in (*self.prelude, *self.coda):
-            block.compile()
+            block.compile(fullgraph=True)
         self.loop_compiled = True
 
     # -- whole forwards, evaluation and decoding ----------------------------------------------
@@ -439,7 +455,7 @@ class LoopedTransformer(LoopedLM):
 def compiled_iteration() -> Callable[..., torch.Tensor]:
     """One compiled `iterate_eager` for every model of the process: the model is an argument,
     so a copy of a compiled model runs its own weights (dynamo guards on their shapes)."""
-    return torch.compile(LoopedTransformer.iterate_eager)
+    return torch.compile(LoopedTransformer.iterate_eager, fullgraph=True)
 
 
 def sample_next(

@@ -99,8 +99,19 @@ def timeout() -> timedelta:
     return timedelta(seconds=seconds)
 
 
+PATIENT_TIMEOUT_S = 4 * 3600.0
+"""How long a process may wait for another's work on its disk: rank 0 writing a checkpoint
+(16 GB of state for a 1B-parameter model, on a network file system at tens of MB/s), a
+machine's first process checking the data's checksums. Such waits go through a group of their
+own (`patient`), so that the collectives of training keep their short timeout."""
+
+_patient: dist.ProcessGroup | None = None
+
+
 def start(world: World, device: torch.device) -> None:
-    """Join the process group (NCCL between GPUs, gloo between CPU processes)."""
+    """Join the process group (NCCL between GPUs, gloo between CPU processes), and a gloo group
+    on the same processes for the waits on a disk (`patient`)."""
+    global _patient
     if not world.launched or dist.is_initialized():
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
@@ -109,6 +120,13 @@ def start(world: World, device: torch.device) -> None:
         timeout=timeout(),
         device_id=device if device.type == "cuda" else None,
     )
+    waits = max(timeout(), timedelta(seconds=PATIENT_TIMEOUT_S))
+    _patient = dist.new_group(backend="gloo", timeout=waits)
+
+
+def patient() -> dist.ProcessGroup | None:
+    """The group for waits on a disk (None before `start`, or without a process group)."""
+    return _patient if dist.is_initialized() else None
 
 
 def stop() -> None:
@@ -120,22 +138,26 @@ def stop() -> None:
     a DDP Reducer's destructor (the trainer's model freed after this call), it does not, and the
     process hangs at exit (seen one run in three on two loaded cores). So the model goes first
     (`gc.collect` for any cycle that still holds it) and the process group last."""
+    global _patient
     if dist.is_initialized():
         gc.collect()
+        _patient = None
         dist.destroy_process_group()
 
 
-def broadcast_object(world: World, obj: T) -> T:
-    """Rank 0's `obj` on every rank (small picklable objects only)."""
+def broadcast_object(world: World, obj: T, patiently: bool = False) -> T:
+    """Rank 0's `obj` on every rank (small picklable objects only); `patiently`: through the
+    `patient` group, for waits on rank 0's disk."""
     if not world.launched:
         return obj
     box = [obj]  # the other ranks' entry is replaced by rank 0's
-    dist.broadcast_object_list(box, src=0)
+    dist.broadcast_object_list(box, src=0, group=patient() if patiently else None)
     return box[0]
 
 
-def on_main(world: World, fn: Callable[[], T]) -> T:
-    """Run `fn` on rank 0 only; every rank returns its result or raises its UserError."""
+def on_main(world: World, fn: Callable[[], T], patiently: bool = False) -> T:
+    """Run `fn` on rank 0 only; every rank returns its result or raises its UserError
+    (`patiently`: the others wait through the `patient` group)."""
     if not world.launched:
         return fn()
     outcome: tuple[str, Any] = ("ok", None)
@@ -144,10 +166,31 @@ def on_main(world: World, fn: Callable[[], T]) -> T:
             outcome = ("ok", fn())
         except UserError as e:
             outcome = ("error", str(e))
-    kind, value = broadcast_object(world, outcome)
+    kind, value = broadcast_object(world, outcome, patiently)
     if kind == "error":
         raise UserError(value)
     return value
+
+
+def once_per_machine(world: World, fn: Callable[[], None]) -> bool:
+    """Run `fn` on each machine's first process (LOCAL_RANK 0) while the others wait (through
+    the `patient` group); every process raises the first UserError any of them raised. True
+    where `fn` ran: elsewhere the caller takes its machine's word for it."""
+    if not world.launched:
+        fn()
+        return True
+    error = None
+    if world.local_rank == 0:
+        try:
+            fn()
+        except UserError as e:
+            error = str(e)
+    errors: list[str | None] = [None] * world.world_size
+    dist.all_gather_object(errors, error, group=patient())
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise UserError(first)
+    return world.local_rank == 0
 
 
 def gather(world: World, tensor: torch.Tensor) -> torch.Tensor:

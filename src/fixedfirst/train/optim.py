@@ -15,7 +15,13 @@ from torch import nn
 from fixedfirst.config import TrainConfig
 
 
-def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
+def build_optimizer(
+    model: nn.Module, config: TrainConfig, fused: bool = False
+) -> torch.optim.AdamW:
+    """AdamW over `model`'s parameters. `fused` (the trainer's choice on CUDA): a few kernels
+    update every tensor, and the step counts live on the device, so a step reads no value on
+    the host (the unfused one reads its step counts there, which on a GPU costs launches, not
+    a sync). The CPU keeps the unfused one: runs trained there stay bit for bit what they were."""
     decay: list[nn.Parameter] = []
     no_decay: list[nn.Parameter] = []
     for p in model.parameters():
@@ -25,7 +31,9 @@ def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
         {"params": decay, "weight_decay": config.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+    return torch.optim.AdamW(
+        groups, lr=config.lr, betas=(config.beta1, config.beta2), fused=fused or None
+    )
 
 
 def lr_at(step: int, total_steps: int, config: TrainConfig) -> float:

@@ -115,12 +115,16 @@ class ParallelModel:
 
     def gradient_sync(self, enabled: bool) -> contextlib.AbstractContextManager[None]:
         """Around one micro-batch's forward and backward: reduce gradients across ranks only on
-        the last micro-batch of a step (the others accumulate locally)."""
+        the last micro-batch of a step (the others accumulate locally). Under FSDP2 the root
+        unit (embedding, core, head: most of the weights) also stays gathered from one
+        micro-batch to the next, and is freed after the last one's backward: gathered once a
+        step, not once a micro-batch (the memory model counts it gathered for the step)."""
         # DDP's no_sync and FSDP2's methods exist on the wrapped module at run time only
         if self.strategy == "ddp" and not enabled:
             return self.train_module.no_sync()  # type: ignore[operator]
         if self.strategy == "fsdp":
             self.module.set_requires_gradient_sync(enabled)  # type: ignore[operator]
+            self.module.set_reshard_after_backward(enabled, recurse=False)  # type: ignore[operator]
         return contextlib.nullcontext()
 
     def clip_grad_norm(self, max_norm: float) -> torch.Tensor:

@@ -20,7 +20,12 @@ from fixedfirst.config import RunConfig
 from fixedfirst.data.registry import build_source, resolve_data
 from fixedfirst.data.source import Batch, BatchSource
 from fixedfirst.errors import UserError
-from fixedfirst.machine.device import given_peak_flops, resolve_device, resolve_dtype
+from fixedfirst.machine.device import (
+    cuda_settings,
+    given_peak_flops,
+    resolve_device,
+    resolve_dtype,
+)
 from fixedfirst.train import compilation, distributed, memory_check
 from fixedfirst.train.auto_switch import AutoSwitch
 from fixedfirst.train.distributed import World
@@ -56,6 +61,7 @@ def preflight(config: RunConfig, world: World | None = None) -> Preflight:
     t = config.train
     plan = run_plan(config)
     device = distributed.process_device(world, resolve_device(t.device))
+    cuda_settings(device)  # before anything is allocated there
     dtype = resolve_dtype(t.precision, device)
     memory = memory_check.placement(config, device, dtype, world)
     memory_check.check_training_memory(config, memory, plan)
@@ -65,7 +71,8 @@ def preflight(config: RunConfig, world: World | None = None) -> Preflight:
             f"model.vocab_size = {config.model.vocab_size} is smaller than the data's "
             f"vocabulary ({source.vocab_size}); set model.vocab_size >= {source.vocab_size}"
         )
-    source.check_training_data()
+    if not world.launched:  # under torchrun once per machine, by the trainer
+        source.check_training_data()
     val_batches = source.validation_batches(config.eval.batches, t.micro_batch())
     auto = AutoSwitch.for_run(
         config, plan.total_steps, plan.flop_model, source, world, device, dtype

@@ -31,6 +31,8 @@ def scalars(record: dict[str, Any]) -> dict[str, float]:
             out[f"eval/nll_depth_{depth}"] = float(nll)
         if "mean_serving_nll" in record:
             out["eval/mean_serving_nll"] = float(record["mean_serving_nll"])
+        for depth, nll in record.get("nll_by_depth_fp32", {}).items():
+            out[f"eval/nll_fp32_depth_{depth}"] = float(nll)
     elif record.get("kind") == "switch_probe":
         out["switch/gain"] = float(record["gain"])
     elif record.get("kind") == "switch_check" and record["decrease"] is not None:

@@ -76,25 +76,50 @@ def train_step(
         raise ValueError(f"a batch of {rows} rows does not split into micro-batches of {micro}")
     micro_steps = rows // micro
     scored = all_sum(model.world, (batch.targets != IGNORE_INDEX).sum())
-    # Summed token losses over the global count; DDP and FSDP2 average gradients over the ranks,
-    # so each rank's part is scaled up by their number. A batch scoring nothing gives zero.
+    # Summed token losses over the global count (`forward_backward` scales each rank's part up
+    # by the number of ranks, which DDP and FSDP2 average gradients over). A batch scoring
+    # nothing gives zero.
     per_token = 1.0 / scored.clamp(min=1).to(torch.float32)
     total_loss = torch.zeros((), device=device)
     for i in range(micro_steps):
         part = slice(i * micro, (i + 1) * micro)
-        with model.gradient_sync(i == micro_steps - 1):
-            with autocast(device, context.dtype):
-                logits = model.train_module(
-                    batch.inputs[part],
-                    depth,
-                    train.grad_depth,
-                    row_seeds[part],
-                    checkpoint=train.checkpoint_activations,
-                )
-            loss = next_token_loss(logits, batch.targets[part], reduction="sum") * per_token
-            (loss * ranks).backward()
-        total_loss += loss.detach()
+        total_loss += forward_backward(
+            context,
+            Batch(batch.inputs[part], batch.targets[part]),
+            depth,
+            row_seeds[part],
+            per_token,
+            last=i == micro_steps - 1,
+        )
     grad_norm = model.clip_grad_norm(train.grad_clip if train.grad_clip > 0 else float("inf"))
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return total_loss, grad_norm
+
+
+def forward_backward(
+    context: StepContext,
+    micro_batch: Batch,
+    depth: int,
+    row_seeds: Sequence[int],
+    per_token: torch.Tensor,
+    last: bool = True,
+) -> torch.Tensor:
+    """One micro-batch's forward and backward at `depth`: its summed token losses times
+    `per_token` (1 / the global batch's scored tokens), whose gradients accumulate in the
+    parameters; reduced across ranks when `last` (DDP and FSDP2 average over the ranks, so
+    each rank's part is scaled up by their number). Returns that loss, detached, on the device.
+    The warm-up before step 0 (train/warm_up.py) runs it alone, at the deepest depth."""
+    model, train = context.model, context.train
+    with model.gradient_sync(last):
+        with autocast(micro_batch.inputs.device, context.dtype):
+            logits = model.train_module(
+                micro_batch.inputs,
+                depth,
+                train.grad_depth,
+                row_seeds,
+                checkpoint=train.checkpoint_activations,
+            )
+        loss = next_token_loss(logits, micro_batch.targets, reduction="sum") * per_token
+        (loss * model.world.world_size).backward()
+    return loss.detach()

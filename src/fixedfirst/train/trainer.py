@@ -10,6 +10,7 @@ the auto switch's check, a stop), `_log` and `_cross` do it. Only rank 0 writes 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -20,8 +21,10 @@ from typing import Any
 import torch
 
 from fixedfirst.adapters.run_model import build_model, foreign_model_note
+from fixedfirst.compute.memory import GIB, deepest_depth
 from fixedfirst.compute.plan import RunPlan
 from fixedfirst.config import RunConfig
+from fixedfirst.data.prefetch import DeviceBatches
 from fixedfirst.data.source import BatchSource, rank_rows
 from fixedfirst.errors import UserError
 from fixedfirst.evaluation.nll import mean_serving_nll, validation_nll
@@ -34,10 +37,12 @@ from fixedfirst.progress import Progress
 from fixedfirst.runs.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.runs.directory import RunDir, config_record
 from fixedfirst.schedules import describe
-from fixedfirst.train import compilation, distributed, memory_check
+from fixedfirst.train import compilation, distributed, memory_check, warm_up
 from fixedfirst.train.auto_switch import META_KEY, switch_summary
+from fixedfirst.train.checkpoint_writes import CheckpointWrites, live_storages
 from fixedfirst.train.counters import Counters
 from fixedfirst.train.distributed import World, on_main
+from fixedfirst.train.garbage import CollectAtBoundaries
 from fixedfirst.train.interrupt import Interrupt
 from fixedfirst.train.metrics import MetricsLog, read_metrics
 from fixedfirst.train.optim import build_optimizer, lr_at
@@ -69,11 +74,20 @@ class Trainer:
         self.device, self.dtype = checked.device, checked.dtype
         self.memory_placement = checked.memory
         self.source: BatchSource = checked.source
+        self.batches = DeviceBatches(
+            self.source, config.train.batch_size, self.rank, self.world_size, self.device
+        )
         self.val_batches = checked.val_batches
         self.auto = checked.auto
         self.given_peak = checked.given_peak
 
         distributed.start(self.world, self.device)
+        # Under torchrun one process per machine reads the shards' checksums (the processes of
+        # a machine read the same files); the others take its word.
+        if self.world.launched:
+            ran = distributed.once_per_machine(self.world, self.source.check_training_data)
+            if not ran:
+                self.source.training_data_checked()
         # One writer per run (rank 0 holds the lock); released when training returns or fails.
         restart = on_main(self.world, lambda: self.run.open_for_writing(config, resume, force))
         try:
@@ -100,6 +114,11 @@ class Trainer:
         )
         how = "compiled" if self.compiled.compile else "eager"
         self.precision = "bf16" if self.dtype == torch.bfloat16 else "fp32"
+        # Evaluations run in the run's precision; on a GPU a bf16 run's last one in fp32 too,
+        # TF32 off (evaluation/nll.py), which is what a CPU scores.
+        self.eval_dtypes = [self.dtype]
+        if self.device.type == "cuda" and self.dtype != torch.float32:
+            self.eval_dtypes.append(torch.float32)
         note = foreign_model_note(config.model)
         if note is not None:
             self._say(note)
@@ -115,9 +134,28 @@ class Trainer:
         self.parallel = ParallelModel(model, self.world, t.strategy, self.device, self.dtype)
         self.model = self.parallel.module
         # After sharding: FSDP2 replaces the parameters by sharded ones.
-        self.optimizer = build_optimizer(self.model, t)
+        self.optimizer = build_optimizer(self.model, t, fused=self.device.type == "cuda")
         self.step_context = StepContext(self.parallel, self.optimizer, t, self.dtype)
+        # Before step 0, the weights and AdamW untouched: every compiled graph built, and on a
+        # GPU the deepest step measured and refused if it does not fit (train/warm_up.py).
+        self.deepest = warm_up.warm_up(
+            self.step_context,
+            deepest_depth(self.plan),
+            t.seq_len,
+            [*self.val_batches, *(self.auto.probe_batches if self.auto is not None else [])],
+            self.eval_dtypes,
+            compiled=self.compiled.compile,
+            capacity=warm_up.capacity_to_measure(self.device),
+        )
+        if self.deepest is not None:
+            self._say(
+                f"before step 0: depth {self.deepest.depth} measured "
+                f"{self.deepest.peak / GIB:,.2f} GiB with AdamW's moments"
+            )
         self.checkpoints = CheckpointManager(self.run.checkpoints_path, t.keep_checkpoints)
+        self.writes = CheckpointWrites(
+            self.world, self.checkpoints, lambda: live_storages(self.model, self.optimizer)
+        )
         self.metrics = MetricsLog(self.run.metrics_path)
         self.written_before = 0  # complete metrics records before a resume truncated the file
         self.counters = Counters()
@@ -147,12 +185,15 @@ class Trainer:
 
     # -- checkpoints -----------------------------------------------------------------------------
 
-    def _save(self, tags: list[str]) -> Checkpoint:
-        """Write a checkpoint (every rank takes part: FSDP2 gathers the full state onto rank 0,
-        which writes it); every rank returns once it is on disk, or raises the same error."""
+    def _save(self, tags: list[str]) -> None:
+        """Start writing a checkpoint (every rank takes part: the full state is gathered into
+        rank 0's memory, and its thread writes it while training goes on); `self.writes.settle`
+        says when it is on disk (train/checkpoint_writes.py). The checkpoint before it is
+        settled first: a failed write stops the run here."""
+        self.writes.settle()
         weights, optimizer_state = self.parallel.full_state(self.optimizer)
 
-        def write() -> Checkpoint:
+        def contents() -> tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:
             meta = {
                 **self.counters.to_dict(),
                 "total_steps": self.plan.total_steps,
@@ -161,14 +202,14 @@ class Trainer:
                 "schedule": describe(self.config.schedule),
                 **config_record(self.config),  # the run's fingerprint (identity.py)
                 # Also here (small JSON), so that eval can refuse other data without trainer.pt.
-                "data": self.source.state_dict(),
+                "data": self.batches.state_dict(),
             }
             if self.auto is not None:  # what a resume decides the switch from
                 meta[META_KEY] = self.auto.state_dict()
-            state = {"optimizer": optimizer_state, "data": self.source.state_dict()}
-            return self.checkpoints.save(self.counters.step, weights, state, meta, tags)
+            state = {"optimizer": optimizer_state, "data": self.batches.state_dict()}
+            return weights, state, meta
 
-        return on_main(self.world, write)
+        self.writes.start(self.counters.step, tags, contents)
 
     def _restore(self) -> None:
         """Continue from the newest valid checkpoint. Rank 0 picks and reads it and checks that it
@@ -207,7 +248,7 @@ class Trainer:
         except (KeyError, ValueError, RuntimeError, TypeError) as e:
             raise UserError(f"checkpoint {ckpt.path}: state does not fit ({e})") from None
         data_state = distributed.broadcast_object(self.world, loaded.get("data", {}))
-        self.source.load_state_dict(data_state)
+        self.batches.load_state_dict(data_state)
         self.counters = Counters.from_dict(ckpt.meta)
         if self.auto is not None:
             decided = self.auto.restore(ckpt.meta)
@@ -225,9 +266,14 @@ class Trainer:
         """Run to the end of the budget, or pause, checkpointed, after `stop_after` steps in all or
         at a stop signal (`TrainingInterrupted`); return the summary. Always releases the lock."""
         try:
-            with Interrupt(announce=self.is_main) as interrupt, memory_check.explained(self):
+            with (
+                Interrupt(announce=self.is_main) as interrupt,
+                memory_check.explained(self),
+                CollectAtBoundaries() as self.collector,
+            ):
                 return self._train(stop_after, interrupt)
         finally:
+            self.writes.close()  # a checkpoint in flight completes before the lock is released
             self.run.close()
 
     def _train(self, stop_after: int | None, interrupt: Interrupt) -> dict[str, Any]:
@@ -248,15 +294,19 @@ class Trainer:
         try:
             for step in range(self.counters.step, stop):
                 pending.append(self._step(step))
+                if step + 1 < stop:  # the next batch's copy overlaps this step on a GPU
+                    self.batches.prefetch()
                 boundary = self._boundary_after(pending[-1], stop, interrupt)
                 if boundary is not None:
                     self._log(pending, time.perf_counter() - since, progress)
                     self._cross(boundary, progress, interrupt)
+                    self.collector.at_boundary(checkpoint=bool(boundary.tags))
                     pending, since = [], time.perf_counter()
         finally:
             progress.close()
             if self.metrics.sinks is not None:
                 self.metrics.sinks.close()
+        self.writes.settle()
         return self._summary()
 
     def _step(self, step: int) -> StepRecord:
@@ -266,7 +316,7 @@ class Trainer:
         depth, phase = planned.depth, planned.phase
         lr = lr_at(step, total, t)
         started = time.perf_counter()
-        batch = self.source.next_batch(t.batch_size, self.rank, self.world_size).to(self.device)
+        batch = self.batches.next()
         rows = rank_rows(t.batch_size, self.rank, self.world_size)  # in the global batch
         seeds = state_seeds(t.seed, step, rows)
         loss, grad_norm = train_step(self.step_context, batch, depth, lr, seeds)
@@ -315,6 +365,8 @@ class Trainer:
         values = host_values(self.world, pending)
         for p, (loss, _) in zip(pending, values, strict=True):
             if not math.isfinite(loss):
+                with contextlib.suppress(UserError):  # the checkpoints on disk are named
+                    self.writes.settle()
                 raise diverged(loss, p.step, p.depth, self.checkpoints)
         t = self.config.train
         seconds = max(seconds, 1e-9)
@@ -363,8 +415,10 @@ class Trainer:
             shown = ", ".join(f"K={d}: {v:.3f}" for d, v in nll.items())
             progress.write(f"eval at step {self.counters.step}: NLL {shown}")
         if tags:
-            saved = self._save(tags)
+            self._save(tags)
         if boundary.stop_signal is not None:
+            saved = self.writes.settle()
+            assert saved is not None  # a stop always saves ("paused")
             raise interrupt.stopped(saved.path.name, self.run.path, self.world_size)
 
     def _checkpoint_tags(self, record: StepRecord) -> list[str]:
@@ -397,6 +451,12 @@ class Trainer:
         mean = mean_serving_nll(nll)
         if mean is not None:
             record["mean_serving_nll"] = mean
+        if self.counters.step == self.plan.total_steps and len(self.eval_dtypes) > 1:
+            exact = validation_nll(
+                self.model, self.val_batches, depths, self.device, self.eval_dtypes[-1]
+            )
+            self.parallel.after_eval()
+            record["nll_by_depth_fp32"] = {str(d): v for d, v in exact.items()}
         if self.is_main:
             self.metrics.write([record])
         return nll

@@ -212,12 +212,20 @@ class FixedFirstPreTrainedModel(PreTrainedModel):
 
 def _eval_state_draw(config):
     """fixedfirst's evaluation state: a truncated normal (std sqrt(2 / (5 d)), cut at 3 std) per
-    position, from a generator seeded with eval_seed. Exported models carry the drawn tensor in
-    model.safetensors, so this is only used for a model built from a config."""
+    position, from a generator seeded with eval_seed, drawn by rejection (all values again where
+    any lies outside, until none does), so that every torch release gives the same values.
+    Exported models carry the drawn tensor in model.safetensors, so this is only used for a
+    model built from a config."""
     std = math.sqrt(2 / (5 * config.hidden_size))
-    state = torch.empty(config.max_position_embeddings, config.hidden_size)
+    shape = (config.max_position_embeddings, config.hidden_size)
     generator = torch.Generator().manual_seed(config.eval_seed)
-    return nn.init.trunc_normal_(state, std=std, a=-3 * std, b=3 * std, generator=generator)
+    bound = torch.tensor(3 * std, dtype=torch.float32).item()
+    state = torch.empty(shape).normal_(0.0, std, generator=generator)
+    while bool((outside := (state < -bound) | (state > bound)).any()):
+        state = torch.where(
+            outside, torch.empty(shape).normal_(0.0, std, generator=generator), state
+        )
+    return state
 
 
 class FixedFirstForCausalLM(FixedFirstPreTrainedModel, GenerationMixin):
