@@ -82,7 +82,8 @@ import fcntl, os, sys, time
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
 fcntl.flock(fd, fcntl.LOCK_EX)
 os.ftruncate(fd, 0)
-os.write(fd, f"4242 {sys.argv[2]}\\n".encode())  # a fixed PID: the table's row stays the same
+command = sys.argv[2] if len(sys.argv) > 2 else "train"
+os.write(fd, f"4242 {command}\\n".encode())  # a fixed PID: the table's row stays the same
 print("held", flush=True)
 time.sleep(60)
 """

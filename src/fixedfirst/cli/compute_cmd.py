@@ -9,7 +9,7 @@ from fixedfirst.cli.arguments import add_config_arguments, config_from_args
 from fixedfirst.compute.flops import RunCost, train_flops
 from fixedfirst.compute.plan import UNIFORM_REFERENCE, RunPlan
 from fixedfirst.config import RunConfig
-from fixedfirst.data.prepared import passes_note
+from fixedfirst.data.prepared import is_prepared, passes_note
 from fixedfirst.schedules import Schedule, describe
 
 SHOWN_DEPTHS = (1, 2, 4, 8, 16, 32, 64)
@@ -28,8 +28,9 @@ def notes(config: RunConfig, budget: RunPlan[RunCost]) -> list[str]:
     finish = no_finishing_step(config, budget)
     if finish is not None:
         found.append(finish)
-    if config.data.kind == "tokens" and config.data.path is not None:
-        passes = passes_note(config.data.path, budget.tokens)
+    path = config.data.path  # a plan may come before the data: none prepared, nothing said
+    if config.data.kind == "tokens" and path is not None and is_prepared(path):
+        passes = passes_note(path, budget.tokens)
         if passes is not None:
             found.append(passes)
     return found
