@@ -1076,6 +1076,7 @@ def all_cases() -> list[Case]:
     from tests.bad_input_frontier import FRONTIER_CASES
     from tests.bad_input_inspect import INSPECT_CASES
     from tests.bad_input_memory import MEMORY_CASES
+    from tests.bad_input_moe import MOE_CASES
     from tests.bad_input_newcomer import NEWCOMER_CASES
     from tests.bad_input_runs import RUN_CASES
 
@@ -1093,6 +1094,7 @@ def all_cases() -> list[Case]:
         + RUN_CASES
         + FRONTIER_CASES
         + FOREIGN_CASES
+        + MOE_CASES
     )
 
 

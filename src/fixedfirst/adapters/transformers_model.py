@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -50,8 +50,8 @@ class TransformersLoop(LoopedLM):
         self.network = network
         self.architecture = architecture
         self.handle = depth_handle(network)
-        config: Any = network.config  # a transformers PretrainedConfig, untyped to torch
-        self.vocab_size = int(config.vocab_size)
+        configuration: Any = network.config  # a transformers PretrainedConfig
+        self.vocab_size = int(configuration.vocab_size)
         self.leaves_parameters_unused = True
         why = "declares it cannot compile as one graph"
         if compiles_as_one_graph(architecture):
@@ -86,6 +86,14 @@ class TransformersLoop(LoopedLM):
             per_token = next_token_loss(logits, targets, reduction="none")
             rows[depth] = per_token.view(targets.shape).sum(dim=1)
         return means, rows
+
+    @torch.no_grad()
+    def logits_by_depth(
+        self, tokens: torch.Tensor, depths: Iterable[int]
+    ) -> Iterator[tuple[int, torch.Tensor]]:
+        """One forward per depth, ascending."""
+        for depth in sorted(set(depths)):
+            yield depth, self(tokens, depth)
 
     def nll_by_depth(
         self, tokens: torch.Tensor, targets: torch.Tensor, depths: Iterable[int]

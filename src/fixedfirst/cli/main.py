@@ -14,6 +14,8 @@ from fixedfirst.errors import UserError
 COMMANDS: dict[str, tuple[str, str]] = {
     "bios": ("bios_cmd", "the synthetic recall experiment (Figure 1)"),
     "chains": ("chains_cmd", "every schedule on a task where serving depth decides the answer"),
+    "moe": ("moe_cmd", "fixed-first on a looped mixture-of-experts (transformers' Inkling2Loop)"),
+    "finishing": ("finishing_cmd", "finishing stages for models trained at one depth"),
     "ablation": ("ablation_cmd", "architecture switches against fixed-depth collapse off depth"),
     "train": ("train_cmd", "train a looped transformer with a depth schedule"),
     "branch": ("branch_cmd", "a new run from a run's checkpoint, with changed settings"),

@@ -21,6 +21,7 @@ from fixedfirst.config.schema import Section, build_section, field_docs, require
 from fixedfirst.config.sections import (
     DataConfig,
     EvalConfig,
+    FinishingLR,
     ModelConfig,
     ScheduleConfig,
     TrainConfig,
@@ -32,6 +33,7 @@ __all__ = [
     "SECTIONS",
     "DataConfig",
     "EvalConfig",
+    "FinishingLR",
     "ModelConfig",
     "ModelSection",
     "RunConfig",

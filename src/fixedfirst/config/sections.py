@@ -286,6 +286,33 @@ class ScheduleConfig:
 
 
 @dataclass
+class FinishingLR:
+    """`[train.finishing]`: the learning rate of a finishing stage added to a run trained to
+    `start_step` steps (`fixedfirst branch --finish`, docs/guides/any-loop.md). Steps before
+    `start_step` keep the rate of the `start_step`-step run they were trained as; from it on the
+    rate is `constant` at that run's final rate (`final_lr_fraction * lr`), or `rewarm`: linear
+    from the final rate up to `peak * lr` over the first `warmup` of the finishing steps, then
+    cosine decay back to the final rate at the last step."""
+
+    SECTION: ClassVar[str] = "train.finishing"
+
+    start_step: int
+    """The first step of the finishing stage: the steps the original run trained."""
+    lr: Literal["constant", "rewarm"] = "constant"
+    """The finishing stage's learning rate: `constant` or `rewarm` (above)."""
+    peak: float = 0.3
+    """`rewarm`: the rate warmed up to, as a fraction of `train.lr`."""
+    warmup: float = 0.1
+    """`rewarm`: the fraction of the finishing steps spent warming up."""
+
+    def __post_init__(self) -> None:
+        s = self.SECTION
+        require(self.start_step >= 1, f"{s}.start_step", f"must be >= 1, got {self.start_step}")
+        require(0.0 < self.peak <= 1.0, f"{s}.peak", f"must be in (0, 1], got {self.peak}")
+        require(0.0 <= self.warmup < 1.0, f"{s}.warmup", f"must be in [0, 1), got {self.warmup}")
+
+
+@dataclass
 class TrainConfig:
     """Optimisation, budgets, device and checkpointing."""
 
@@ -318,6 +345,11 @@ class TrainConfig:
     """`wsd`: fraction of the steps spent in the final decay."""
     weight_decay: float = 0.1
     """AdamW weight decay, applied to matrices only (not norms)."""
+    finishing: FinishingLR | None = None
+    """A finishing stage's learning rate, the table `[train.finishing]` that `fixedfirst branch
+    --finish` writes: `start_step` (the steps the original run trained, which keep its rate), `lr`
+    (`constant` at the final rate, or `rewarm`), `peak` (0.3 of `lr`) and `warmup` (0.1 of the
+    stage). Unset: the schedule above over the whole run."""
     beta1: float = 0.9
     """AdamW beta1."""
     beta2: float = 0.95

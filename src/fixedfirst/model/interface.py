@@ -10,7 +10,7 @@ shape, so neither the trainer nor evaluation knows which they run (docs/guides/a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -50,6 +50,12 @@ class LoopedLM(nn.Module):
         self, tokens: torch.Tensor, targets: torch.Tensor, depths: Iterable[int]
     ) -> tuple[dict[int, float], dict[int, torch.Tensor]]:
         """`nll_by_depth`'s means, and each row's summed NLL (B,) at each depth."""
+        raise NotImplementedError
+
+    def logits_by_depth(
+        self, tokens: torch.Tensor, depths: Iterable[int]
+    ) -> Iterator[tuple[int, torch.Tensor]]:
+        """(depth, logits) for every requested depth, ascending (task metrics by depth)."""
         raise NotImplementedError
 
     def compile_loop(self) -> None:

@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from fixedfirst.config import TrainConfig
+from fixedfirst.config import FinishingLR, TrainConfig
 
 
 def build_optimizer(
@@ -41,8 +41,15 @@ def lr_at(step: int, total_steps: int, config: TrainConfig) -> float:
 
     Linear warmup over the first `warmup` fraction of the steps; then either cosine decay to
     `final_lr_fraction * lr` at the last step, or warmup-stable-decay: constant until the last
-    `decay` fraction of the steps, then linear decay to the same final value.
+    `decay` fraction of the steps, then linear decay to the same final value. With a finishing
+    stage (`train.finishing`), the steps before it follow this curve over its `start_step` steps
+    and the rest follow the stage's own rate (`finishing_lr_at`).
     """
+    finishing = config.finishing
+    if finishing is not None and finishing.start_step < total_steps:
+        if step >= finishing.start_step:
+            return finishing_lr_at(step, total_steps, config, finishing)
+        total_steps = finishing.start_step
     peak, final = config.lr, config.lr * config.final_lr_fraction
     warmup_steps = round(config.warmup * total_steps)
     if step < warmup_steps:
@@ -57,3 +64,23 @@ def lr_at(step: int, total_steps: int, config: TrainConfig) -> float:
         return peak
     progress = (step - decay_start + 1) / decay_steps
     return peak + (final - peak) * progress
+
+
+def finishing_lr_at(
+    step: int, total_steps: int, config: TrainConfig, finishing: FinishingLR
+) -> float:
+    """The finishing stage's rate at `step` (at or after its start): constant at the original
+    run's final rate, or re-warmed linearly from it to `peak * lr` and decayed back by a cosine
+    at the last step (docs/guides/any-loop.md, "make your fixed-depth looped model
+    depth-flexible")."""
+    final = config.lr * config.final_lr_fraction
+    if finishing.lr == "constant":
+        return final
+    peak = config.lr * finishing.peak
+    into, steps = step - finishing.start_step, total_steps - finishing.start_step
+    warmup_steps = round(finishing.warmup * steps)
+    if into < warmup_steps:
+        return final + (peak - final) * (into + 1) / warmup_steps
+    span = max(1, steps - 1 - warmup_steps)
+    progress = min(1.0, (into - warmup_steps) / span)
+    return final + (peak - final) * (1 + math.cos(math.pi * progress)) / 2

@@ -91,15 +91,17 @@ class PrimaryComparison:
             f"an accuracy difference is in (-1, 1]; got {self.bar}",
         )
 
-    def check(self, schedules: list[str], depths: list[int]) -> None:
-        """Refuse schedules and depths the experiment does not run."""
+    def check(
+        self, schedules: list[str], depths: list[int], listed: str = "experiment.schedules"
+    ) -> None:
+        """Refuse schedules (the arms `listed` names) and depths the experiment does not run."""
         for key in ("a", "b"):
             value = getattr(self, key)
             require(
                 value in schedules,
                 f"{self.SECTION}.{key}",
-                f"{value!r} ({self.name}) is not one of experiment.schedules {schedules}; add "
-                "it, or drop the comparison (--set experiment.primary=[] drops them all)",
+                f"{value!r} ({self.name}) is not one of the arms {schedules} (from {listed}); "
+                "add it, or drop the comparison (--set experiment.primary=[] drops them all)",
             )
         for key in ("a_depth", "b_depth"):
             value = getattr(self, key)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from fixedfirst.data.source import Batch
-from fixedfirst.model import LoopedTransformer
+from fixedfirst.model import LoopedLM, LoopedTransformer
 from fixedfirst.model.loss import IGNORE_INDEX
 from fixedfirst.serve.adaptive import KLExit, teacher_forced_kl_exit
 from fixedfirst.serve.frontier import Scored
@@ -53,9 +53,10 @@ class Correctness:
 
 @torch.no_grad()
 def correctness_by_depth(
-    model: LoopedTransformer, evaluation: EvaluationSet, depths: list[int], batch_size: int = 256
+    model: LoopedLM, evaluation: EvaluationSet, depths: list[int], batch_size: int = 256
 ) -> Correctness:
-    """Right or wrong for every (depth, sequence, difficulty), one pass per batch."""
+    """Right or wrong for every (depth, sequence, difficulty): one pass per batch of our model,
+    one forward per depth of another's (`LoopedLM.logits_by_depth`)."""
     was_training = model.training
     model.eval()
     wanted = sorted(set(depths))

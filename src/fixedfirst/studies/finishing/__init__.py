@@ -1,0 +1,1 @@
+"""Finishing stages for models trained at one depth (issue 58)."""

@@ -1,0 +1,175 @@
+"""The finishing study's report: report.json (what it is computed from) and report.md, remade
+from report.json alone (studies/report_files.py), and its figure.
+
+Besides the tables by band and depth, report.md has the table the guide quotes
+(docs/guides/any-loop.md, "make your fixed-depth looped model depth-flexible"): for each
+finishing rate and length, the finishing tokens spent and the hard band's accuracy at one pass,
+at the base's depth K and at k_max, and the near band's at the deepest depth, each against the
+base with its interval.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fixedfirst.studies.chains.analysis import PrimaryComparison
+from fixedfirst.studies.depth_arms import analyse_arms
+from fixedfirst.studies.depth_tables import (
+    band_table,
+    percent,
+    plot_bands,
+    points,
+    primary_table,
+    versus_table,
+)
+from fixedfirst.studies.report_files import write_numbers_and_report
+
+NUMBERS_FORMAT = "fixedfirst-finishing-report"
+RUN_FIELDS = (
+    "arm",
+    "seed",
+    "rate",
+    "fraction",
+    "steps",
+    "tokens",
+    "finishing_tokens",
+    "flops",
+    "wall_s",
+)
+FIGURE = "accuracy_by_depth.png"
+
+
+def report_numbers(results: dict[str, Any]) -> dict[str, Any]:
+    """What report.md is computed from: the settings, every run's cost and scores."""
+    return {
+        "format": NUMBERS_FORMAT,
+        "version": 1,
+        "preset": results["preset"],
+        "reference": results["reference"],
+        "flop_budget": results["flop_budget"],
+        "chance": results["chance"],
+        "model": results["model"],
+        "task": results["task"],
+        "experiment": results["experiment"],
+        "wall_clock_s": results.get("wall_clock_s"),
+        "workers": results.get("workers"),
+        "runs": {
+            name: {**{key: r[key] for key in RUN_FIELDS}, "scores": r["scores"]}
+            for name, r in results["runs"].items()
+        },
+    }
+
+
+def write_report(results: dict[str, Any], out: Path) -> None:
+    """OUT/report.json and OUT/report.md made from it."""
+    write_numbers_and_report(out, report_numbers(results), report_markdown)
+
+
+def _labels(e: dict[str, Any], base: str) -> dict[str, str]:
+    out = {base: f"fixed K={e['depth']} (no finishing)"}
+    for rate in e["rates"]:
+        for fraction in e["fractions"]:
+            out[f"{rate}-{fraction:g}"] = f"{rate}, {100 * fraction:g}% of the tokens"
+    return out
+
+
+def plot_figure(results: dict[str, Any], path: Path) -> None:
+    e = results["experiment"]
+    labels = _labels(e, results["reference"])
+    plot_bands(results["analysis"], e["depths"], labels, results["chance"], path)
+
+
+def guide_table(numbers: dict[str, Any], a: dict[str, Any]) -> str:
+    """Finishing tokens against what they buy: hard-band accuracy at 1, K and k_max, near-band
+    at the deepest depth, each finish minus the base (same seed), with its 95% interval."""
+    e = numbers["experiment"]
+    cells = [("hard", 1), ("hard", e["depth"]), ("hard", e["k_max"]), ("near", max(e["depths"]))]
+    cells = [(role, d) for role, d in cells if role in a["bands"] and d in e["depths"]]
+    head = "| finishing | tokens | " + " | ".join(f"{r} K={d}" for r, d in cells) + " |"
+    lines = [head, "|" + "---|" * (len(cells) + 2)]
+    tokens = {
+        arm: sorted({r["finishing_tokens"] for r in numbers["runs"].values() if r["arm"] == arm})
+        for arm in a["arms"]
+    }
+    labels = _labels(e, a["reference"])
+    for arm in a["arms"]:
+        low, high = tokens[arm][0], tokens[arm][-1]
+        shown = f"{low:,}" if low == high else f"{low:,}-{high:,}"
+        row = [percent(a["band_accuracy"][arm][r][str(d)]) for r, d in cells]
+        if arm != a["reference"]:
+            row = [
+                f"{c} ({points(_difference(a, arm, r, d))})"
+                for c, (r, d) in zip(row, cells, strict=True)
+            ]
+        lines.append(f"| {labels.get(arm, arm)} | {shown} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def _difference(a: dict[str, Any], arm: str, role: str, depth: int) -> dict[str, Any] | None:
+    return a["versus_reference"].get(arm, {}).get(f"{role}@{depth}")
+
+
+def report_markdown(numbers: dict[str, Any]) -> str:
+    """report.md from report.json's numbers (or results.json, which holds them all)."""
+    e, task = numbers["experiment"], numbers["task"]
+    primary = [PrimaryComparison(**p) for p in e["primary"]]
+    depths = sorted({*e["compare_depths"], e["depth"], e["k_max"], 1, max(e["depths"])})
+    depths = [d for d in depths if d in e["depths"]]
+    a = analyse_arms(numbers["runs"], e["depths"], numbers["reference"], depths, primary)
+    labels = _labels(e, a["reference"])
+    family = a["exploratory"]
+    wall = numbers.get("wall_clock_s") or {}
+    workers = numbers.get("workers") or {}
+    model = numbers["model"]
+    described = (
+        f"transformers' {model['architecture']}"
+        if model.get("kind") == "transformers"
+        else f"fixedfirst's looped transformer (d_model {model['d_model']}, {model['n_core']} "
+        "core layers)"
+    )
+    lines = [
+        "# Finishing a model trained at one depth",
+        "",
+        f"{described}, trained at a fixed depth K = {e['depth']} with seeds "
+        f"{', '.join(map(str, a['seeds']))} to {numbers['flop_budget']:.3g} modeled training "
+        f"FLOPs on the chains task ({task['statements']} statements, values mod "
+        f"{task['values']}, training chains of 0..{task['max_ops']} operations, evaluation "
+        f"chains of {task['eval_ops']}), then branched at its last checkpoint into finishing "
+        f"stages of {', '.join(f'{100 * f:g}%' for f in sorted(e['fractions']))} of its "
+        f"tokens, each step at a depth uniform in 1..{e['k_max']}, at each finishing rate: "
+        "`constant` at the base's final rate, `rewarm` linear to "
+        f"{100 * e['rewarm_peak']:g}% of the peak over {100 * e['rewarm_warmup']:g}% of the "
+        "finishing steps, then a cosine decay to the final rate. Chance is "
+        f"{100 * numbers['chance']:.1f}%. Produced by `fixedfirst finishing --preset "
+        f"{numbers['preset']}`"
+        + (
+            f" in {sum(wall.values()) / 60:.0f} minutes on {workers['processes']} process(es) of "
+            f"{workers['threads_each']} thread(s)."
+            if wall and workers
+            else "."
+        ),
+        "",
+        "Intervals are 95% t-intervals over seeds; a comparison is a finish minus its own base "
+        "(same seed), in points. The primary comparisons were named in the preset before the "
+        "runs, each decided by its own interval; every other difference is exploratory, "
+        f"corrected over all {family['size']} by Holm's method ({family['uncorrected']} have an "
+        f"interval off zero, {family['corrected']} keep a side after the correction).",
+        "",
+        "## Primary comparisons",
+        "",
+        primary_table(a),
+        "",
+        "## What finishing buys",
+        "",
+        guide_table(numbers, a),
+        "",
+        "## Accuracy by depth",
+        "",
+        f"![accuracy by depth]({FIGURE})",
+        "",
+    ]
+    for role in a["bands"]:
+        lines += [band_table(a, role, e["depths"], labels), ""]
+    lines += ["## Every finish against its base", "", versus_table(a, labels), ""]
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Fixed-first on a looped mixture-of-experts (issue 58)."""

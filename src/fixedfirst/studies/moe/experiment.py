@@ -1,0 +1,203 @@
+"""Fixed-first on a looped mixture-of-experts: transformers' Inkling2LoopForCausalLM on the chains
+task, at matched modeled FLOPs (issue 58; docs/guides/any-loop.md says how to run it).
+
+Four schedules, each trained with every seed of the preset to one modeled FLOP budget (the
+model's compute model is measured, adapters/measured.py): fixed at 2 passes, uniform over 1..6,
+and fixed-first from 2 passes switching at 0.67 and at 0.8 into uniform 1..6. Each finished run
+is scored at passes 1..12 (twice the training maximum) by difficulty (studies/depth_scoring.py),
+and its router measured: each loop layer's expert shares at every pass, at the end and, for a
+fixed-first run, at its switch (routing.py). `depth_arms.analyse_arms` reads the scores by the
+chains study's rules, the preset's primary comparisons decided each by its own interval.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, ClassVar
+
+from fixedfirst.config import ScheduleConfig, TransformersModelConfig
+from fixedfirst.errors import UserError
+from fixedfirst.schedules import describe
+from fixedfirst.studies.chains.analysis import PrimaryComparison
+from fixedfirst.studies.presets import Arm, Evaluated, PresetStudy
+from fixedfirst.studies.side_by_side import Job, once_finished
+from fixedfirst.studies.training import PlannedRun
+
+MOE_SCHEDULES: dict[str, ScheduleConfig] = {
+    "fixed-2": ScheduleConfig(kind="fixed", depth=2),
+    "uniform-1-6": ScheduleConfig(kind="uniform", k_min=1, k_max=6),
+    "fixed-first-2-0.67": ScheduleConfig(
+        kind="fixed-first", k0=2, switch=0.67, finish="uniform", k_min=1, k_max=6
+    ),
+    "fixed-first-2-0.8": ScheduleConfig(
+        kind="fixed-first", k0=2, switch=0.8, finish="uniform", k_min=1, k_max=6
+    ),
+}
+"""Arm name -> schedule (issue 58): 2 passes is Inkling2Loop's training depth scaled to this
+model, 1..6 three times it."""
+REFERENCE = "uniform-1-6"
+"""The arm every other is compared with at matched FLOPs."""
+
+
+@dataclass
+class MoeSettings:
+    """The `[experiment]` section of a looped mixture-of-experts preset."""
+
+    SECTION: ClassVar[str] = "experiment"
+
+    flops: float = 1e12
+    """Modeled training-FLOP budget of every run (compute-matched)."""
+    seeds: list[int] = field(default_factory=lambda: [200, 201, 202])
+    """Training seeds (initialisation, data order, the draw of evaluation sequences)."""
+    schedules: list[str] = field(default_factory=lambda: list(MOE_SCHEDULES))
+    """Which arms to train: fixed-2, uniform-1-6, fixed-first-2-0.67, fixed-first-2-0.8."""
+    depths: list[int] = field(default_factory=lambda: list(range(1, 13)))
+    """Passes at which accuracy is measured (one forward each)."""
+    compare_depths: list[int] = field(default_factory=lambda: [1, 2, 6, 12])
+    """Depths at which every arm is compared with uniform-1-6 (the exploratory family)."""
+    sequences: int = 256
+    """Evaluation sequences (one label of every difficulty 0..eval_ops each)."""
+    router_sequences: int = 64
+    """Evaluation sequences whose tokens the router shares are counted on."""
+    primary: list[PrimaryComparison] = field(default_factory=list)
+    """The primary comparisons, `[[experiment.primary]]` tables named before the runs, each
+    decided by its own 95% interval over seeds (studies/chains/analysis.py)."""
+
+    def __post_init__(self) -> None:
+        s = self.SECTION
+        if self.flops <= 0:
+            raise UserError(f"{s}.flops: the FLOP budget must be > 0, got {self.flops}")
+        if len(self.seeds) < 2 or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
+            raise UserError(
+                f"{s}.seeds: at least two distinct seeds >= 0 (the intervals are over seeds), "
+                f"got {self.seeds}"
+            )
+        unknown = [n for n in self.schedules if n not in MOE_SCHEDULES]
+        if REFERENCE not in self.schedules or unknown:
+            raise UserError(
+                f"{s}.schedules: choose from {', '.join(MOE_SCHEDULES)}, {REFERENCE} among "
+                f"them (the reference), got {self.schedules}"
+            )
+        if not self.depths or min(self.depths) < 1 or max(self.depths) > 64:
+            raise UserError(f"{s}.depths: passes must be in 1..64, got {self.depths}")
+        missing = [d for d in self.compare_depths if d not in self.depths]
+        if not self.compare_depths or missing:
+            raise UserError(
+                f"{s}.compare_depths: {missing or 'none'} not among experiment.depths "
+                f"{self.depths}; compare at depths that are measured"
+            )
+        for key in ("sequences", "router_sequences"):
+            if not 2 <= getattr(self, key) <= 100_000:
+                raise UserError(f"{s}.{key}: must be in 2..100000, got {getattr(self, key)}")
+        names = [p.name for p in self.primary]
+        if len(set(names)) != len(names):
+            raise UserError(f"{s}.primary: every comparison needs its own name, got {names}")
+        for i, p in enumerate(self.primary):
+            try:
+                p.check(self.schedules, self.depths)
+            except UserError as e:
+                raise UserError(f"{s}.primary[{i}]: {e}") from None
+
+
+def score_job(run: Path, settings: MoeSettings) -> dict[str, Any]:
+    """A finished run's accuracy by depth and its router shares (each cached beside the run)."""
+    from fixedfirst.studies.depth_scoring import score_by_depth
+    from fixedfirst.studies.moe.routing import router_by_pass
+
+    return {
+        "scores": score_by_depth(run, settings.depths, settings.sequences),
+        "router": router_by_pass(run, max(settings.depths), settings.router_sequences),
+    }
+
+
+def print_scores(name: str, scored: dict[str, Any], seconds: float) -> None:
+    bands = scored["scores"]["bands"]
+    hard = [b for b in bands.values() if b["in_range"]][-1]
+    shown = ", ".join(
+        f"{d} pass(es) {100 * a:.0f}%" for d, a in hard["by_depth"].items() if d in ("1", "2", "6")
+    )
+    print(f"  scored {name}: difficulty {hard['low']}..{hard['high']} {shown} ({seconds:.0f} s)")
+
+
+class MoeStudy(PresetStudy[MoeSettings]):
+    """Every arm of MOE_SCHEDULES on a looped mixture-of-experts, each run scored and its router
+    measured once it has finished."""
+
+    name = "moe"
+    evaluated = "scoring"
+    collecting = "scoring"
+    PACKAGE = "fixedfirst.studies.moe"
+    PRESETS = ("default", "smoke")
+    SETTINGS = MoeSettings
+
+    def arms(self) -> dict[str, Arm]:
+        return {name: Arm(MOE_SCHEDULES[name]) for name in self.experiment.schedules}
+
+    def runs(self) -> list[PlannedRun]:
+        runs = super().runs()
+        config = runs[0].config
+        if config.data.kind != "chains":
+            raise UserError(
+                f"a moe preset trains on [data] kind = 'chains', not {config.data.kind!r}"
+            )
+        if not isinstance(config.model, TransformersModelConfig):
+            raise UserError(
+                'a moe preset trains a transformers looped model: [model] kind = "transformers"'
+            )
+        return runs
+
+    def evaluations(self, planned: PlannedRun, run: Path) -> list[Job]:
+        say = partial(print_scores, planned.name)
+        return [once_finished(f"score {planned.name}", run, score_job, self.experiment, say=say)]
+
+    def results(self, evaluated: list[Evaluated]) -> dict[str, Any]:
+        """Every run's cost, scores and router shares, and their analysis."""
+        from fixedfirst.data.registry import kind_options
+        from fixedfirst.studies.depth_arms import analyse_arms
+        from fixedfirst.studies.moe.router_analysis import analyse_router
+
+        e = self.experiment
+        runs = {}
+        for run in evaluated:
+            s = run.outcome.summary
+            runs[run.outcome.name] = {
+                "arm": run.arm,
+                "schedule": describe(run.config.schedule),
+                "seed": run.seed,
+                "steps": s["steps"],
+                "tokens": s["tokens"],
+                "flops": s["flops"],
+                "switch_step": (s.get("switch") or {}).get("step"),
+                "wall_s": s["wall"],
+                "scores": run.values[0]["scores"],
+                "router": run.values[0]["router"],
+            }
+        first = self.run_config(e.schedules[0], e.seeds[0])
+        options = kind_options(first)
+        return {
+            "format": "fixedfirst-moe-results",
+            "version": 1,
+            "preset": self.preset,
+            "reference": REFERENCE,
+            "flop_budget": e.flops,
+            "model": asdict(first.model),
+            "task": asdict(options),
+            "experiment": asdict(e),
+            "chance": 1 / options.values,
+            "runs": runs,
+            "analysis": analyse_arms(runs, e.depths, REFERENCE, e.compare_depths, e.primary),
+            "router": analyse_router(runs),
+        }
+
+    def write(self, results: dict[str, Any], out: Path) -> list[Path]:
+        from fixedfirst.studies.moe.report import FIGURE, plot_figure, write_report
+
+        plot_figure(results, out / FIGURE)
+        write_report(results, out)
+        return [out / FIGURE, out / "report.json", out / "report.md"]
+
+
+load_preset = MoeStudy.load
+"""A shipped preset or a path to a preset TOML, plus `--set` overrides."""
