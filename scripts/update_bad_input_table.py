@@ -16,7 +16,7 @@ from tests.bad_input_cases import (  # noqa: E402
     table_header,
     table_row,
 )
-from tests.bad_input_newcomer import NOTICES, notice_header, notice_row, told  # noqa: E402
+from tests.bad_input_newcomer import all_notices, notice_header, notice_row, told  # noqa: E402
 
 DOC = ROOT / "docs" / "reference" / "bad-input.md"
 
@@ -37,7 +37,7 @@ with tempfile.TemporaryDirectory() as tmp:
             )
         rows.append(table_row(number, case, lines[0]))
     notices = []
-    for number, notice in enumerate(NOTICES, 1):
+    for number, notice in enumerate(all_notices(), 1):
         work = Path(tmp) / "notices" / notice.id
         prepare_work(notice, assets, work)
         line = told(notice, run_case(notice, work), work)

@@ -1070,6 +1070,7 @@ def config_cases() -> list[Case]:
 
 def all_cases() -> list[Case]:
     from tests.bad_input_cluster import CLUSTER_CASES
+    from tests.bad_input_corpus import CORPUS_CASES
     from tests.bad_input_edges import EDGE_CASES
     from tests.bad_input_foreign import FOREIGN_CASES
     from tests.bad_input_frontier import FRONTIER_CASES
@@ -1077,6 +1078,7 @@ def all_cases() -> list[Case]:
     from tests.bad_input_memory import MEMORY_CASES
     from tests.bad_input_moe import MOE_CASES
     from tests.bad_input_newcomer import NEWCOMER_CASES
+    from tests.bad_input_runs import RUN_CASES
 
     return (
         CASES
@@ -1088,6 +1090,8 @@ def all_cases() -> list[Case]:
         + CLUSTER_CASES
         + MEMORY_CASES
         + NEWCOMER_CASES
+        + CORPUS_CASES
+        + RUN_CASES
         + FRONTIER_CASES
         + FOREIGN_CASES
         + MOE_CASES

@@ -82,18 +82,22 @@ import fcntl, os, sys, time
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
 fcntl.flock(fd, fcntl.LOCK_EX)
 os.ftruncate(fd, 0)
-os.write(fd, b"4242 train\\n")  # a fixed PID, so that the table's row stays the same
+command = sys.argv[2] if len(sys.argv) > 2 else "train"
+os.write(fd, f"4242 {command}\\n".encode())  # a fixed PID: the table's row stays the same
 print("held", flush=True)
 time.sleep(60)
 """
 
 
-def another_writer_holds(run: str):
-    """A setup: another process holds the lock of `run` (released after the case runs)."""
+def another_writer_holds(run: str, command: str = "train"):
+    """A setup: another process, running `command`, holds the lock of the directory `run`
+    (released after the case runs)."""
 
     def setup(work: Path) -> None:
+        (work / run).mkdir(exist_ok=True)
         holder = subprocess.Popen(
-            [sys.executable, "-c", HOLDER, str(work / run / ".lock")], stdout=subprocess.PIPE
+            [sys.executable, "-c", HOLDER, str(work / run / ".lock"), command],
+            stdout=subprocess.PIPE,
         )
         assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
         _HOLDERS.append(holder)

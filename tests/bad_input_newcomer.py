@@ -49,7 +49,7 @@ NEWCOMER_CASES: list[Case] = [
         "data",
         "`eval --data` of data whose validation shard had one byte flipped after `prepare`",
         ["eval", "tokens-run", "--data", "data"],
-        "data/val-00000.bin: tokens 0..6,808 are not what `fixedfirst prepare` wrote",
+        "data/val-00000.bin: tokens 0..6,900 are not what `fixedfirst prepare` wrote",
         needs=("tokens-run", "data"),
         setup=flip_validation_shard,
     ),
@@ -58,7 +58,7 @@ NEWCOMER_CASES: list[Case] = [
         "data",
         "training on data whose training shard had one byte flipped after `prepare`",
         ["train", "tokens.toml", "--out", "new-run"],
-        "data/train-00000.bin: tokens 0..27,528 are not what `fixedfirst prepare` wrote",
+        "data/train-00000.bin: tokens 0..27,436 are not what `fixedfirst prepare` wrote",
         needs=("tokens.toml", "data"),
         setup=flip_training_shard,
     ),
@@ -67,7 +67,7 @@ NEWCOMER_CASES: list[Case] = [
         "data",
         "`prepare` again, same inputs and options, into data whose shard had a byte flipped",
         ["prepare", "corpus.txt", "--out", "data", "--separator", "%", "--val-fraction", "0.2"],
-        "--out data: holds this data, but tokens 0..27,528 of train-00000.bin changed since it "
+        "--out data: holds this data, but tokens 0..27,436 of train-00000.bin changed since it "
         "was prepared",
         needs=("corpus.txt", "data"),
         setup=flip_training_shard,
@@ -164,11 +164,20 @@ NOTICES: list[Notice] = [
         "`prepare` of 61 KB of text in 60 documents (10% of them hold out less than a "
         "default evaluation scores)",
         ["prepare", "small.txt", "--separator", "%", "--out", "small-data"],
-        "note: the validation split holds 43 sequences of train.seq_len + 1 = 129 tokens, "
+        "note: the validation split holds 49 sequences of train.seq_len + 1 = 129 tokens, "
         "fewer than the 64 an evaluation scores at the defaults",
         files={"small.txt": small_corpus()},
     ),
 ]
+
+
+def all_notices() -> list[Notice]:
+    """Every notice of the second table: these, then issue 57's (tests/bad_input_corpus.py,
+    tests/bad_input_runs.py)."""
+    from tests.bad_input_corpus import CORPUS_NOTICES
+    from tests.bad_input_runs import RUN_NOTICES
+
+    return NOTICES + CORPUS_NOTICES + RUN_NOTICES
 
 
 def told(notice: Notice, outcome: Outcome, work: Path) -> str | None:
@@ -195,9 +204,10 @@ NOTICE_HEADER = """
 ## Told, not refused
 
 {count} cases where the command does what it was asked and says what it did, one row each.
-Every row is a test (`tests/test_bad_input.py`, cases in `tests/bad_input_newcomer.py`): exit
-status 0, no traceback, the line shown here on stdout (and, where a file is named, in that file
-too), no file that was on disk before changed. The same script writes this table.
+Every row is a test (`tests/test_bad_input.py`, cases in `tests/bad_input_newcomer.py`,
+`tests/bad_input_corpus.py` and `tests/bad_input_runs.py`): exit status 0, no traceback, the
+line shown here on stdout (and, where a file is named, in that file too), no file that was on
+disk before changed. The same script writes this table.
 Not in it: the inspection PNG's title, where a long `--prompt` or run path is shortened in the
 middle to fit the picture instead of running off both sides (tests/test_inspect.py).
 

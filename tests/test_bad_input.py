@@ -1,10 +1,10 @@
 """Bad input through the real command line: one clear line, exit 2, nothing on disk changed;
-and input a command accepts but must speak up about (`NOTICES`): exit 0 and a line saying what
-it did.
+and input a command accepts but must speak up about (`all_notices`): exit 0 and a line saying
+what it did.
 
-The cases are data (tests/bad_input_cases.py, tests/bad_input_newcomer.py);
-docs/reference/bad-input.md is the same lists as two tables, and each case checks that its row
-there is what the command prints now.
+The cases are data (tests/bad_input_cases.py and the files it gathers; tests/bad_input_newcomer.py
+and the files its `all_notices` gathers for the notices); docs/reference/bad-input.md is the same
+lists as two tables, and each case checks that its row there is what the command prints now.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from tests.bad_input_cases import (
     table_header,
     table_row,
 )
-from tests.bad_input_newcomer import NOTICES, notice_header, notice_row, told
+from tests.bad_input_newcomer import all_notices, notice_header, notice_row, told
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "reference" / "bad-input.md"
 NUMBERED = list(enumerate(all_cases(), 1))
-NOTICES_NUMBERED = list(enumerate(NOTICES, 1))
+NOTICES_NUMBERED = list(enumerate(all_notices(), 1))
 
 
 @pytest.fixture(scope="module")
@@ -92,5 +92,5 @@ def test_the_tables_have_one_row_per_case_and_say_how_many():
     assert len(rows) == len(NUMBERED), "run `python scripts/update_bad_input_table.py`"
     assert text.startswith(table_header(len(NUMBERED))), "the introduction's count is stale"
     notices = [line for line in text.splitlines() if re.match(r"\| N\d+ \|", line)]
-    assert len(notices) == len(NOTICES), "run `python scripts/update_bad_input_table.py`"
-    assert notice_header(len(NOTICES)) in text, "the notices' count is stale"
+    assert len(notices) == len(NOTICES_NUMBERED), "run `python scripts/update_bad_input_table.py`"
+    assert notice_header(len(NOTICES_NUMBERED)) in text, "the notices' count is stale"

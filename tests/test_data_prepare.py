@@ -13,7 +13,6 @@ import pytest
 from fixedfirst.cli.main import main
 from fixedfirst.data import prepare as prepare_module
 from fixedfirst.data.shards import open_shard
-from fixedfirst.data.split import is_validation
 from fixedfirst.data.tokenizer import EOD_TOKEN, load_tokenizer
 
 FORTUNES = [f"Fortune {i}: a penny saved is {i} pennies earned.\n" for i in range(12)]
@@ -68,6 +67,31 @@ def corpus(tmp_path) -> dict:
     return {"files": [txt, jsonl, parquet], "documents": documents, "root": root}
 
 
+def held_out(documents: list[str], fraction: float) -> list[bool]:
+    """Which documents the rule of data/split.py holds out, written out from its docstring: a
+    document is held out when the held-out bytes so far fall short of `fraction` of all bytes
+    before it by more than half their mean document."""
+    held, total, chosen = 0, 0, []
+    for i, document in enumerate(documents):
+        size = len(document.encode())
+        hold = i > 0 and fraction * total - held > total / i / 2
+        chosen.append(hold)
+        held += size if hold else 0
+        total += size
+    return chosen
+
+
+def documents_of(source) -> list[str]:
+    """The documents of a DocumentInput, their pieces joined."""
+    documents, parts = [], []
+    for piece in source.pieces():
+        parts.append(piece.text)
+        if piece.last:
+            documents.append("".join(parts))
+            parts.clear()
+    return documents
+
+
 def split_documents(data: Path, split: str) -> list[str]:
     """The documents of a split, recovered from its shards with the saved tokenizer."""
     meta = json.loads((data / "meta.json").read_text())
@@ -86,9 +110,12 @@ def test_prepare_txt_jsonl_parquet_byte(capsys, tmp_path, corpus):
     assert code == 0, err
     assert "wrote" in out and err == ""
     documents = corpus["documents"]
-    expected_val = [d for i, d in enumerate(documents) if is_validation(i, 0.2)]
-    expected_train = [d for i, d in enumerate(documents) if not is_validation(i, 0.2)]
-    assert len(expected_val) == round(0.2 * len(documents))
+    chosen = held_out(documents, 0.2)
+    expected_val = [d for d, held in zip(documents, chosen, strict=True) if held]
+    expected_train = [d for d, held in zip(documents, chosen, strict=True) if not held]
+    val_bytes = sum(len(d.encode()) for d in expected_val)
+    total = sum(len(d.encode()) for d in documents)
+    assert abs(val_bytes - 0.2 * total) <= max(len(d.encode()) for d in documents)
     # Every document lands in exactly one split, whole and in order.
     assert split_documents(data, "train") == expected_train
     assert split_documents(data, "val") == expected_val
@@ -104,7 +131,7 @@ def test_prepare_txt_jsonl_parquet_byte(capsys, tmp_path, corpus):
     assert meta["tokens_per_byte"] == pytest.approx(1.0)
     assert [s["format"] for s in meta["sources"]] == ["text", "jsonl", "parquet"]
     assert len(meta["fingerprint"]) == 64
-    assert not list(tmp_path.glob(".data.partial-*"))  # no temporary directory left behind
+    assert not list(tmp_path.glob(".data.partial*"))  # no staging directory left behind
 
 
 def test_prepare_bpe(capsys, tmp_path, corpus):
@@ -119,8 +146,9 @@ def test_prepare_bpe(capsys, tmp_path, corpus):
     assert 257 <= meta["vocab_size"] <= 300
     assert meta["tokens_per_byte"] < 1.0  # merges compress the text
     documents = corpus["documents"]
+    chosen = held_out(documents, 0.2)
     assert split_documents(data, "val") == [
-        d for i, d in enumerate(documents) if is_validation(i, 0.2)
+        d for d, held in zip(documents, chosen, strict=True) if held
     ]
 
 
@@ -149,12 +177,12 @@ def test_blank_line_separator_and_whole_file_documents(tmp_path):
     path.write_text("first paragraph\nstill first\n\nsecond\n\n\n\nthird\n")
     from fixedfirst.data.documents import TextFile
 
-    assert list(TextFile(path, "").documents()) == [
+    assert documents_of(TextFile(path, "")) == [
         "first paragraph\nstill first\n",
         "second\n",
         "third\n",
     ]
-    assert list(TextFile(path, None).documents()) == [path.read_text()]
+    assert documents_of(TextFile(path, None)) == [path.read_text()]
 
 
 def test_identical_rerun_is_a_no_op(capsys, tmp_path, corpus):
@@ -222,7 +250,7 @@ def test_empty_out_directory_is_used(capsys, tmp_path, corpus):
 
 def assert_nothing_written(tmp_path: Path, out: Path) -> None:
     assert not out.exists()
-    assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+    assert not [p for p in tmp_path.iterdir() if ".partial" in p.name]
 
 
 @pytest.mark.parametrize(
@@ -408,10 +436,12 @@ def test_crash_midway_leaves_no_dataset(capsys, monkeypatch, tmp_path, corpus):
 
 def test_bpe_learns_from_the_training_split_only(capsys, tmp_path):
     """Validation text must not shape the tokenizer: its frequent pairs are never merged."""
+    ordinary = [f"ordinary training sentence {i:02d}\n" for i in range(40)]
+    chosen = held_out(ordinary, 0.25)
     documents = [
-        "zqxw " * 50 + "\n" if is_validation(i, 0.25) else f"ordinary training sentence {i}\n"
-        for i in range(40)
+        "zqxw " * 5 + "zqxw\n" if held else d for d, held in zip(ordinary, chosen, strict=True)
     ]
+    assert held_out(documents, 0.25) == chosen  # the same sizes, so the same documents held
     path = tmp_path / "docs.txt"
     path.write_text("%\n".join(documents) + "%\n")
     data = tmp_path / "data"

@@ -206,3 +206,56 @@ def test_every_python_file_the_docs_and_docstrings_name_exists():
         if not exists(name, source)
     ]
     assert not missing, "files named that do not exist:\n" + "\n".join(missing)
+
+
+API_DIRECTIVE = re.compile(r"^::: ([\w.]+)\n((?:    .*\n)*)", re.MULTILINE)
+
+
+def test_every_name_the_package_exports_is_on_the_api_page():
+    """A name `import fixedfirst` offers is rendered on docs/guides/api.md from its docstring:
+    a `::: module.Name` directive of the module that defines it, or that module's directive
+    listing it among its members (or listing none: the whole module). ScheduleConfig, exported
+    for loops of one's own, was named on the page and never shown (issue 57)."""
+    import fixedfirst
+
+    rendered: dict[str, list[str] | None] = {}
+    for m in API_DIRECTIVE.finditer((DOCS / "guides" / "api.md").read_text()):
+        options = yaml.safe_load(m.group(2)) if m.group(2).strip() else None
+        members = (options or {}).get("options", {}).get("members")
+        rendered[m.group(1)] = members
+    missing = []
+    for name in fixedfirst.__all__:
+        module = getattr(fixedfirst, name).__module__
+        members = rendered.get(module, [])
+        if f"{module}.{name}" not in rendered and not (members is None or name in members):
+            missing.append(f"{name} (defined in {module})")
+    assert not missing, f"not rendered on docs/guides/api.md: {', '.join(missing)}"
+
+
+def unclosed_fence(text: str) -> int | None:
+    """The line of a code fence (three or more backticks) that nothing closes, else None. A
+    fence is closed by a line of at least as many backticks and nothing else, indented as far
+    or less (CommonMark)."""
+    opened: tuple[int, int, int] | None = None  # (line, backticks, indent)
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.lstrip()
+        ticks = len(stripped) - len(stripped.lstrip("`"))
+        if ticks < 3:
+            continue
+        if opened is None:
+            opened = (number, ticks, len(line) - len(stripped))
+        elif ticks >= opened[1] and not stripped.strip("`").strip():
+            opened = None
+    return None if opened is None else opened[0]
+
+
+def test_every_code_fence_on_the_site_is_closed():
+    """An unclosed fence turns the rest of the page into one code block (a lone ``` showed on
+    the Export page, issue 57)."""
+    pages = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+    unclosed = [
+        f"{page.relative_to(ROOT)}:{line}"
+        for page in pages
+        if (line := unclosed_fence(page.read_text())) is not None
+    ]
+    assert not unclosed, f"code fences never closed: {unclosed}"

@@ -273,7 +273,10 @@ def test_a_schedule_added_as_the_docs_say_trains(tmp_path):
         assert text.count(anchor) == 1, (name, anchor)
         (copy / name).write_text(text.replace(anchor, replacement))
     config = tmp_path / "two-step.toml"
-    config.write_text(TINY_TOML.replace('kind = "fixed-first"', 'kind = "two-step"'))
+    fixed_first = 'kind = "fixed-first"\nk0 = 2\nswitch = 0.5\n'
+    assert TINY_TOML.count(fixed_first) == 1
+    # k0 and switch are fixed-first's: a file setting them for two-step is refused
+    config.write_text(TINY_TOML.replace(fixed_first, 'kind = "two-step"\n'))
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "packages"), "OMP_NUM_THREADS": "1"}
     check = (

@@ -31,6 +31,9 @@ pytestmark = pytest.mark.skipif(
 ROOT = Path(__file__).resolve().parents[1]
 TASK_DIR = ROOT / "tests" / "harness_task"
 EOD = 256
+LOGITS_ATOL = 1e-5
+"""How far the export's fp32 logits may be from fixedfirst's: transformers may order the sums
+differently, so they agree to rounding, not bit for bit (the HF guide says so)."""
 PROMPT = "the river"
 
 FRESH_PROCESS = """
@@ -125,12 +128,12 @@ def test_export_writes_a_self_contained_transformers_directory(exported):
 
 def assert_fixedfirst_logits_and_tokens(out, x, text_run, served, capsys) -> None:
     """What transformers computed (`out`, as FRESH_PROCESS saves it) is fixedfirst's: logits at
-    depths 1, 4, 16 within 1e-5, greedy and seeded sampled tokens equal to `fixedfirst
+    depths 1, 4, 16 within LOGITS_ATOL, greedy and seeded sampled tokens equal to `fixedfirst
     generate`'s."""
     assert out["training"] is False and out["depth"] == 6
     for depth, logits in out["logits"].items():
         diff = (logits - served.model(x, depth)).abs().max().item()
-        assert diff <= 1e-5, (depth, diff)
+        assert diff <= LOGITS_ATOL, (depth, diff)
     prompt = out["prompt"]
     assert prompt.tolist() == [[EOD, *PROMPT.encode()]]
     n = prompt.shape[1]
@@ -143,6 +146,17 @@ def assert_fixedfirst_logits_and_tokens(out, x, text_run, served, capsys) -> Non
     text = run_cli(capsys, *args, "--depth", "3", "--temperature", "0.8", "--seed", "7")[1]
     assert text == bytes(sampled).decode("utf-8", errors="replace").rstrip("\ufffd") + "\n"
     assert sampled != greedy
+
+
+def test_the_guide_claims_what_these_tests_check():
+    """The HF guide said the export's logits equal fixedfirst's "to the last bit"; on a BPE model
+    at transformers 5.25 they differed by up to 3.3e-6 (issue 57). What holds, and what the tests
+    check, is the tolerance and identical greedy and sampled tokens: the guide says that."""
+    guide = " ".join((ROOT / "docs" / "guides" / "huggingface.md").read_text().split())
+    assert "last bit" not in guide
+    tolerance = f"{LOGITS_ATOL:.0e}".replace("e-0", "e-")  # 1e-5
+    assert f"within {tolerance} in fp32" in guide
+    assert "the same greedy tokens" in guide
 
 
 def test_transformers_gives_fixedfirst_logits_and_tokens(

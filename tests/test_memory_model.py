@@ -185,7 +185,9 @@ def test_running_out_of_memory_is_one_line(tmp_path):
     refuse it, switched off)."""
     (tmp_path / "tiny.toml").write_text(TINY_TOML)
     args = ["train", "tiny.toml", "--out", "run", "--quiet", "--set", "train.batch_size=8000"]
-    args += ["--set", "train.micro_batch_size=8000", "--set", "train.tokens=200000"]
+    # two steps of 128,000 tokens: tiny.toml's switch at 0.5 leaves the second to finish (a
+    # fixed-first run with no finishing step is refused before it starts)
+    args += ["--set", "train.micro_batch_size=8000", "--set", "train.tokens=256000"]
     args += ["--set", "train.check_memory=false"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(

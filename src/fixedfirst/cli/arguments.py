@@ -54,7 +54,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     checked (and their defaults filled in) before any command starts work."""
     from fixedfirst.data.registry import resolve_data
 
-    return resolve_data(load_config(args.config, args.overrides))
+    return resolve_data(load_config(args.config, args.overrides, written=True))
 
 
 def parse_depths(text: str) -> list[int]:

@@ -55,6 +55,17 @@ def run(args: argparse.Namespace) -> int:
     source, out = RunDir(args.run_dir), RunDir(args.out)
     if not source.path.is_dir():
         raise UserError(f"run directory {shown(source.path)} does not exist")
+    if out.path.resolve() == source.path.resolve():
+        raise UserError(
+            f"--out {shown(out.path)} is the run being branched; a branch is a new run beside "
+            "it: choose another --out (to go on training this run, `fixedfirst train --out "
+            f"{shown(source.path)} --resume`)"
+        )
+    if out.holds_run() and out.has_checkpoints():
+        raise UserError(
+            f"--out {shown(out.path)} already holds a run; a branch is a new run: choose "
+            "another --out"
+        )
     if args.finish is None:
         if args.finish_k_max is not None:
             raise UserError("--finish-k-max goes with --finish FRACTION; add it or drop this")

@@ -6,8 +6,10 @@ import argparse
 import json
 
 from fixedfirst.cli.arguments import add_config_arguments, config_from_args
-from fixedfirst.compute.flops import train_flops
-from fixedfirst.compute.plan import UNIFORM_REFERENCE
+from fixedfirst.compute.flops import RunCost, train_flops
+from fixedfirst.compute.plan import UNIFORM_REFERENCE, RunPlan
+from fixedfirst.config import RunConfig
+from fixedfirst.data.prepared import is_prepared, passes_note
 from fixedfirst.schedules import Schedule, describe
 
 SHOWN_DEPTHS = (1, 2, 4, 8, 16, 32, 64)
@@ -17,6 +19,36 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     parser.set_defaults(run=run)
+
+
+def notes(config: RunConfig, budget: RunPlan[RunCost]) -> list[str]:
+    """What the plan does that its configuration may not mean: a fixed-first switch that
+    leaves no finishing step, a budget of several passes over the data."""
+    found = []
+    finish = no_finishing_step(config, budget)
+    if finish is not None:
+        found.append(finish)
+    path = config.data.path  # a plan may come before the data: none prepared, nothing said
+    if config.data.kind == "tokens" and path is not None and is_prepared(path):
+        passes = passes_note(path, budget.tokens)
+        if passes is not None:
+            found.append(passes)
+    return found
+
+
+def no_finishing_step(config: RunConfig, budget: RunPlan[RunCost]) -> str | None:
+    """The words for a fixed-first run whose switch leaves no step after it (a fixed K0 run
+    reported as fixed-first); None when it leaves one, or decides its switch itself."""
+    schedule = config.schedule
+    switch = budget.switch_step
+    if schedule.kind != "fixed-first" or switch is None or switch < budget.total_steps:
+        return None
+    return (
+        f"schedule.switch = {schedule.switch} of {budget.total_steps} steps leaves "
+        f"{budget.total_steps - switch} finishing steps: every step trains at K0 = "
+        f"{schedule.k0}, a fixed-depth run, not fixed-first; lower schedule.switch, or raise "
+        "the budget"
+    )
 
 
 def report(config) -> dict:
@@ -80,6 +112,7 @@ def report(config) -> dict:
         "uniform_flops": uniform,
         "modeled_savings": budget.modeled_savings(),
         "auto_switch": auto,
+        "notes": notes(config, budget),
     }
 
 
@@ -131,4 +164,6 @@ def run(args: argparse.Namespace) -> int:
             f"{a['realised_flops_at_ceiling']:.4e} FLOPs, "
             f"modeled savings {100 * a['modeled_savings_at_ceiling']:.1f}%"
         )
+    for note in r["notes"]:
+        print(f"note: {note}")
     return 0

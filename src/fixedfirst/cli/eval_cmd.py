@@ -105,7 +105,7 @@ def evaluate(args: argparse.Namespace) -> int:
 
     depths = parse_depths(args.depths)
     out = Path(args.out) if args.out else None
-    device = resolve_device(args.device)
+    device = resolve_device(args.device, "--device")
     if args.task != "nll":
         result = task_metric(args, depths, device)
         out = out or Path(args.run_dir) / f"eval-{args.task}-step-{result['step']:07d}.json"

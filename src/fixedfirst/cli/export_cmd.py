@@ -46,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
     from fixedfirst.runs.checkpoint import CheckpointManager
     from fixedfirst.runs.directory import RunDir
 
+    checkpoints = CheckpointManager(RunDir(args.run_dir).checkpoints_path)
+    before = {ckpt.step for ckpt in checkpoints.all()}
     config = export_run(args.run_dir, args.out, args.checkpoint)
     source = config["source"]
     tokenizer = config["tokenizer"]
@@ -55,19 +57,28 @@ def run(args: argparse.Namespace) -> int:
         f"default depth {config['default_depth']}) to {args.out}"
     )
     print(f"load it with: fixedfirst.load({str(args.out)!r})")
-    newest = CheckpointManager(RunDir(args.run_dir).checkpoints_path).all()
-    if newest and newest[-1].step > source["step"]:
-        why = (
-            "as asked with --checkpoint"
-            if args.checkpoint is not None
-            else "the newer ones failed their checks (see the warnings above)"
-        )
-        print(
-            f"note: exported step {source['step']}, not the newest checkpoint "
-            f"(step {newest[-1].step}): {why}",
-            file=sys.stderr,
-        )
+    newer = [ckpt.step for ckpt in checkpoints.all() if ckpt.step > source["step"]]
+    if newer:
+        print(f"note: {newer_than_exported(args, source['step'], newer, before)}", file=sys.stderr)
     return 0
+
+
+def newer_than_exported(
+    args: argparse.Namespace, exported: int, newer: list[int], before: set[int]
+) -> str:
+    """Why the export is not of the newest checkpoint: asked for, written while the export
+    ran (the run is training), or skipped for failing its checks."""
+    head = f"exported step {exported}, not the newest checkpoint (step {max(newer)})"
+    if args.checkpoint is not None:
+        return f"{head}: as asked with --checkpoint"
+    written = [step for step in newer if step not in before]
+    if written:
+        return (
+            f"{head}: the run saved step {max(written)} while this export was written (it is "
+            f"training); export again when it has finished, or give --checkpoint "
+            f"{max(written)}"
+        )
+    return f"{head}: the newer ones failed their checks (see the warnings above)"
 
 
 def run_hf(args: argparse.Namespace) -> int:

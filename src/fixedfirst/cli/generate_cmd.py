@@ -145,7 +145,9 @@ def run(args: argparse.Namespace) -> int:
     from fixedfirst.serve.speculative import SpeculationStats
 
     mode = decoding_mode(args, None)  # bad flags are refused before the model is loaded
-    served = load_served(args.run_dir, args.checkpoint, resolve_device(args.device), data=args.data)
+    served = load_served(
+        args.run_dir, args.checkpoint, resolve_device(args.device, "--device"), data=args.data
+    )
     if mode is None:
         mode = decoding_mode(args, served.default_depth)
     max_new_tokens = args.max_new_tokens

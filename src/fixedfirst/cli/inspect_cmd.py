@@ -151,15 +151,16 @@ def run(args: argparse.Namespace) -> int:
 def inspect_run(args, depths, cache, text, indices, page: Path, picture: Path) -> int:
     import torch
 
-    from fixedfirst.files.writing import save_figure
-    from fixedfirst.inspection import draw_inspection, inspect_sequences, page_record, write_page
+    from fixedfirst.inspection import inspect_sequences, page_record, write_page
     from fixedfirst.inspection.record import check_page_size
     from fixedfirst.inspection.sources import task_examples, text_sequence, validation_sequences
     from fixedfirst.machine.device import resolve_device, resolve_dtype
     from fixedfirst.runs.served import load_served
     from fixedfirst.schedules import describe
 
-    served = load_served(args.run_dir, args.checkpoint, resolve_device(args.device), False)
+    served = load_served(
+        args.run_dir, args.checkpoint, resolve_device(args.device, "--device"), False
+    )
     config = served.run.config if served.run is not None else None
     max_depth = args.max_depth or min(served.default_depth, max(depths))
     modes = exit_modes(args.threshold, max_depth, cache)
@@ -185,8 +186,7 @@ def inspect_run(args, depths, cache, text, indices, page: Path, picture: Path) -
         "cache": cache.describe(),
     }
     record = page_record(inspection, served.tokenizer, served.model.config.vocab_size, about)
-    write_page(page, record)
-    save_figure(draw_inspection(record), picture)
+    write_page(page, record, picture)
     print_summary(record)
     print(f"wrote {page} and {picture}")
     return 0

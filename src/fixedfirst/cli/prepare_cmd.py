@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+from collections.abc import Iterator
+from types import FrameType
 
-from fixedfirst.data.prepare import DEFAULT_SHARD_TOKENS, PrepareOptions, prepare
+from fixedfirst.data.prepare import (
+    DEFAULT_BATCH_BYTES,
+    DEFAULT_SHARD_TOKENS,
+    PrepareOptions,
+    prepare,
+)
+from fixedfirst.train.interrupt import TrainingInterrupted
 
 EPILOG = """\
 inputs:
   FILE.txt (or any other name)  UTF-8 text; one document per file, or split at --separator lines
   FILE.jsonl / .ndjson / .json  one JSON object per line, the text in --text-field
   FILE.parquet                  the text in column --text-field
-  DIRECTORY                     every file below it (hidden files skipped), in sorted order
+  DIRECTORY                     every file below it, in sorted order, links to directories
+                                followed (hidden files, prepared data skipped, and said)
+  a pipe, <(zcat FILE.gz)       read once; Parquet, JSON lines or text by its first bytes
   hf:NAME[:CONFIG]              the train split of a Hugging Face dataset (needs the network
                                 and `pip install datasets`),
                                 e.g. hf:HuggingFaceFW/fineweb-edu:sample-10BT
@@ -43,10 +55,10 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--val-fraction",
         type=float,
         metavar="F",
-        help="fraction of the documents held out for validation (default: 1%%, raised for a "
-        "corpus under 1.6 MB to 16 KB / its size, at most 10%%: about 16 KB of text when its "
-        "documents are of even size, less under 160 KB; the output says how much); with too "
-        "few documents to hold out whole ones, the last F of each document's text",
+        help="fraction of the text (bytes) held out for validation, in whole documents, to "
+        "within one document (default: 1%%, raised for a corpus under 1.6 MB to 16 KB / its "
+        "size, at most 10%%); with too few documents to hold out whole ones, the last F of "
+        "each document's text",
     )
     parser.add_argument(
         "--separator",
@@ -73,7 +85,39 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="tokens per shard file (default %(default)s)",
     )
+    parser.add_argument(
+        "--batch-mb",
+        type=float,
+        default=DEFAULT_BATCH_BYTES / 2**20,
+        metavar="MB",
+        help="text handed to the tokenizer at once (default %(default)g): prepare's memory grows "
+        "with it, not with the size of a file; it never changes what is written",
+    )
     parser.set_defaults(run=run)
+
+
+class PrepareStopped(TrainingInterrupted):
+    """`prepare` stopped by SIGTERM: what it wrote is removed; the exit status is a shell's
+    for a command killed by it (128 + 15), there being nothing to resume."""
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + self.signum
+
+
+@contextlib.contextmanager
+def stopped_by_sigterm(out: str) -> Iterator[None]:
+    """SIGTERM raises `PrepareStopped`, so the staging directory is removed on the way out,
+    as after Ctrl-C, and the command says so instead of dying silently."""
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise PrepareStopped(f"nothing written to --out {out}; run the command again", signum)
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def short_for_default_eval(val: dict) -> str | None:
@@ -104,10 +148,19 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         shard_tokens=args.shard_tokens,
     )
-    result = prepare(args.inputs, args.out, options, progress=sys.stderr.isatty())
+    with stopped_by_sigterm(args.out):
+        result = prepare(
+            args.inputs,
+            args.out,
+            options,
+            progress=sys.stderr.isatty(),
+            batch_bytes=round(args.batch_mb * 2**20),
+        )
     meta = result.meta
     if result.already_done:
         print(f"{result.out}: already holds this data (same inputs and options); nothing to do")
+        for note in result.notes:
+            print(f"  note: {note}")
         return 0
     train, val = meta["splits"]["train"], meta["splits"]["val"]
     text_bytes = train["bytes"] + val["bytes"]
@@ -133,8 +186,14 @@ def run(args: argparse.Namespace) -> int:
             "out whole ones)"
         )
     else:
-        held = f"{fraction:.1%} of the documents, spread evenly over the corpus"
-    print(f"  validation: {held}; {val['bytes'] / 1024:,.1f} KB of text")
+        held = "whole documents, spread over the corpus"
+    print(
+        f"  validation: {val['bytes'] / text_bytes:.2%} of the text, {val['bytes'] / 1024:,.1f} "
+        f"KB ({fraction:.2%} asked; {val['tokens'] / (train['tokens'] + val['tokens']):.2%} of "
+        f"the tokens), {held}"
+    )
+    for note in result.notes:
+        print(f"  note: {note}")
     short = short_for_default_eval(val)
     if short:
         print(f"  note: {short}")

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
     spec = load_sweep(args.sweep)
     only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
-    device = str(resolve_device(args.device))
+    device = str(resolve_device(args.device, "--device"))
     conducted = run_sweep(spec, args.out, only, args.quiet, device, args.jobs, args.rows_from)
     if not args.quiet:
         print_conducted(conducted, [], not_finished(spec, conducted.results))

@@ -106,7 +106,9 @@ def run(args: argparse.Namespace) -> int:
             raise UserError("give a CONFIG.toml (or --resume to continue RUN/config.toml)")
         config = RunDir(args.out).saved_config(args.overrides)
     else:
-        config = load_config(args.config, args.overrides)
+        config = load_config(args.config, args.overrides, written=True)
+    if not args.resume:
+        check_new_run(config, say=not args.quiet and os.environ.get("RANK", "0") == "0")
     if args.nproc is not None:
         return launch(args, config)
     try:
@@ -117,6 +119,26 @@ def run(args: argparse.Namespace) -> int:
     finally:
         distributed.stop()  # after the trainer is gone: see its docstring
     return 0
+
+
+def check_new_run(config: RunConfig, say: bool) -> None:
+    """Refuse a fixed-first run whose switch leaves no finishing step (it would train and be
+    reported as fixed-first at a fixed depth); say when the budget reads the data more than
+    once. A study builds its runs itself: its plan is never refused here."""
+    from fixedfirst.adapters.run_model import run_plan
+    from fixedfirst.cli.compute_cmd import no_finishing_step
+    from fixedfirst.data.prepared import is_prepared, passes_note
+    from fixedfirst.errors import UserError
+
+    budget = run_plan(config)
+    never = no_finishing_step(config, budget)
+    if never is not None:
+        raise UserError(never)
+    path = config.data.path
+    if say and config.data.kind == "tokens" and path is not None and is_prepared(path):
+        passes = passes_note(path, budget.tokens)
+        if passes is not None:
+            print(f"note: {passes}", flush=True)
 
 
 def train(args: argparse.Namespace, config: RunConfig) -> tuple[dict, bool]:

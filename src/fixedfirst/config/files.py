@@ -15,6 +15,7 @@ from typing import Any
 
 from fixedfirst.config.run import RunConfig, section_names
 from fixedfirst.config.schema import toml_value
+from fixedfirst.config.sections import ScheduleConfig
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import resolve_data_path
 
@@ -108,15 +109,68 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{p}: not a UTF-8 text file") from None
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+SWEEP_KEYS = ("base", "sweep", "runs", "claims")
+"""Top-level keys of a sweep file (docs/reference/files.md), never of a run configuration."""
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    written: bool = False,
+) -> RunConfig:
     """Load a run configuration from a TOML file (or the defaults) plus `--set` overrides.
 
     A relative data.path in the file is relative to the file's directory; one given with
-    `--set` is relative to the working directory, where it was typed."""
+    `--set` is relative to the working directory, where it was typed. `written`: the file and
+    overrides are what the user wrote (not a run's config.toml, which lists every key), so a
+    schedule key its schedule never reads is refused rather than silently ignored."""
     data = {}
     if path is not None:
         data = resolve_data_path(read_toml(path), Path(path).parent)
-    return RunConfig.from_dict(apply_overrides(data, overrides or []))
+        sweep = [key for key in SWEEP_KEYS if key in data]
+        if sweep:
+            raise UserError(
+                f"{path} is a sweep file (it has {', '.join(sweep)}), not a run configuration: "
+                f"`fixedfirst sweep {path} --out DIR` runs it; give this command one run's "
+                "configuration (the sweep's base file, for one)"
+            )
+    config = RunConfig.from_dict(apply_overrides(data, overrides or []))
+    if written:
+        _refuse_unused_keys(config, data, overrides or [])
+    return config
+
+
+def _refuse_unused_keys(config: RunConfig, data: dict[str, Any], overrides: list[str]) -> None:
+    """Refuse a schedule key the schedule it was written for never reads: a key of the file
+    that the file's own schedule ignores, a `--set` key that the final one ignores (a `--set`
+    of another kind leaves the file's keys alone: the file still says what it meant), and
+    [switch] without schedule.switch = 'auto'."""
+    written = data.get("schedule", {}) if isinstance(data.get("schedule"), dict) else {}
+    kind = written.get("kind", ScheduleConfig.kind)
+    finish = written.get("finish", ScheduleConfig.finish)
+    unused = [
+        (key, written[key], kind) for key in ScheduleConfig.unused(list(written), kind, finish)
+    ]
+    final = config.schedule
+    for override in overrides:
+        section, key, value = parse_override(override)
+        if section == "schedule" and ScheduleConfig.unused([key], final.kind, final.finish):
+            unused.append((key, value, final.kind))
+    if unused:
+        key, value, kind = unused[0]
+        raise UserError(
+            f"schedule.{key} = {toml_value(value)} does nothing with schedule.kind = {kind!r}: "
+            f"it is read only with {ScheduleConfig.ONLY_FOR[key]}; remove it, or change "
+            "schedule.kind"
+        )
+    switch = data.get("switch")
+    if isinstance(switch, dict) and switch and not final.auto_switch:
+        how = f", switch = {final.switch}" if final.kind == "fixed-first" else ""
+        raise UserError(
+            f"[switch] sets how schedule.switch = 'auto' decides, and this schedule does not "
+            f"switch by itself (schedule.kind = {final.kind!r}{how}); remove [switch], or set "
+            "schedule.switch = 'auto'"
+        )
 
 
 def to_toml(config: RunConfig) -> str:

@@ -240,6 +240,34 @@ class ScheduleConfig:
                 f"{self.mean_depth:g}; raise k_max or set schedule.mean",
             )
 
+    ONLY_FOR: ClassVar[dict[str, str]] = {
+        "depth": "kind = 'fixed'",
+        "k0": "kind = 'fixed-first'",
+        "switch": "kind = 'fixed-first'",
+        "finish": "kind = 'fixed-first'",
+        "warmup": "kind = 'progressive'",
+        "ramp": "kind = 'progressive'",
+        "mean": "a Poisson-lognormal depth (kind = 'poisson-lognormal' or 'progressive', or "
+        "finish = 'poisson-lognormal')",
+        "sigma": "a Poisson-lognormal depth (kind = 'poisson-lognormal' or 'progressive', or "
+        "finish = 'poisson-lognormal')",
+    }
+    """The keys only some schedules read, and which (k_min and k_max are read by all but
+    `fixed`: they also set a Poisson-lognormal schedule's default mean and its clip)."""
+
+    @classmethod
+    def unused(cls, given: list[str], kind: str, finish: str) -> list[str]:
+        """The keys of `given` that a schedule of `kind` (and `finish`) never reads."""
+        poisson = kind in ("poisson-lognormal", "progressive") or (
+            kind == "fixed-first" and finish == "poisson-lognormal"
+        )
+        read = {
+            "fixed": {"depth"},
+            "progressive": {"warmup", "ramp"},
+            "fixed-first": {"k0", "switch", "finish"},
+        }.get(kind, set()) | ({"mean", "sigma"} if poisson else set())
+        return [key for key in given if key in cls.ONLY_FOR and key not in read]
+
     @property
     def switch_fraction(self) -> float | None:
         """`switch` as the fraction of the run trained at k0; None for `auto` (the schema lets

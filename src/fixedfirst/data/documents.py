@@ -1,10 +1,11 @@
-"""Where documents come from: text, JSONL and Parquet files, directories, Hugging Face datasets.
+"""Where documents come from: text, JSONL and Parquet files, and Hugging Face datasets.
 
-`resolve_inputs` turns the command line's INPUT arguments into `DocumentInput`s before any work
-starts, so a missing path or package fails at once and nothing is half done. Each input yields
-its documents one at a time (a corpus never has to fit in memory) and fingerprints its content.
-Text that is not UTF-8 is an error naming the file and offset, never replaced: a mis-encoded
-corpus should be converted, not trained on. The formats are listed in docs/reference/files.md.
+Each input gives its documents as one stream of pieces (`data/pieces.py`): a document's text in
+parts of bounded size, the last one marked, so a corpus never has to fit in memory and neither
+does any one document of it. An input fingerprints its content. Text that is not UTF-8 is an
+error that says what the file looks like (`data/text_files.py`), never replaced: a mis-encoded
+corpus should be converted, not trained on. The formats are listed in docs/reference/files.md;
+which files a command line names is `data/inputs.py`'s.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
 
+from fixedfirst.data.pieces import Piece, pieces
+from fixedfirst.data.text_files import utf8_lines
 from fixedfirst.errors import UserError
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
@@ -34,8 +37,8 @@ class DocumentInput(ABC):
     """Size on disk (for progress), when known."""
 
     @abstractmethod
-    def documents(self) -> Iterator[str]:
-        """The documents, in a fixed order."""
+    def pieces(self) -> Iterator[Piece]:
+        """Every document's text, in pieces, in a fixed order."""
 
     @abstractmethod
     def fingerprint(self) -> str:
@@ -45,7 +48,7 @@ class DocumentInput(ABC):
         return {"input": self.name, "format": self.format, "bytes": self.nbytes}
 
 
-def _file_digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
     digest = hashlib.sha256()
     try:
         with open(path, "rb") as f:
@@ -56,121 +59,141 @@ def _file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, line with its newline) of a UTF-8 text file; errors name the byte offset."""
-    offset = 0
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            nul = raw.find(b"\0")
-            if nul >= 0:
-                raise UserError(
-                    f"{path}: a binary file, not text (NUL byte at offset {offset + nul}); "
-                    "pass text, JSONL or Parquet files"
-                )
-            try:
-                yield number, raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise UserError(
-                    f"{path}: not UTF-8 text (byte 0x{raw[e.start]:02x} at line {number}, "
-                    f"offset {offset + e.start}); convert it to UTF-8 first"
-                ) from None
-            offset += len(raw)
-
-
 class FileInput(DocumentInput):
-    def __init__(self, path: Path) -> None:
+    """A file read from `path`; named `name` (another path when `path` holds a copy of what a
+    pipe gave, whose `digest` was taken while copying it)."""
+
+    def __init__(self, path: Path, name: str | None = None, digest: str | None = None) -> None:
         self.path = path
-        self.name = str(path)
+        self.name = str(path) if name is None else name
         self.nbytes = path.stat().st_size
+        self.digest = digest
 
     def fingerprint(self) -> str:
-        return _file_digest(self.path)
+        if self.digest is None:
+            self.digest = file_digest(self.path)
+        return self.digest
 
 
 class TextFile(FileInput):
     format = "text"
 
-    def __init__(self, path: Path, separator: str | None) -> None:
-        super().__init__(path)
+    def __init__(self, path: Path, separator: str | None, **named) -> None:
+        super().__init__(path, **named)
         self.separator = separator
 
-    def documents(self) -> Iterator[str]:
-        lines: list[str] = []
-        for _, line in _utf8_lines(self.path):
-            if self.separator is not None and line.rstrip("\r\n") == self.separator:
-                text = "".join(lines)
-                lines.clear()
-                if text.strip():
-                    yield text
-            else:
-                lines.append(line)
-        text = "".join(lines)
-        if text.strip():
-            yield text
+    def pieces(self) -> Iterator[Piece]:
+        lines = utf8_lines(self.path, self.name)
+        if self.separator is None:
+            yield from pieces(line.text for line in lines)
+            return
+        ended = False
+        starts = True  # the next part begins a line
+
+        def document() -> Iterator[str]:
+            nonlocal ended, starts
+            for line in lines:
+                whole, starts = starts and line.complete, line.complete
+                if whole and line.text.rstrip("\r\n") == self.separator:
+                    return
+                yield line.text
+            ended = True
+
+        while not ended:
+            yield from pieces(document())
+
+
+def _not_json_lines(name: str, number: int, line: str, reason: str) -> UserError:
+    """The error for a line of a JSONL file that is not a JSON object: plainer words for a
+    JSON document spread over several lines, the usual mistake."""
+    first = line.lstrip()[:1]
+    if number == 1 and first in ("[", "{"):
+        what = "an array" if first == "[" else "an object"
+        convert = "jq -c '.[]'" if first == "[" else "jq -c ."
+        return UserError(
+            f"{name}: one JSON document ({what}) over several lines, not JSON lines (one object "
+            f"per line); convert it: {convert} {name} > {Path(name).stem}.jsonl"
+        )
+    return UserError(f"{name}:{number}: not a JSON line ({reason})")
 
 
 class JsonlFile(FileInput):
+    """One JSON object per line; a line is read whole (its text is one value)."""
+
     format = "jsonl"
 
-    def __init__(self, path: Path, text_field: str) -> None:
-        super().__init__(path)
+    def __init__(self, path: Path, text_field: str, **named) -> None:
+        super().__init__(path, **named)
         self.text_field = text_field
 
-    def documents(self) -> Iterator[str]:
-        for number, line in _utf8_lines(self.path):
+    def records(self) -> Iterator[tuple[int, str]]:
+        """(line number, line) of every line, its parts joined."""
+        parts: list[str] = []
+        for line in utf8_lines(self.path, self.name):
+            parts.append(line.text)
+            if line.complete:
+                yield line.number, "".join(parts)
+                parts.clear()
+        if parts:
+            yield line.number, "".join(parts)
+
+    def pieces(self) -> Iterator[Piece]:
+        for number, line in self.records():
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as e:
-                raise UserError(f"{self.path}:{number}: not a JSON line ({e.msg})") from None
+                raise _not_json_lines(self.name, number, line, e.msg) from None
+            if isinstance(record, list) and number == 1:
+                raise _not_json_lines(self.name, number, "[", "an array")
             if not isinstance(record, dict) or self.text_field not in record:
                 keys = sorted(record) if isinstance(record, dict) else type(record).__name__
                 raise UserError(
-                    f"{self.path}:{number}: no {self.text_field!r} field (found {keys}); "
+                    f"{self.name}:{number}: no {self.text_field!r} field (found {keys}); "
                     "name the field with --text-field"
                 )
             text = record[self.text_field]
             if not isinstance(text, str):
                 raise UserError(
-                    f"{self.path}:{number}: field {self.text_field!r} is "
+                    f"{self.name}:{number}: field {self.text_field!r} is "
                     f"{type(text).__name__}, not a string"
                 )
-            if text.strip():
-                yield text
+            yield from pieces([text])
 
 
 class ParquetFile(FileInput):
     format = "parquet"
 
-    def __init__(self, path: Path, text_field: str) -> None:
-        super().__init__(path)
+    def __init__(self, path: Path, text_field: str, **named) -> None:
+        super().__init__(path, **named)
         self.text_field = text_field
         try:
             import pyarrow.parquet as pq
         except ImportError:
             raise UserError(
-                f"{path}: reading Parquet needs the `pyarrow` package: "
+                f"{self.name}: reading Parquet needs the `pyarrow` package: "
                 "pip install 'fixedfirst[data]' (or pip install pyarrow)"
             ) from None
         try:
             self.file = pq.ParquetFile(path)
         except Exception as e:  # pyarrow raises ArrowInvalid and OSError subclasses
-            raise UserError(f"{path}: not a Parquet file ({str(e).splitlines()[0]})") from None
+            raise UserError(f"{self.name}: not a Parquet file ({str(e).splitlines()[0]})") from None
         columns = self.file.schema_arrow.names
         if text_field not in columns:
             raise UserError(
-                f"{path}: no {text_field!r} column (found {columns}); name it with --text-field"
+                f"{self.name}: no {text_field!r} column (found {columns}); "
+                "name it with --text-field"
             )
         column_type = str(self.file.schema_arrow.field(text_field).type)
         if column_type not in ("string", "large_string"):
-            raise UserError(f"{path}: column {text_field!r} holds {column_type}, not strings")
+            raise UserError(f"{self.name}: column {text_field!r} holds {column_type}, not strings")
 
-    def documents(self) -> Iterator[str]:
+    def pieces(self) -> Iterator[Piece]:
         for batch in self.file.iter_batches(columns=[self.text_field], batch_size=1024):
             for text in batch.column(0).to_pylist():
-                if text is not None and text.strip():
-                    yield text
+                if text is not None:
+                    yield from pieces([text])
 
 
 @contextlib.contextmanager
@@ -218,58 +241,13 @@ class HubDataset(DocumentInput):
             )
         self.text_field = text_field
 
-    def documents(self) -> Iterator[str]:
+    def pieces(self) -> Iterator[Piece]:
         for batch in self.dataset.iter(batch_size=1024):
             for text in batch[self.text_field]:
-                if text is not None and text.strip():
-                    yield text
+                if text is not None:
+                    yield from pieces([text])
 
     def fingerprint(self) -> str:
         # `datasets` fingerprints every dataset by its source files and processing.
         own = getattr(self.dataset, "_fingerprint", None)
         return own or hashlib.sha256(self.name.encode()).hexdigest()
-
-
-def _file_input(path: Path, separator: str | None, text_field: str) -> DocumentInput:
-    suffix = path.suffix.lower()
-    if suffix in JSONL_SUFFIXES:
-        return JsonlFile(path, text_field)
-    if suffix in PARQUET_SUFFIXES:
-        return ParquetFile(path, text_field)
-    return TextFile(path, separator)
-
-
-def _directory_files(directory: Path) -> list[Path]:
-    """Every regular file below `directory`, sorted, skipping hidden files and directories."""
-    return [
-        p
-        for p in sorted(directory.rglob("*"))
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(directory).parts)
-    ]
-
-
-def resolve_inputs(
-    specs: list[str], separator: str | None = None, text_field: str = "text"
-) -> list[DocumentInput]:
-    """The inputs named on the command line, directories expanded, in a fixed order.
-
-    A file reached twice (named twice, or through a symbolic link) is read once.
-    """
-    if not specs:
-        raise UserError("no INPUT given")
-    inputs: list[DocumentInput] = []
-    seen: set[Path] = set()
-    for spec in specs:
-        if spec.startswith(HUB_PREFIX):
-            inputs.append(HubDataset(spec, text_field))
-            continue
-        path = Path(spec)
-        if not path.exists():
-            raise UserError(f"{spec}: no such file or directory")
-        files = _directory_files(path) if path.is_dir() else [path]
-        for file in files:
-            real = file.resolve()
-            if real not in seen:
-                seen.add(real)
-                inputs.append(_file_input(file, separator, text_field))
-    return inputs

@@ -4,14 +4,21 @@ Training then reads the shards through memory maps (tokens.py) and never touches
 The steps:
 
 1. Resolve every input and check every option before any work, so a typo costs nothing.
-2. Fingerprint the inputs' content and the options. If DATA already holds data with the same
-   fingerprint, there is nothing to do; if it holds anything else, stop: nothing is overwritten.
-3. Split by documents, or for a corpus of too few documents, by bytes (split.py says how, and
-   how the validation fraction is chosen when none is given).
-4. BPE only: learn the merges from the training documents (validation text stays unseen).
+2. Fingerprint the inputs' content and the options (an input that can be read only once, a
+   pipe, is copied first: data/inputs.py). If DATA already holds data with the same fingerprint,
+   there is nothing to do; if it holds anything else, stop: nothing is overwritten.
+3. Split by documents, or for a corpus of too few documents, within each one (split.py says how,
+   and how the validation fraction is chosen when none is given).
+4. BPE only: learn the merges from the training text (validation text stays unseen).
 5. Tokenize, append an end-of-document token to every document, and stream the ids into shards.
-6. Everything is written into a temporary directory beside DATA and renamed to DATA at the end,
-   so an interrupted run never leaves half a dataset under the name DATA.
+6. Everything is written into a staging directory beside DATA and renamed to DATA at the end
+   (staging.py), so an interrupted run never leaves half a dataset under the name DATA.
+
+Memory: text reaches the tokenizer in pieces (pieces.py), `batch_bytes` of them per call, and
+token ids go straight to the shard files, so what `prepare` holds grows with `batch_bytes`, not
+with the size of a file or of the corpus (benchmarks/prepare_memory.py measures it). BPE
+training also counts every distinct word of the training text, which grows with the corpus's
+vocabulary (the `tokenizers` library's own memory).
 """
 
 from __future__ import annotations
@@ -19,15 +26,15 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import os
-import shutil
 import sys
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from fixedfirst.data.documents import DocumentInput, resolve_inputs
+from fixedfirst.data.documents import DocumentInput, TextFile
+from fixedfirst.data.inputs import check_out_of_inputs, copy_pipes, resolve_inputs
+from fixedfirst.data.pieces import Piece
 from fixedfirst.data.prepared import FORMAT, FORMAT_VERSION, META_FILE, SPLITS
 from fixedfirst.data.shards import (
     CheckedShard,
@@ -36,7 +43,8 @@ from fixedfirst.data.shards import (
     dtype_for_vocab,
     open_shard,
 )
-from fixedfirst.data.split import DEFAULT_FRACTION, auto_fraction, split_documents
+from fixedfirst.data.split import DEFAULT_FRACTION, Split, auto_fraction
+from fixedfirst.data.staging import Staging
 from fixedfirst.data.tokenizer import (
     TOKENIZER_DIR,
     BpeTokenizer,
@@ -52,8 +60,10 @@ to write in one piece."""
 MIN_SHARD_TOKENS = 100
 MAX_SHARDS = 10_000
 """Shard files per split at most: past that, --shard-tokens is surely a slip."""
-ENCODE_BATCH_BYTES = 4 << 20
-"""Text gathered before one call to the tokenizer (BPE encodes a batch in parallel)."""
+DEFAULT_BATCH_BYTES = 1 << 20
+"""Text handed to the tokenizer per call (BPE encodes a call's pieces in parallel): a BPE call
+holds about a hundred times as much memory (docs/guides/own-data.md)."""
+SPLIT_NAMES = {"documents": "whole documents", "bytes": "the end of each document"}
 
 
 @dataclass(frozen=True)
@@ -64,8 +74,8 @@ class PrepareOptions:
     vocab_size: int | None = None
     """BPE only: the vocabulary size to train (the byte tokenizer's is always 257)."""
     val_fraction: float | None = DEFAULT_FRACTION
-    """Fraction of the documents held out for validation; None: chosen from the input's size
-    (see split.py)."""
+    """Fraction of the text (in bytes, in whole documents) held out for validation; None:
+    chosen from the input's size (see split.py)."""
     separator: str | None = None
     """Plain text only: a line equal to this ends a document; None = one document per file."""
     text_field: str = "text"
@@ -110,6 +120,8 @@ class PrepareResult:
     meta: dict[str, Any]
     already_done: bool
     """True when DATA already held exactly this data and nothing was written."""
+    notes: list[str] = field(default_factory=list)
+    """What was skipped, followed or kept besides the data itself, one line each."""
 
 
 def _progress(total: int | None, desc: str, enabled: bool):
@@ -126,59 +138,70 @@ def _progress(total: int | None, desc: str, enabled: bool):
     )
 
 
-def _documents(inputs: list[DocumentInput], desc: str, progress: bool) -> Iterator[str]:
-    """Every document of every input, in order, with a progress bar over the input bytes."""
+def _pieces(inputs: list[DocumentInput], desc: str, progress: bool) -> Iterator[Piece]:
+    """Every input's pieces, in order, with a progress bar over the input bytes."""
     known = [i.nbytes for i in inputs if i.nbytes is not None]
     total = sum(known) if len(known) == len(inputs) else None
     with _progress(total, desc, progress) as bar:
         for source in inputs:
             shown = 0
-            for text in source.documents():
-                size = len(text)  # characters: cheap, and close enough to bytes for a progress bar
+            for piece in source.pieces():
+                size = len(piece.text)  # characters: cheap, close enough to bytes for a bar
                 if source.nbytes is None or shown + size <= source.nbytes:
                     bar.update(size)
                     shown += size
-                yield text
+                yield piece
             if source.nbytes is not None:
                 bar.update(source.nbytes - shown)  # file overhead: markup, separators, columns
 
 
-def fingerprint(inputs: list[DocumentInput], digests: list[str], options: PrepareOptions) -> str:
+def fingerprint(
+    inputs: list[DocumentInput],
+    digests: list[str],
+    options: PrepareOptions,
+    version: int = FORMAT_VERSION,
+) -> str:
     """A digest of what `prepare` would write: the inputs' content digests, their order and
     formats, the options, and the data format version (not the paths: moving the corpus does not
-    change the data)."""
+    change the data). `version` 1 gives what data prepared before split by bytes recorded."""
     digest = hashlib.sha256()
-    digest.update(json.dumps([FORMAT, FORMAT_VERSION, asdict(options)]).encode())
+    digest.update(json.dumps([FORMAT, version, asdict(options)]).encode())
     for source, content in zip(inputs, digests, strict=True):
         digest.update(json.dumps([source.format, content]).encode())
     return digest.hexdigest()
 
 
-def _check_out(out: Path, fp: str) -> dict[str, Any] | None:
-    """The existing meta.json when DATA already holds this exact data; None when DATA is free
-    (absent, or an empty directory); an error when it holds anything else."""
+def _check_out_is_free(out: Path) -> None:
+    """Refuse, before any work, an --out that can only be refused: a file, or a non-empty
+    directory that holds no prepared data."""
     if not out.exists():
-        return None
+        return
     if not out.is_dir():
         raise UserError(f"--out {out}: exists and is not a directory; nothing overwritten")
-    meta_file = out / META_FILE
-    if meta_file.is_file():
-        try:
-            existing = json.loads(meta_file.read_text())
-        except (OSError, ValueError):
-            existing = {}
-        if isinstance(existing, dict) and existing.get("fingerprint") == fp:
-            _check_shards(out, existing)
-            return existing
-        raise UserError(
-            f"--out {out}: already holds prepared data from other inputs or options; "
-            "nothing overwritten (choose another --out, or delete it first)"
-        )
-    if any(out.iterdir()):
+    if not (out / META_FILE).is_file() and any(out.iterdir()):
         raise UserError(
             f"--out {out}: exists, is not empty and holds no prepared data; nothing overwritten"
         )
-    return None
+
+
+def _existing(out: Path, fp: str, fp_v1: str) -> dict[str, Any] | None:
+    """The existing meta.json when DATA already holds this exact data (written by this version,
+    or by one before the split by bytes: it keeps its split); None when DATA is free (absent,
+    or an empty directory); an error when it holds anything else."""
+    meta_file = out / META_FILE
+    if not meta_file.is_file():
+        return None
+    try:
+        existing = json.loads(meta_file.read_text())
+    except (OSError, ValueError):
+        existing = {}
+    if isinstance(existing, dict) and existing.get("fingerprint") in (fp, fp_v1):
+        _check_shards(out, existing)
+        return existing
+    raise UserError(
+        f"--out {out}: already holds prepared data from other inputs or options; "
+        "nothing overwritten (choose another --out, or delete it first)"
+    )
 
 
 def _check_shards(out: Path, meta: dict[str, Any]) -> None:
@@ -197,93 +220,51 @@ def _check_shards(out: Path, meta: dict[str, Any]) -> None:
                 ) from None
 
 
-def _train_bpe(
-    inputs: list[DocumentInput], options: PrepareOptions, by_bytes: bool, progress: bool
-) -> Tokenizer:
-    fraction = options.val_fraction
-    assert fraction is not None  # resolved by prepare()
-
-    def training_documents() -> Iterator[str]:
-        documents = _documents(inputs, "training BPE", progress)
-        for split, text in split_documents(documents, fraction, by_bytes):
-            if split == "train":
-                yield text
-
-    assert options.vocab_size is not None
-    return BpeTokenizer.train(training_documents(), options.vocab_size)
-
-
-def _write_splits(
-    tmp: Path,
-    inputs: list[DocumentInput],
-    tokenizer: Tokenizer,
-    options: PrepareOptions,
-    by_bytes: bool,
-    progress: bool,
-) -> dict[str, dict[str, Any]]:
-    """Tokenize every document into the train or val shards; the per-split counts."""
-    assert options.val_fraction is not None  # resolved by prepare()
-    dtype = dtype_for_vocab(tokenizer.vocab_size, options.dtype)
-    writers = {s: ShardWriter(tmp, s, dtype, options.shard_tokens) for s in SPLITS}
-    stats = {s: {"documents": 0, "bytes": 0} for s in SPLITS}
-    pending: dict[str, list[str]] = {s: [] for s in SPLITS}
-    pending_bytes = dict.fromkeys(SPLITS, 0)
-
-    def flush(split: str) -> None:
-        writers[split].add(tokenizer.encode_documents(pending[split]))
-        pending[split].clear()
-        pending_bytes[split] = 0
-
-    documents = _documents(inputs, "tokenizing", progress)
-    for split, text in split_documents(documents, options.val_fraction, by_bytes):
-        size = len(text.encode("utf-8"))
-        stats[split]["documents"] += 1
-        stats[split]["bytes"] += size
-        pending[split].append(text)
-        pending_bytes[split] += size
-        if pending_bytes[split] >= ENCODE_BATCH_BYTES:
-            flush(split)
-    for split in SPLITS:
-        flush(split)
-    return {
-        split: {
-            **stats[split],
-            "tokens": writers[split].total_tokens,
-            "shards": writers[split].close(),
-        }
-        for split in SPLITS
-    }
-
-
-def _check_splits(
-    splits: dict[str, dict[str, Any]], inputs: list[DocumentInput], f: float, by_bytes: bool
-) -> None:
-    documents = sum(s["documents"] for s in splits.values())
-    if documents == 0:
-        names = ", ".join(i.name for i in inputs[:3]) + (" ..." if len(inputs) > 3 else "")
-        raise UserError(f"empty input: no text in {names or 'the given directories'}")
-    for split in SPLITS:
-        if splits[split]["documents"] == 0 and by_bytes:  # the end of each document held out
-            text = sum(s["bytes"] for s in splits.values())
-            raise UserError(
-                f"{text} bytes of text are too little to split into training and validation "
-                "text (each part needs words of its own, and a document is cut only at a "
-                "space); add text"
-            )
-        if splits[split]["documents"] == 0:
-            raise UserError(
-                f"the {split} split is empty: {documents} documents with --val-fraction {f} "
-                "leave none for it; lower --val-fraction or add documents"
-            )
+def _check_separator(inputs: list[DocumentInput], options: PrepareOptions) -> None:
+    """Refuse --separator when no input is plain text: it would be silently ignored."""
+    if options.separator is None or any(isinstance(i, TextFile) for i in inputs):
+        return
+    formats = sorted({i.format for i in inputs})
+    raise UserError(
+        f"--separator {options.separator!r} applies to plain text files, and every input is "
+        f"{' or '.join(formats)} (one document per record); leave --separator out"
+    )
 
 
 def prepare(
-    specs: list[str], out: str | Path, options: PrepareOptions, progress: bool = False
+    specs: list[str],
+    out: str | Path,
+    options: PrepareOptions,
+    progress: bool = False,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
 ) -> PrepareResult:
-    """Tokenize the inputs named by `specs` into the DATA directory `out`."""
+    """Tokenize the inputs named by `specs` into the DATA directory `out`, handing the
+    tokenizer `batch_bytes` of text at a time (what bounds the memory it takes)."""
     out = Path(out)
     options.check()
-    inputs = resolve_inputs(specs, options.separator, options.text_field)
+    if batch_bytes < 1:
+        raise UserError(f"--batch-mb must be > 0, got {batch_bytes / 2**20:g}")
+    named = resolve_inputs(specs, options.separator, options.text_field)
+    check_out_of_inputs(out, named)
+    _check_out_is_free(out)
+    try:
+        with Staging(out) as staging:
+            inputs = copy_pipes(named, staging.scratch, options.separator, options.text_field)
+            return _prepare(inputs, named.notes, staging, options, progress, batch_bytes)
+    except OSError as e:
+        raise write_error(out, e) from None
+
+
+def _prepare(
+    inputs: list[DocumentInput],
+    notes: list[str],
+    staging: Staging,
+    options: PrepareOptions,
+    progress: bool,
+    batch_bytes: int,
+) -> PrepareResult:
+    out = staging.out
+    _check_separator(inputs, options)
     known = [i.nbytes for i in inputs if i.nbytes is not None]
     total = sum(known) if len(known) == len(inputs) else None
     if options.val_fraction is None:
@@ -296,48 +277,123 @@ def prepare(
         )
     digests = [source.fingerprint() for source in inputs]
     fp = fingerprint(inputs, digests, options)
-    existing = _check_out(out, fp)
+    existing = _existing(out, fp, fingerprint(inputs, digests, options, version=1))
     if existing is not None:
-        return PrepareResult(out, existing, already_done=True)
+        if existing.get("format_version") == 1:
+            notes.append(
+                "kept as prepared by an earlier fixedfirst (format 1: a fraction of the "
+                "documents held out, whatever their sizes); delete it and prepare again for "
+                "the split by bytes"
+            )
+        return PrepareResult(out, existing, already_done=True, notes=notes)
+    meta = _write(staging.path, inputs, digests, fp, options, progress, batch_bytes)
+    staging.publish()
+    return PrepareResult(out, meta, already_done=False, notes=notes)
 
-    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        return _write(out, tmp, inputs, digests, fp, options, progress)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise write_error(out, e) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+def _train_bpe(
+    inputs: list[DocumentInput], split: Split, vocab_size: int, progress: bool
+) -> Tokenizer:
+    def training_text() -> Iterator[str]:
+        for part, piece in split(_pieces(inputs, "training BPE", progress)):
+            if part == "train":
+                yield piece.text
+
+    return BpeTokenizer.train(training_text(), vocab_size)
+
+
+def _write_splits(
+    tmp: Path,
+    inputs: list[DocumentInput],
+    tokenizer: Tokenizer,
+    split: Split,
+    options: PrepareOptions,
+    progress: bool,
+    batch_bytes: int,
+) -> dict[str, dict[str, Any]]:
+    """Tokenize every piece into the train or val shards; the per-split counts."""
+    dtype = dtype_for_vocab(tokenizer.vocab_size, options.dtype)
+    writers = {s: ShardWriter(tmp, s, dtype, options.shard_tokens) for s in SPLITS}
+    stats = {s: {"documents": 0, "bytes": 0} for s in SPLITS}
+    pending: dict[str, list[Piece]] = {s: [] for s in SPLITS}
+    pending_bytes = dict.fromkeys(SPLITS, 0)
+
+    def flush(part: str) -> None:
+        texts, ends = [p.text for p in pending[part]], [p.last for p in pending[part]]
+        writers[part].add(tokenizer.encode_documents(texts, ends))
+        pending[part].clear()
+        pending_bytes[part] = 0
+
+    for part, piece in split(_pieces(inputs, "tokenizing", progress)):
+        size = len(piece.text.encode("utf-8"))
+        stats[part]["documents"] += piece.last
+        stats[part]["bytes"] += size
+        pending[part].append(piece)
+        pending_bytes[part] += size
+        if pending_bytes[part] >= batch_bytes:
+            flush(part)
+    for part in SPLITS:
+        flush(part)
+    return {
+        part: {
+            **stats[part],
+            "tokens": writers[part].total_tokens,
+            "shards": writers[part].close(),
+        }
+        for part in SPLITS
+    }
+
+
+def _check_splits(
+    splits: dict[str, dict[str, Any]], inputs: list[DocumentInput], f: float, within: bool
+) -> None:
+    documents = sum(s["documents"] for s in splits.values())
+    if documents == 0:
+        names = ", ".join(i.name for i in inputs[:3]) + (" ..." if len(inputs) > 3 else "")
+        raise UserError(f"empty input: no text in {names or 'the given directories'}")
+    for part in SPLITS:
+        if splits[part]["documents"] == 0 and within:  # the end of each document held out
+            text = sum(s["bytes"] for s in splits.values())
+            raise UserError(
+                f"{text} bytes of text are too little to split into training and validation "
+                "text (each part needs words of its own, and a document is cut only at a "
+                "space); add text"
+            )
+        if splits[part]["documents"] == 0:
+            raise UserError(
+                f"the {part} split is empty: {documents} documents with --val-fraction {f} "
+                "leave none for it; lower --val-fraction or add documents"
+            )
 
 
 def _write(
-    out: Path,
     tmp: Path,
     inputs: list[DocumentInput],
     digests: list[str],
     fp: str,
     options: PrepareOptions,
     progress: bool,
-) -> PrepareResult:
-    """Tokenize into `tmp`, then rename it to `out`: by documents, or (too few of them to
-    hold any out, or just one) by bytes."""
+    batch_bytes: int,
+) -> dict[str, Any]:
+    """Tokenize into `tmp`: by documents, or (none of them held out) within each document;
+    meta.json last. The meta it wrote."""
     fraction = options.val_fraction
     assert fraction is not None  # resolved by prepare()
-    for by_bytes in (False, True):
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+    split = Split(fraction)
+    while True:
         if options.tokenizer == "bpe":
-            tokenizer = _train_bpe(inputs, options, by_bytes, progress)
+            assert options.vocab_size is not None
+            tokenizer: Tokenizer = _train_bpe(inputs, split, options.vocab_size, progress)
         else:
             tokenizer = ByteTokenizer()
-        splits = _write_splits(tmp, inputs, tokenizer, options, by_bytes, progress)
-        # By bytes when no document was held out, or the whole corpus is one document.
-        documents = sum(split["documents"] for split in splits.values())
-        if documents != 1 and (splits["val"]["documents"] or not documents):
+        if not split.holds_out_nothing():
+            for stale in tmp.glob("*.bin"):  # a pass by documents that held out none
+                stale.unlink()
+            splits = _write_splits(tmp, inputs, tokenizer, split, options, progress, batch_bytes)
+        if not split.holds_out_nothing():
             break
-    _check_splits(splits, inputs, fraction, by_bytes)
+        split = split.within_documents()
+    _check_splits(splits, inputs, fraction, split.within)
     tokenizer.save(tmp / TOKENIZER_DIR)
     text_bytes = sum(s["bytes"] for s in splits.values())
     text_tokens = sum(s["tokens"] - s["documents"] for s in splits.values())
@@ -354,17 +410,9 @@ def _write(
         "tokens_per_byte": text_tokens / text_bytes,
         "sources": [i.describe() | {"digest": d} for i, d in zip(inputs, digests, strict=True)],
         "options": asdict(options),
-        "split": "bytes" if by_bytes else "documents",
+        "split": "bytes" if split.within else "documents",
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "fixedfirst_version": __version__,
     }
     (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-    if out.exists():  # an empty directory (checked above): replace it
-        out.rmdir()
-    try:
-        os.rename(tmp, out)
-    except OSError:
-        raise UserError(
-            f"--out {out}: was created by someone else while preparing; nothing overwritten"
-        ) from None
-    return PrepareResult(out, meta, already_done=False)
+    return meta

@@ -8,6 +8,7 @@ docs/reference/files.md.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,10 @@ from fixedfirst.files.paths import shown
 
 META_FILE = "meta.json"
 FORMAT = "fixedfirst-tokens"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: the validation split holds out a fraction of the bytes (data/split.py); 1: a fraction of
+the documents. Both are read alike: data prepared before keep the split they were made with."""
+READABLE_VERSIONS = (1, 2)
 SPLITS = ("train", "val")
 
 
@@ -34,6 +38,13 @@ def read_meta(path: str | Path) -> dict[str, Any]:
             f"prepare INPUT... --out DIR` wrote{parent}"
         )
     if not path.is_dir():
+        expanded = os.path.expandvars(str(path))
+        if expanded != str(path):  # "$HOME/data" in a configuration
+            raise UserError(
+                f"{shown(path)}: no such data directory; a configuration does not expand "
+                f"environment variables: write the path itself ({shown(expanded)}), or one "
+                "relative to the configuration file"
+            )
         raise UserError(f"{shown(path)}: no such data directory; {how_to_prepare(path)}")
     meta_file = path / META_FILE
     if not meta_file.is_file():
@@ -48,10 +59,11 @@ def read_meta(path: str | Path) -> dict[str, Any]:
         raise UserError(
             f"{shown(meta_file)}: not written by `fixedfirst prepare`; {how_to_prepare(path)}"
         )
-    if meta.get("format_version") != FORMAT_VERSION:
+    if meta.get("format_version") not in READABLE_VERSIONS:
         raise UserError(
             f"{shown(meta_file)}: data format version {meta.get('format_version')}, this "
-            f"fixedfirst reads version {FORMAT_VERSION}; prepare the data again"
+            f"fixedfirst reads versions {', '.join(map(str, READABLE_VERSIONS))}; prepare the "
+            "data again"
         )
     return meta
 
@@ -81,3 +93,16 @@ def check_model_vocab(model_vocab_size: int, path: str | Path) -> None:
             f"at {shown(path)} ({needed} ids, {meta['tokenizer']['kind']} tokenizer); "
             f"set model.vocab_size = {needed} (or larger)"
         )
+
+
+def passes_note(path: str | Path, tokens: int) -> str | None:
+    """What a training budget of `tokens` reads of DATA's training split, when that is more than
+    one pass: every pass after the first repeats the same text, which a run should mean to do."""
+    held = int(read_meta(path)["splits"]["train"]["tokens"])
+    if tokens <= held:
+        return None
+    return (
+        f"the budget's {tokens:,} tokens are {tokens / held:.1f} passes over the {held:,} "
+        f"training tokens of {shown(path)} (each after the first repeats them); prepare more "
+        "text, or lower train.tokens, unless that is meant"
+    )

@@ -30,7 +30,7 @@ from __future__ import annotations
 import struct
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -202,8 +202,9 @@ class CheckedShard:
 class ShardWriter:
     """Streams tokens into `PREFIX-00000.bin`, `PREFIX-00001.bin`, ... of `shard_tokens` each.
 
-    Tokens arrive document by document (of any length); a shard is written once full, so memory
-    stays at one shard however large the corpus is.
+    Tokens arrive a document (or a piece of one) at a time and go straight into the open shard
+    file, their blocks' checksums taken on the way; the header's token count is written when the
+    shard is full or closed. Memory stays at the tokens of one call, however large a shard is.
     """
 
     def __init__(self, directory: Path, prefix: str, dtype: np.dtype, shard_tokens: int) -> None:
@@ -213,34 +214,63 @@ class ShardWriter:
         self.prefix = prefix
         self.dtype = dtype
         self.shard_tokens = shard_tokens
-        self.buffer = np.empty(shard_tokens, dtype=dtype)
+        self.file: BinaryIO | None = None
         self.filled = 0
+        """Tokens in the open shard."""
+        self.checksums: list[int] = []
+        """The CRC-32 of each full block of the open shard."""
+        self.block = (0, 0)
+        """(tokens, running CRC-32) of the open shard's last, unfinished block."""
         self.shards: list[dict[str, Any]] = []
         """One {"file", "tokens", "blocks"} entry per shard written, in order ("blocks": the
         block size and the CRC-32 of each block, see `CheckedShard`)."""
 
     def add(self, tokens: np.ndarray) -> None:
-        tokens = np.asarray(tokens)
+        tokens = np.ascontiguousarray(np.asarray(tokens).astype(self.dtype, copy=False))
         start = 0
         while start < tokens.size:
+            if self.file is None:
+                self.file = open(self.directory / self._name(), "wb")  # noqa: SIM115 (kept open)
+                self.file.write(HEADER.pack(MAGIC, VERSION, self.dtype.itemsize, 0))
             take = min(self.shard_tokens - self.filled, tokens.size - start)
-            self.buffer[self.filled : self.filled + take] = tokens[start : start + take]
-            self.filled += take
+            self._write(tokens[start : start + take])
             start += take
             if self.filled == self.shard_tokens:
                 self._flush()
 
+    def _name(self) -> str:
+        return f"{self.prefix}-{len(self.shards):05d}.bin"
+
+    def _write(self, tokens: np.ndarray) -> None:
+        assert self.file is not None
+        done = 0
+        while done < tokens.size:
+            count, crc = self.block
+            take = min(BLOCK_TOKENS - count, tokens.size - done)
+            crc = zlib.crc32(tokens[done : done + take].data, crc)
+            count, done = count + take, done + take
+            if count == BLOCK_TOKENS:
+                self.checksums.append(crc)
+                count, crc = 0, 0
+            self.block = (count, crc)
+        self.file.write(tokens.data.cast("B"))
+        self.filled += tokens.size
+
     def _flush(self) -> None:
-        name = f"{self.prefix}-{len(self.shards):05d}.bin"
-        tokens = self.buffer[: self.filled]
-        write_shard(self.directory / name, tokens, self.dtype)
-        blocks = {"tokens": BLOCK_TOKENS, "crc32": block_checksums(tokens, BLOCK_TOKENS)}
-        self.shards.append({"file": name, "tokens": self.filled, "blocks": blocks})
-        self.filled = 0
+        """Finish the open shard: its last block's checksum, its header's token count."""
+        assert self.file is not None
+        count, crc = self.block
+        checksums = self.checksums + ([crc] if count else [])
+        self.file.seek(0)
+        self.file.write(HEADER.pack(MAGIC, VERSION, self.dtype.itemsize, self.filled))
+        self.file.close()
+        blocks = {"tokens": BLOCK_TOKENS, "crc32": checksums}
+        self.shards.append({"file": self._name(), "tokens": self.filled, "blocks": blocks})
+        self.file, self.filled, self.checksums, self.block = None, 0, [], (0, 0)
 
     def close(self) -> list[dict[str, Any]]:
         """Write the last, partly filled shard; return the list of shards."""
-        if self.filled:
+        if self.file is not None:
             self._flush()
         return self.shards
 

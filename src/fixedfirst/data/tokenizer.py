@@ -55,12 +55,17 @@ class Tokenizer(ABC):
         """The ids of several texts (a subclass may encode them in parallel)."""
         return [self.encode(text) for text in texts]
 
-    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
-        """All documents' ids, each followed by the end-of-document id, as one int64 array."""
+    def encode_documents(
+        self, texts: Sequence[str], ends: Sequence[bool] | None = None
+    ) -> np.ndarray:
+        """All texts' ids as one int64 array, the end-of-document id after each text that ends
+        a document (`ends[i]`; by default every text is a whole document). A document given
+        in pieces cut where the tokenizer cuts anyway (data/pieces.py) encodes as if whole."""
         ids: list[int] = []
-        for document in self.encode_batch(texts):
-            ids.extend(document)
-            ids.append(self.eod_id)
+        for encoded, end in zip(self.encode_batch(texts), ends or [True] * len(texts), strict=True):
+            ids.extend(encoded)
+            if end:
+                ids.append(self.eod_id)
         return np.array(ids, dtype=np.int64)
 
     @property
@@ -104,13 +109,19 @@ class ByteTokenizer(Tokenizer):
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
 
-    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
+    def encode_documents(
+        self, texts: Sequence[str], ends: Sequence[bool] | None = None
+    ) -> np.ndarray:
         if not texts:
             return np.empty(0, dtype=np.int64)
-        encoded = [t.encode("utf-8") for t in texts]
-        # One byte after each document (any value): its slot becomes the end-of-document id.
-        ids = np.frombuffer(b"\0".join(encoded) + b"\0", dtype=np.uint8).astype(np.int64)
-        ids[np.cumsum([len(b) + 1 for b in encoded]) - 1] = self.eod_id
+        ends = ends or [True] * len(texts)
+        # One byte after each document's end (any value): its slot becomes the end-of-document id.
+        encoded = [
+            t.encode("utf-8") + (b"\0" if end else b"") for t, end in zip(texts, ends, strict=True)
+        ]
+        ids = np.frombuffer(b"".join(encoded), dtype=np.uint8).astype(np.int64)
+        slots = np.cumsum([len(b) for b in encoded]) - 1
+        ids[slots[np.asarray(ends, dtype=bool)]] = self.eod_id
         return ids
 
     def decode(self, ids: Iterable[int]) -> str:

@@ -80,19 +80,31 @@ def readable_like_the_rest(path: str | Path) -> None:
 
 def write_atomic(path: str | Path, write: Callable[[Path], object]) -> None:
     """Run `write(tmp)` for a temporary file beside `path`, then rename it over `path`."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    write_together({Path(path): write})
+
+
+def write_together(writes: dict[Path, Callable[[Path], object]]) -> None:
+    """Write several files as one (a page and its picture): each into a temporary file beside
+    it, and only once every one is written, rename them over their targets; a failed write (a
+    disk with room for one but not the other) leaves every target as it was."""
+    temporary = {path: path.with_name(f".{path.name}.tmp-{os.getpid()}") for path in writes}
+    current = next(iter(writes))
     try:
-        write(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        readable_like_the_rest(tmp)
-        os.replace(tmp, path)
+        for current, write in writes.items():
+            tmp = temporary[current]
+            write(tmp)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            readable_like_the_rest(tmp)
+        for path, tmp in temporary.items():
+            os.replace(tmp, path)
     except OSError as e:
-        _remove(tmp)
-        raise write_error(path, e) from None
+        for tmp in temporary.values():
+            _remove(tmp)
+        raise write_error(current, e) from None
     except BaseException:
-        _remove(tmp)
+        for tmp in temporary.values():
+            _remove(tmp)
         raise
 
 
@@ -154,11 +166,18 @@ def check_figure_name(path: Path, option: str = "--out") -> None:
         )
 
 
-def save_figure(fig: Any, path: str | Path, dpi: int = 130) -> Path:
-    """Save a matplotlib figure atomically, marked as ours in its metadata."""
+def figure_writer(fig: Any, path: str | Path, dpi: int = 130) -> Callable[[Path], object]:
+    """What writes a matplotlib figure in the format `path` names, marked as ours in its
+    metadata (for `write_atomic` or `write_together`)."""
     path = Path(path)
     check_figure_name(path, "figure")
     fmt = path.suffix.lower().lstrip(".")
     key = "Software" if fmt == "png" else "Creator"
-    write_atomic(path, lambda p: fig.savefig(p, format=fmt, dpi=dpi, metadata={key: MARK}))
+    return lambda p: fig.savefig(p, format=fmt, dpi=dpi, metadata={key: MARK})
+
+
+def save_figure(fig: Any, path: str | Path, dpi: int = 130) -> Path:
+    """Save a matplotlib figure atomically, marked as ours in its metadata."""
+    path = Path(path)
+    write_atomic(path, figure_writer(fig, path, dpi))
     return path

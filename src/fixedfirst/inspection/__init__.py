@@ -2,9 +2,9 @@
 
 `inspect_sequences` scores every position of some sequences at every serving depth (one pass of
 the recurrence per window) and under every exit rule; `page_record` turns that into the JSON
-record a page embeds; `write_page` writes the self-contained HTML page and `draw_inspection` the
-PNG of the same picture. `sources` builds the sequences: a text, a task's examples, or the run's
-validation sequences.
+record a page embeds; `write_page` writes the self-contained HTML page and, with it, the PNG
+`draw_inspection` draws of the same picture. `sources` builds the sequences: a text, a task's
+examples, or the run's validation sequences.
 """
 
 from fixedfirst.inspection.figure import draw_inspection

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fixedfirst.errors import UserError
-from fixedfirst.files.writing import write_text_atomic
+from fixedfirst.files.writing import figure_writer, write_together
 
 GENERATOR = '<meta name="generator" content="fixedfirst inspect">'
 """In the head of every page: how a later --out recognises a page it may replace."""
@@ -31,8 +31,18 @@ def render_page(record: dict[str, Any]) -> str:
     return template.replace("__TITLE__", title).replace("__DATA__", data)
 
 
-def write_page(path: Path, record: dict[str, Any]) -> None:
-    write_text_atomic(path, render_page(record))
+def write_page(path: Path, record: dict[str, Any], picture: Path) -> None:
+    """The page at `path` and its PNG (`figure.py`) at `picture`, both or neither: a disk with
+    room for the page but not the picture leaves both files as they were."""
+    from fixedfirst.inspection.figure import draw_inspection
+
+    text = render_page(record)
+    write_together(
+        {
+            path: lambda p: p.write_text(text, encoding="utf-8"),
+            picture: figure_writer(draw_inspection(record), picture),
+        }
+    )
 
 
 def is_our_page(path: Path) -> bool:

@@ -21,12 +21,14 @@ import torch
 from fixedfirst.errors import UserError
 
 
-def resolve_device(name: str) -> torch.device:
-    """`auto` -> cuda when available, else cpu; asking for cuda without one is a user error."""
+def resolve_device(name: str, setting: str = "train.device") -> torch.device:
+    """`auto` -> cuda when available, else cpu; asking for cuda without one is a user error,
+    which names the `setting` that asked (a configuration key, or a command's --device)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("train.device = 'cuda' but no CUDA device is here; use 'auto' or 'cpu'")
+        asked = f"{setting} = 'cuda'" if "." in setting else f"{setting} cuda"
+        raise UserError(f"{asked} but no CUDA device is here; use 'auto' or 'cpu'")
     return torch.device(name)
 
 

@@ -12,7 +12,12 @@ weights_sha256}, "fixedfirst_version"}.
 
 An export holds no optimizer, RNG or data state: `fixedfirst.load(DIR)` needs only this directory
 and returns the model in eval mode, ready for `model(tokens, depth)`, `generate` or the KL-exit
-decoder. Writing an export is `writer.py`.
+decoder. Writing an export is `export/writer.py`.
+
+model.safetensors is the checkpoint's weights file, byte for byte (the same tensors written the
+same way), so `source.weights_sha256` is its SHA-256 too, and loading checks it, as loading a
+checkpoint checks its own: a changed file (a bad copy, a flipped bit) is refused before it is
+served, not generated from. An export without the key (written by hand) is read unchecked.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import torch
 
 from fixedfirst.config import ModelConfig, build_section
 from fixedfirst.errors import UserError
+from fixedfirst.files.paths import shown
 from fixedfirst.model import LoopedTransformer
 
 EXPORT_FORMAT = "fixedfirst-export"
@@ -68,6 +74,27 @@ def read_export(directory: str | Path) -> dict[str, Any]:
     return config
 
 
+def check_weights(directory: Path, config: dict[str, Any]) -> None:
+    """Refuse an export whose model.safetensors is not the file config.json records."""
+    from fixedfirst.runs.checkpoint import sha256
+
+    source = config.get("source")
+    if not isinstance(source, dict):
+        return
+    recorded = source.get("weights_sha256")
+    weights = directory / WEIGHTS_FILE
+    if recorded is None or not weights.is_file():
+        return  # no record to check against; a missing file is the reader's to say
+    if sha256(weights) != recorded:
+        run = source.get("run") or "RUN"
+        raise UserError(
+            f"{shown(weights)}: changed since `fixedfirst export` wrote it (its SHA-256 is not "
+            f"the weights_sha256 in {CONFIG_FILE}: a bad copy or a flipped bit); copy the "
+            f"export again, or export the run again (`fixedfirst export {shown(run)} --out "
+            "NEW_DIR`)"
+        )
+
+
 def load(directory: str | Path, device: str | torch.device = "cpu") -> LoopedTransformer:
     """The exported model, in eval mode on `device`, for inference at any depth; a run
     directory works too (its newest valid checkpoint), as for `load_served`."""
@@ -84,6 +111,7 @@ def load(directory: str | Path, device: str | torch.device = "cpu") -> LoopedTra
     config = read_export(directory)
     if not isinstance(config.get("model"), dict):
         raise UserError(f"{directory / CONFIG_FILE}: no model configuration")
+    check_weights(directory, config)
     model = LoopedTransformer(build_section(ModelConfig, config["model"]))
     # The same reader as a training checkpoint's weights: names and shapes checked, tied
     # tensors stored once; an export's model.safetensors has the checkpoint's layout.

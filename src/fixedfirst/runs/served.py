@@ -13,10 +13,19 @@ from pathlib import Path
 import torch
 
 from fixedfirst.config import RunConfig
-from fixedfirst.data.tokenizer import Tokenizer, load_tokenizer
+from fixedfirst.data.tokenizer import Tokenizer, load_tokenizer, missing_files
 from fixedfirst.errors import UserError
+from fixedfirst.files.paths import shown
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.runs.exported import TOKENIZER_DIR, is_export, load, read_export
+from fixedfirst.runs.directory import RunDir
+from fixedfirst.runs.exported import (
+    CONFIG_FILE,
+    TOKENIZER_DIR,
+    WEIGHTS_FILE,
+    is_export,
+    load,
+    read_export,
+)
 from fixedfirst.runs.opening import LoadedRun, load_run
 from fixedfirst.runs.tokenizer import run_tokenizer
 
@@ -61,6 +70,13 @@ def load_served(
         model = load(path, device)
         tokenizer = None
         if config.get("tokenizer") is not None:
+            missing = missing_files(path / TOKENIZER_DIR, config["tokenizer"].get("kind"))
+            if missing:
+                raise UserError(
+                    f"{shown(path)}: this export's tokenizer ({shown(path / TOKENIZER_DIR)}/"
+                    f"{missing[0]}) is missing; copy the export again with its {TOKENIZER_DIR}/, "
+                    "or export the run again"
+                )
             tokenizer = load_tokenizer(path / TOKENIZER_DIR)
         elif require_tokenizer:
             raise UserError(
@@ -72,6 +88,12 @@ def load_served(
             tokenizer,
             int(config.get("default_depth", 1)),
             f"{path} (export of {source.get('run')} step {source.get('step')})",
+        )
+    if (path / WEIGHTS_FILE).is_file() and not RunDir(path).config_path.is_file():
+        raise UserError(
+            f"{shown(path)}: an export's weights ({WEIGHTS_FILE}) without its {CONFIG_FILE}; "
+            f"copy the export again whole, or export the run again (`fixedfirst export RUN "
+            f"--out {shown(path)}`)"
         )
     loaded = load_run(path, checkpoint, device, data=data)
     tokenizer = run_tokenizer(

@@ -4,6 +4,11 @@ Training lines carry `"kind": "train"`, evaluation lines `"kind": "eval"`. Each 
 the file's length at the moment it was written; resuming truncates the file back to that length,
 so a resumed run's metrics are exactly those of an uninterrupted one (no duplicated steps). The
 file is the source of truth; TensorBoard and W&B receive each record after it (`sinks.py`).
+
+A file shorter than the checkpoint recorded (cut by a full disk or a bad copy, or deleted) cannot
+be made whole again; resuming says which records are lost, and cuts a last half line back to the
+last whole one, so that the resumed run's records start on a line of their own instead of
+completing a torn one (which would lose both and leave a line no reader accepts).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fixedfirst.errors import UserError
+from fixedfirst.files.paths import shown as shown_path
 from fixedfirst.train.sinks import Sinks
 
 
@@ -50,6 +56,36 @@ class MetricsLog:
         if self.path.exists() and self.path.stat().st_size > size:
             with open(self.path, "r+b") as f:
                 f.truncate(size)
+
+    def resume_at(self, size: int, step: int) -> str | None:
+        """Cut the file back to `size` bytes, the length the checkpoint at `step` recorded, and
+        then to its last whole line; a note saying what was lost, None when nothing was."""
+        shown = shown_path(self.path)
+        if not self.path.exists():
+            if size == 0:
+                return None
+            self.path.touch()
+            return (
+                f"note: {shown} is missing (deleted?): the records of steps 1..{step} are lost; "
+                f"a new one starts at step {step + 1}"
+            )
+        held = self.path.stat().st_size
+        self.truncate(size)
+        with open(self.path, "r+b") as f:
+            text = f.read()
+            whole = text.rfind(b"\n") + 1
+            f.truncate(whole)
+        lines = text.count(b"\n")
+        cut = f"cut back to its last whole line (line {lines})" if whole < len(text) else ""
+        if held < size:
+            torn = f" in the middle of a line: {cut}" if cut else f" after line {lines}"
+            return (
+                f"note: {shown} was cut short ({held:,} of the {size:,} bytes the checkpoint at "
+                f"step {step} recorded){torn}; the records after it up to step {step} are lost"
+            )
+        if cut:
+            return f"note: {shown} ended in half a line (a write stopped midway): {cut}"
+        return None
 
     def write(self, records: list[dict[str, Any]]) -> None:
         if not records:

@@ -255,7 +255,9 @@ class Trainer:
             if decided is not None:
                 self.plan = self.plan.decided(decided)
         if self.is_main:
-            self.metrics.truncate(int(ckpt.meta["metrics_bytes"]))
+            lost = self.metrics.resume_at(int(ckpt.meta["metrics_bytes"]), ckpt.step)
+            if lost is not None:
+                self._warn(lost)
         self._say(f"resume: continuing from {ckpt.path.name} (step {ckpt.step})")
 
     # -- the loop --------------------------------------------------------------------------------
