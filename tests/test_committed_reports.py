@@ -22,6 +22,7 @@ from fixedfirst.studies.bios import report as bios_report
 from fixedfirst.studies.chains import report as chains_report
 from fixedfirst.studies.diagnose import report as diagnose_report
 from fixedfirst.studies.report_files import numbers_json
+from fixedfirst.studies.serving import report as serving_report
 from fixedfirst.studies.serving.frontier_report import frontier_markdown
 from fixedfirst.studies.sweep.claims import evaluate_claims
 from fixedfirst.studies.sweep.factors import factor_table
@@ -164,6 +165,12 @@ COMMITTED = (
         "ablation-bios-report.json",
         ("ablation-bios-report.md",),
         report(ablation_report.report_markdown),
+    ),
+    Committed(
+        "serving economics",
+        "serving-economics-report.json",
+        ("serving-economics-report.md",),
+        report(serving_report.report_markdown),
     ),
     Committed(
         "exit frontier, chains",
