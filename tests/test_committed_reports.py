@@ -21,6 +21,7 @@ from fixedfirst.studies.ablation import report as ablation_report
 from fixedfirst.studies.bios import report as bios_report
 from fixedfirst.studies.chains import report as chains_report
 from fixedfirst.studies.diagnose import report as diagnose_report
+from fixedfirst.studies.moe import report as moe_report
 from fixedfirst.studies.report_files import numbers_json
 from fixedfirst.studies.serving import report as serving_report
 from fixedfirst.studies.serving.frontier_report import frontier_markdown
@@ -171,6 +172,12 @@ COMMITTED = (
         "serving-economics-report.json",
         ("serving-economics-report.md",),
         report(serving_report.report_markdown),
+    ),
+    Committed(
+        "looped mixture-of-experts",
+        "moe/results.json",
+        ("moe/report.md",),
+        report(moe_report.report_markdown),
     ),
     Committed(
         "exit frontier, chains",
