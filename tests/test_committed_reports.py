@@ -21,6 +21,7 @@ from fixedfirst.studies.ablation import report as ablation_report
 from fixedfirst.studies.bios import report as bios_report
 from fixedfirst.studies.chains import report as chains_report
 from fixedfirst.studies.diagnose import report as diagnose_report
+from fixedfirst.studies.finishing import report as finishing_report
 from fixedfirst.studies.moe import report as moe_report
 from fixedfirst.studies.report_files import numbers_json
 from fixedfirst.studies.serving import report as serving_report
@@ -178,6 +179,12 @@ COMMITTED = (
         "moe/results.json",
         ("moe/report.md",),
         report(moe_report.report_markdown),
+    ),
+    Committed(
+        "finishing, dense",
+        "finishing-dense/results.json",
+        ("finishing-dense/report.md",),
+        report(finishing_report.report_markdown),
     ),
     Committed(
         "exit frontier, chains",
