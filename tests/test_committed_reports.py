@@ -187,6 +187,12 @@ COMMITTED = (
         report(finishing_report.report_markdown),
     ),
     Committed(
+        "finishing, looped mixture-of-experts",
+        "finishing-moe/results.json",
+        ("finishing-moe/report.md",),
+        report(finishing_report.report_markdown),
+    ),
+    Committed(
         "exit frontier, chains",
         "frontier-chains.json",
         ("frontier-chains.md",),
