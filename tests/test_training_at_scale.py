@@ -254,7 +254,10 @@ try:
 except UserError as e:
     outcome = str(e)
 waited = distributed.on_main(world, lambda: "on disk", patiently=True)
-print(f"rank {world.rank}: ran={ran} here={here} outcome={outcome} waited={waited}", flush=True)
+# One write per line: two ranks share the pipe, and print() writes the text and its newline
+# apart, so their lines could run together.
+line = f"rank {world.rank}: ran={ran} here={here} outcome={outcome} waited={waited}\n"
+os.write(1, line.encode())
 distributed.stop()
 """
 
