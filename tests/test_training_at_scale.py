@@ -256,7 +256,7 @@ except UserError as e:
 waited = distributed.on_main(world, lambda: "on disk", patiently=True)
 # One write per line: two ranks share the pipe, and print() writes the text and its newline
 # apart, so their lines could run together.
-line = f"rank {world.rank}: ran={ran} here={here} outcome={outcome} waited={waited}\n"
+line = f"rank {world.rank}: ran={ran} here={here} outcome={outcome} waited={waited}\\n"
 os.write(1, line.encode())
 distributed.stop()
 """
