@@ -4,9 +4,8 @@ depth, scored by depth."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from fixedfirst.cli.studies import add_study_arguments, print_conducted
+from fixedfirst.cli.studies import add_study_arguments, conduct_depth_arms
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -19,17 +18,6 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fixedfirst.studies.depth_tables import points
     from fixedfirst.studies.finishing.experiment import load_preset
-    from fixedfirst.studies.side_by_side import conduct
 
-    study = load_preset(args.preset, args.overrides)
-    conducted = conduct(study, Path(args.out), args.quiet, args.jobs)
-    if not args.quiet:
-        primary = conducted.results["analysis"]["primary"]
-        findings = [
-            f"primary: {p['name']}: {points(p['difference'])} points, {p['verdict']}"
-            for p in primary
-        ]
-        print_conducted(conducted, findings)
-    return 0
+    return conduct_depth_arms(load_preset, args)

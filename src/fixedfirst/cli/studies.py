@@ -1,14 +1,17 @@
-"""What the study commands (bios, chains, ablation, sweep) share: their flags, and how they say
-what they did."""
+"""What the study commands (bios, chains, ablation, sweep, moe, finishing) share: their flags, and
+how they say what they did."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fixedfirst.cli.arguments import add_set_argument
 
 if TYPE_CHECKING:
+    from fixedfirst.studies.presets import PresetStudy
     from fixedfirst.studies.side_by_side import Conducted
 
 
@@ -47,3 +50,23 @@ def print_conducted(
     )
     for path in conducted.files:
         print(f"wrote {path}")
+
+
+def conduct_depth_arms(
+    load_preset: Callable[[str, list[str]], PresetStudy], args: argparse.Namespace
+) -> int:
+    """Run a study whose analysis is studies/depth_arms.py's (moe, finishing) and print its
+    primary comparisons' verdicts."""
+    from fixedfirst.studies.depth_tables import points
+    from fixedfirst.studies.side_by_side import conduct
+
+    study = load_preset(args.preset, args.overrides)
+    conducted = conduct(study, Path(args.out), args.quiet, args.jobs)
+    if not args.quiet:
+        primary = conducted.results["analysis"]["primary"]
+        findings = [
+            f"primary: {p['name']}: {points(p['difference'])} points, {p['verdict']}"
+            for p in primary
+        ]
+        print_conducted(conducted, findings)
+    return 0
