@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from fixedfirst.config import RunConfig
 from fixedfirst.stats.evidence import over_seeds, paired, sign
 from fixedfirst.studies.chains.analysis import ACCURACY, PrimaryComparison, band_roles
 from fixedfirst.studies.comparisons import correct_family, primary_verdict
@@ -106,5 +107,57 @@ def analyse_arms(
             "size": len(family),
             "uncorrected": sum(d["sign"] != "cannot tell" for d in family),
             "corrected": sum(d["holm"] != "cannot tell" for d in family),
+        },
+    }
+
+
+def arms_results(
+    format: str,
+    preset: str,
+    reference: str,
+    experiment: Any,
+    first: RunConfig,
+    runs: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """The results document of a study of arms on chains: its settings (`experiment` is the
+    preset's dataclass, with `flops`, `depths`, `compare_depths` and `primary`; `first` its
+    first run's configuration), every run, and their `analyse_arms`."""
+    from fixedfirst.data.registry import kind_options
+
+    options = kind_options(first)
+    e = experiment
+    return {
+        "format": format,
+        "version": 1,
+        "preset": preset,
+        "reference": reference,
+        "flop_budget": e.flops,
+        "model": asdict(first.model),
+        "task": asdict(options),
+        "experiment": asdict(e),
+        "chance": 1 / options.values,
+        "runs": runs,
+        "analysis": analyse_arms(runs, e.depths, reference, e.compare_depths, e.primary),
+    }
+
+
+def arms_report_numbers(
+    results: dict[str, Any], format: str, run_fields: tuple[str, ...], run_values: tuple[str, ...]
+) -> dict[str, Any]:
+    """What such a study's report.md is computed from: the settings, and of every run its
+    `run_fields` (cost and identity) and `run_values` (what was measured)."""
+    return {
+        "format": format,
+        "version": 1,
+        **{
+            key: results[key]
+            for key in ("preset", "reference", "flop_budget", "chance", "model", "task")
+        },
+        "experiment": results["experiment"],
+        "wall_clock_s": results.get("wall_clock_s"),
+        "workers": results.get("workers"),
+        "runs": {
+            name: {key: r[key] for key in run_fields + run_values}
+            for name, r in results["runs"].items()
         },
     }

@@ -18,7 +18,7 @@ own, and a second invocation reuses or resumes it like any run of a study.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -231,8 +231,7 @@ class FinishingStudy(PresetStudy[FinishingSettings]):
 
     def results(self, evaluated: list[Evaluated]) -> dict[str, Any]:
         """Every base and finish: cost, finishing tokens and scores, and their analysis."""
-        from fixedfirst.data.registry import kind_options
-        from fixedfirst.studies.depth_arms import analyse_arms
+        from fixedfirst.studies.depth_arms import arms_results
 
         e = self.experiment
         runs: dict[str, dict[str, Any]] = {}
@@ -268,20 +267,7 @@ class FinishingStudy(PresetStudy[FinishingSettings]):
                     "scores": done["scores"],
                 }
         first = self.run_config(BASE, e.seeds[0])
-        options = kind_options(first)
-        return {
-            "format": "fixedfirst-finishing-results",
-            "version": 1,
-            "preset": self.preset,
-            "reference": BASE,
-            "flop_budget": e.flops,
-            "model": asdict(first.model),
-            "task": asdict(options),
-            "experiment": asdict(e),
-            "chance": 1 / options.values,
-            "runs": runs,
-            "analysis": analyse_arms(runs, e.depths, BASE, e.compare_depths, e.primary),
-        }
+        return arms_results("fixedfirst-finishing-results", self.preset, BASE, e, first, runs)
 
     def write(self, results: dict[str, Any], out: Path) -> list[Path]:
         from fixedfirst.studies.finishing.report import FIGURE, plot_figure, write_report

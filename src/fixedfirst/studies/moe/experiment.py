@@ -12,7 +12,7 @@ chains study's rules, the preset's primary comparisons decided each by its own i
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
@@ -154,8 +154,7 @@ class MoeStudy(PresetStudy[MoeSettings]):
 
     def results(self, evaluated: list[Evaluated]) -> dict[str, Any]:
         """Every run's cost, scores and router shares, and their analysis."""
-        from fixedfirst.data.registry import kind_options
-        from fixedfirst.studies.depth_arms import analyse_arms
+        from fixedfirst.studies.depth_arms import arms_results
         from fixedfirst.studies.moe.router_analysis import analyse_router
 
         e = self.experiment
@@ -175,21 +174,8 @@ class MoeStudy(PresetStudy[MoeSettings]):
                 "router": run.values[0]["router"],
             }
         first = self.run_config(e.schedules[0], e.seeds[0])
-        options = kind_options(first)
-        return {
-            "format": "fixedfirst-moe-results",
-            "version": 1,
-            "preset": self.preset,
-            "reference": REFERENCE,
-            "flop_budget": e.flops,
-            "model": asdict(first.model),
-            "task": asdict(options),
-            "experiment": asdict(e),
-            "chance": 1 / options.values,
-            "runs": runs,
-            "analysis": analyse_arms(runs, e.depths, REFERENCE, e.compare_depths, e.primary),
-            "router": analyse_router(runs),
-        }
+        document = arms_results("fixedfirst-moe-results", self.preset, REFERENCE, e, first, runs)
+        return {**document, "router": analyse_router(runs)}
 
     def write(self, results: dict[str, Any], out: Path) -> list[Path]:
         from fixedfirst.studies.moe.report import FIGURE, plot_figure, write_report

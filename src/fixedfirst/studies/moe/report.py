@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fixedfirst.studies.chains.analysis import PrimaryComparison
-from fixedfirst.studies.depth_arms import analyse_arms
+from fixedfirst.studies.depth_arms import analyse_arms, arms_report_numbers
 from fixedfirst.studies.depth_tables import (
     band_table,
     percent,
@@ -26,28 +26,7 @@ FIGURE = "accuracy_by_depth.png"
 
 def report_numbers(results: dict[str, Any]) -> dict[str, Any]:
     """What report.md is computed from: the settings, every run's cost, scores and router."""
-    e = results["experiment"]
-    return {
-        "format": NUMBERS_FORMAT,
-        "version": 1,
-        "preset": results["preset"],
-        "reference": results["reference"],
-        "flop_budget": results["flop_budget"],
-        "chance": results["chance"],
-        "model": results["model"],
-        "task": results["task"],
-        "experiment": e,
-        "wall_clock_s": results.get("wall_clock_s"),
-        "workers": results.get("workers"),
-        "runs": {
-            name: {
-                **{key: r[key] for key in RUN_FIELDS},
-                "scores": r["scores"],
-                "router": r["router"],
-            }
-            for name, r in results["runs"].items()
-        },
-    }
+    return arms_report_numbers(results, NUMBERS_FORMAT, RUN_FIELDS, ("scores", "router"))
 
 
 def write_report(results: dict[str, Any], out: Path) -> None:
