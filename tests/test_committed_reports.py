@@ -73,21 +73,25 @@ def language_model(results: dict[str, Any]) -> tuple[str, ...]:
     return (texts["table.md"], texts["claims.md"], *gaps)
 
 
-def language_model_factors(results: dict[str, Any]) -> tuple[str, ...]:
-    """The factor study's table.md, claims.md and factors.md as the sweep writes them, its
-    groups, claims and factor table computed again from the runs' rows (the runs not finished
-    yet listed as the sweep lists them)."""
-    spec = load_sweep(ROOT / "configs/sweeps/lm-factors.toml")
-    rows = results["runs"]
-    again = {
-        **results,
-        "groups": seed_groups(rows, spec.reference_group, spec.metric),
-        "claims": evaluate_claims(spec.claims, rows, spec.metric, None),
-        "factors": factor_table(rows, spec.gaps, spec.factors),
-    }
-    finished = {r["name"] for r in rows}
-    texts = report_texts(spec, again, [p.name for p in spec.runs if p.name not in finished])
-    return texts["table.md"], texts["claims.md"], texts["factors.md"]
+def gap_study(config: str) -> Remake:
+    """A sweep with [[gaps]] (the factor study, its fresh-seed rerun): table.md, claims.md and
+    factors.md as the sweep writes them, its groups, claims and gap table computed again from
+    the runs' rows (the runs not finished yet listed as the sweep lists them)."""
+
+    def remake(results: dict[str, Any]) -> tuple[str, ...]:
+        spec = load_sweep(ROOT / config)
+        rows = results["runs"]
+        again = {
+            **results,
+            "groups": seed_groups(rows, spec.reference_group, spec.metric),
+            "claims": evaluate_claims(spec.claims, rows, spec.metric, None),
+            "factors": factor_table(rows, spec.gaps, spec.factors),
+        }
+        finished = {r["name"] for r in rows}
+        texts = report_texts(spec, again, [p.name for p in spec.runs if p.name not in finished])
+        return texts["table.md"], texts["claims.md"], texts["factors.md"]
+
+    return remake
 
 
 def report(render: Callable[[dict[str, Any]], str]) -> Remake:
@@ -118,7 +122,13 @@ COMMITTED = (
         "language model, factors",
         "lm-factors-results.json",
         ("lm-factors-table.md", "lm-factors-claims.md", "lm-factors-factors.md"),
-        language_model_factors,
+        gap_study("configs/sweeps/lm-factors.toml"),
+    ),
+    Committed(
+        "language model, fresh seeds",
+        "lm-fresh-results.json",
+        ("lm-fresh-table.md", "lm-fresh-claims.md", "lm-fresh-factors.md"),
+        gap_study("configs/sweeps/lm-fresh.toml"),
     ),
     Committed(
         "bios demo", "bios-report.json", ("bios-report.md",), report(bios_report.report_markdown)

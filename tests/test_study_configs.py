@@ -246,6 +246,7 @@ def test_the_health_table_reads_marks_spikes_and_clipping_from_the_loss_curve():
         ("health", "probes/lm-health", "probes/lm-health"),
         ("health", "probes/lm-progressive-seeds", "probes/lm-progressive-seeds"),
         ("health", "figures/lm-factors-health", "figures/lm-factors-results"),
+        ("health", "figures/lm-fresh-health", "figures/lm-fresh-results"),
     ],
 )
 def test_committed_probe_tables_are_made_from_the_results_beside_them(kind, name, results_name):
