@@ -141,6 +141,10 @@ def arms_results(
     }
 
 
+REPORT_SETTINGS = ("preset", "reference", "flop_budget", "chance", "model", "task", "experiment")
+"""The results document's keys a report reads unchanged, in the order the report's JSON has them."""
+
+
 def arms_report_numbers(
     results: dict[str, Any], format: str, run_fields: tuple[str, ...], run_values: tuple[str, ...]
 ) -> dict[str, Any]:
@@ -149,11 +153,7 @@ def arms_report_numbers(
     return {
         "format": format,
         "version": 1,
-        **{
-            key: results[key]
-            for key in ("preset", "reference", "flop_budget", "chance", "model", "task")
-        },
-        "experiment": results["experiment"],
+        **{key: results[key] for key in REPORT_SETTINGS},
         "wall_clock_s": results.get("wall_clock_s"),
         "workers": results.get("workers"),
         "runs": {
