@@ -281,8 +281,8 @@ ARMS = {"uniform": "uniform-1-16", "fixed K=4": "fixed-4", "fixed-first K0=2": "
 def test_serving_economics_on_the_smoke_runs(smoke_dir, tmp_path):
     """`fixedfirst serving-economics` over the smoke runs: every finished run's frontier, the
     runs of a seed the experiment did not train listed as missing, each run's summary what its
-    frontier gives (read here from the points), the report made from report.json alone, and a
-    second invocation that reuses every frontier."""
+    frontier gives (read here from the points), the report made from report.json alone, a
+    second invocation that reuses every frontier, and --jobs 2 measuring the same ones."""
     from fixedfirst.studies.serving.report import report_markdown as economics_markdown
 
     config = tmp_path / "economics.toml"
@@ -317,3 +317,29 @@ def test_serving_economics_on_the_smoke_runs(smoke_dir, tmp_path):
         main(command)
     assert e.value.code == 0
     assert before == {p: p.read_bytes() for p in out.glob("frontiers/*/*/frontier.json")}
+
+    # --jobs 2: the same frontiers measured in two worker processes (their speeds aside)
+    side_by_side = tmp_path / "economics-jobs"
+    with pytest.raises(SystemExit) as e:
+        main(
+            ["serving-economics", str(config), "--out", str(side_by_side), "--quiet", "--jobs", "2"]
+        )
+    assert e.value.code == 0
+    for path in before:
+        one, two = (
+            json.loads((root / path.relative_to(out)).read_text())["points"]
+            for root in (out, side_by_side)
+        )
+        assert [(p["serving"], p["quality"], p["mean_depth"]) for p in one] == [
+            (p["serving"], p["quality"], p["mean_depth"]) for p in two
+        ], path
+
+    def quality_only(summary):  # a run's summary without what its speeds give
+        if isinstance(summary, dict):
+            return {k: quality_only(v) for k, v in summary.items() if k != "speedup"}
+        return summary
+
+    again = json.loads((side_by_side / "report.json").read_text())["runs"]["smoke"]
+    assert {n: quality_only(r) for n, r in again.items()} == {
+        n: quality_only(r) for n, r in runs.items()
+    }

@@ -17,6 +17,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="the study's configuration (e.g. configs/serving-economics.toml)",
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="the study's directory")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="worker processes measuring the runs' frontiers side by side (default 1: one by one, "
+        "so that each frontier's tokens/s has the machine to itself)",
+    )
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
     parser.set_defaults(run=run)
 
@@ -27,12 +35,14 @@ def run(args: argparse.Namespace) -> int:
     from fixedfirst.studies.serving.settings import load_economics
 
     config = load_economics(args.config)  # refused before anything is read
+    if args.jobs < 1:
+        raise UserError(f"--jobs must be >= 1, got {args.jobs}")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
     with locks.holding(out, "serving-economics"):
-        files = conduct(config, out, args.quiet)
+        files = conduct(config, out, args.quiet, args.jobs)
     if not args.quiet:
         for path in files:
             print(f"wrote {path}")

@@ -59,23 +59,42 @@ def frontier_of(run: Path, settings: FrontierSettings, out: Path, quiet: bool) -
     return document
 
 
-def collect(config: EconomicsConfig, out: Path, quiet: bool = False) -> dict[str, Any]:
-    """report.json's numbers: every finished run's summary, and which runs were not there."""
-    runs: dict[str, dict[str, Any]] = {}
+def collect(
+    config: EconomicsConfig, out: Path, quiet: bool = False, jobs: int = 1
+) -> dict[str, Any]:
+    """report.json's numbers: every finished run's summary, and which runs were not there.
+
+    jobs: worker processes measuring frontiers side by side (1: in this process, one by one)."""
+    from fixedfirst.studies.side_by_side import Job, plan_workers, run_jobs
+
+    found: list[tuple[str, str, int, Path, Path]] = []  # study, arm, seed, run, its frontier
     missing: list[str] = []
     for study in config.studies:
-        runs[study.name] = {}
         for arm in study.arms:
             for seed in study.seeds:
                 path = study.run_path(arm, seed)
                 if finished_summary(RunDir(path)) is None:
                     missing.append(str(path))
                     continue
-                if not quiet:
-                    print(f"frontier of {shown(path)}", flush=True)
                 where = out / "frontiers" / slug(study.name) / path.name
-                document = frontier_of(path, config.frontier, where, quiet)
-                runs[study.name][path.name] = run_summary(document, arm, seed)
+                found.append((study.name, arm, seed, path, where))
+    documents: dict[Path, dict[str, Any]] = {}
+    if jobs == 1:
+        for *_, path, where in found:
+            if not quiet:
+                print(f"frontier of {shown(path)}", flush=True)
+            documents[where] = frontier_of(path, config.frontier, where, quiet)
+    else:
+        workers, threads = plan_workers(jobs, len(found), "cpu")
+        work = [
+            Job(str(where.relative_to(out)), frontier_of, (path, config.frontier, where, True))
+            for *_, path, where in found
+        ]
+        results = run_jobs(work, workers, threads, quiet=quiet)
+        documents = {out / label: document for label, document in results.items()}
+    runs: dict[str, dict[str, Any]] = {study.name: {} for study in config.studies}
+    for name, arm, seed, path, where in found:
+        runs[name][path.name] = run_summary(documents[where], arm, seed)
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -92,12 +111,12 @@ def collect(config: EconomicsConfig, out: Path, quiet: bool = False) -> dict[str
     }
 
 
-def conduct(config: EconomicsConfig, out: Path, quiet: bool = False) -> list[Path]:
+def conduct(config: EconomicsConfig, out: Path, quiet: bool = False, jobs: int = 1) -> list[Path]:
     """Measure, analyse and write; the files written."""
     from fixedfirst.studies.serving.figure import plot_economics
     from fixedfirst.studies.serving.report import report_markdown
 
-    numbers = collect(config, out, quiet)
+    numbers = collect(config, out, quiet, jobs)
     out.mkdir(parents=True, exist_ok=True)
     write_numbers_and_report(out, numbers, report_markdown)
     plot_economics(json.loads((out / "report.json").read_text()), out / "report.png")
