@@ -108,4 +108,12 @@ FRONTIER_CASES: list[Case] = [
         "frontier.exits.kl: give a list of at least one threshold",
         files={"economics.toml": "[frontier.exits]\nkl = []\n" + ECONOMICS},
     ),
+    Case(
+        "economics-jobs-zero",
+        "serving-economics",
+        "`--jobs 0` (no worker to measure the frontiers)",
+        ["serving-economics", "economics.toml", "--out", "economics", "--jobs", "0"],
+        "--jobs must be >= 1, got 0",
+        files={"economics.toml": ECONOMICS},
+    ),
 ]

@@ -79,7 +79,7 @@ def collect(
                 where = out / "frontiers" / slug(study.name) / path.name
                 found.append((study.name, arm, seed, path, where))
     documents: dict[Path, dict[str, Any]] = {}
-    if jobs == 1:
+    if jobs == 1 or len(found) < 2:
         for *_, path, where in found:
             if not quiet:
                 print(f"frontier of {shown(path)}", flush=True)
