@@ -86,12 +86,13 @@ def collect(
             documents[where] = frontier_of(path, config.frontier, where, quiet)
     else:
         workers, threads = plan_workers(jobs, len(found), "cpu")
+        label = {where: str(where.relative_to(out)) for *_, where in found}
         work = [
-            Job(str(where.relative_to(out)), frontier_of, (path, config.frontier, where, True))
+            Job(label[where], frontier_of, (path, config.frontier, where, True))
             for *_, path, where in found
         ]
         results = run_jobs(work, workers, threads, quiet=quiet)
-        documents = {out / label: document for label, document in results.items()}
+        documents = {where: results[label[where]] for where in label}
     runs: dict[str, dict[str, Any]] = {study.name: {} for study in config.studies}
     for name, arm, seed, path, where in found:
         runs[name][path.name] = run_summary(documents[where], arm, seed)
