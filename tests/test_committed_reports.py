@@ -140,6 +140,12 @@ COMMITTED = (
         report(bios_report.report_markdown),
     ),
     Committed(
+        "bios loop, fresh seeds",
+        "bios-loop-fresh-report.json",
+        ("bios-loop-fresh-report.md",),
+        report(bios_report.report_markdown),
+    ),
+    Committed(
         "chains", "chains-report.json", ("chains-report.md",), report(chains_report.report_markdown)
     ),
     Committed(
