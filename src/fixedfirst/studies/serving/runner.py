@@ -79,13 +79,13 @@ def collect(
                 where = out / "frontiers" / slug(study.name) / path.name
                 found.append((study.name, arm, seed, path, where))
     documents: dict[Path, dict[str, Any]] = {}
-    if jobs == 1 or len(found) < 2:
+    workers, threads = plan_workers(jobs, len(found), "cpu")
+    if workers == 1:
         for *_, path, where in found:
             if not quiet:
                 print(f"frontier of {shown(path)}", flush=True)
             documents[where] = frontier_of(path, config.frontier, where, quiet)
     else:
-        workers, threads = plan_workers(jobs, len(found), "cpu")
         label = {where: str(where.relative_to(out)) for *_, where in found}
         work = [
             Job(label[where], frontier_of, (path, config.frontier, where, True))
