@@ -23,7 +23,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from fixedfirst.adapters.run_model import run_plan
+from fixedfirst.compute.run_cost import run_plan
 from fixedfirst.config import RunConfig, ScheduleConfig
 from fixedfirst.errors import UserError
 from fixedfirst.studies.chains.analysis import PrimaryComparison

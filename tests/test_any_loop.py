@@ -15,14 +15,14 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from fixedfirst.adapters.handles import depth_handle
-from fixedfirst.adapters.measured import measure_flops
-from fixedfirst.adapters.scheduler import DepthScheduler
 from fixedfirst.compute.flops import FlopModel, flop_model
+from fixedfirst.compute.measured import measure_flops
 from fixedfirst.compute.plan import plan_schedule
 from fixedfirst.config import ScheduleConfig, SwitchConfig
 from fixedfirst.errors import UserError
 from fixedfirst.model import LoopedTransformer
+from fixedfirst.model.handles import depth_handle
+from fixedfirst.scheduling.depth_scheduler import DepthScheduler
 from tests.conftest import tiny_model_config
 from tests.inkling_helpers import PassCounter, batches, needs_inkling, tiny_inkling
 
@@ -137,7 +137,10 @@ def test_a_transformers_without_the_architecture_is_named_in_one_line(monkeypatc
 
     monkeypatch.setattr(importlib, "import_module", without_inkling)
     message = one_line_error(lambda: depth_handle(model))
-    assert "has no Inkling2Loop models" in message and "fixedfirst[looped]" in message
+    assert (
+        "has no Inkling2LoopForCausalLM (it came in 5.24.0)" in message
+        and "fixedfirst[looped]" in message
+    )
     monkeypatch.setitem(sys.modules, "transformers", None)
     assert "transformers is not installed" in one_line_error(lambda: depth_handle(model))
 
@@ -343,7 +346,7 @@ def test_only_the_trainer_callback_needs_transformers():
         "import fixedfirst\n"
         "from fixedfirst import DepthScheduler, ScheduleConfig, depth_handle, plan_schedule\n"
         "from fixedfirst.compute.flops import FlopModel\n"
-        "import fixedfirst.adapters.measured\n"
+        "import fixedfirst.compute.measured\n"
         "config = ScheduleConfig(kind='fixed-first', k0=1, switch=0.5, k_max=4)\n"
         "plan = plan_schedule(config, FlopModel(1.0, 1.0, 1.0), 8, steps=10)\n"
         "assert [DepthScheduler(plan).begin(s).depth for s in range(5)] == [1] * 5\n"
