@@ -32,7 +32,7 @@ from fixedfirst.machine.device import (
     choose_threads,
     run_peak_flops,
 )
-from fixedfirst.model.kinds import build_model, foreign_model_note
+from fixedfirst.model.kinds import build_run_model, foreign_model_note
 from fixedfirst.model.memory import GIB
 from fixedfirst.progress import Progress
 from fixedfirst.runs.checkpoint import Checkpoint, CheckpointManager
@@ -108,8 +108,7 @@ class Trainer:
             self.device.type, self.dtype, self.given_peak
         )
         peak = self.peak_flops = self.peak_per_process * self.world_size
-        torch.manual_seed(t.seed)  # the same initial weights on every rank
-        model = build_model(config.model).to(self.device)
+        model = build_run_model(config).to(self.device)  # the same weights on every rank
         self.compiled = compilation.decide(
             t.compile, self.device, self.plan.flops, peak, model.never_compiled
         )
@@ -202,6 +201,7 @@ class Trainer:
                 "world_size": self.world_size,
                 "schedule": describe(self.config.schedule),
                 **config_record(self.config),  # the run's fingerprint (identity.py)
+                **self.parallel.base_record(),  # a low-rank run's frozen base, by its SHA-256
                 # Also here (small JSON), so that eval can refuse other data without trainer.pt.
                 "data": self.batches.state_dict(),
             }
