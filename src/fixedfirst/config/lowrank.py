@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from fixedfirst.config.schema import require
+from fixedfirst.errors import UserError
 
 INKLING_TARGETS = (
     "q_proj.linear",
@@ -53,19 +53,20 @@ class LowRankConfig:
     (`mlp.experts.gate_up_proj`, `mlp.experts.down_proj`); [] for none."""
 
     def __post_init__(self) -> None:
-        s = self.SECTION
-        require(
-            1 <= self.rank <= MAX_RANK, f"{s}.rank", f"must be in 1..{MAX_RANK}, got {self.rank}"
-        )
-        require(self.alpha > 0, f"{s}.alpha", f"must be > 0, got {self.alpha}")
-        require(
+        # Read from TOML, the messages come prefixed with the table's name ("train.lowrank: ").
+        check(1 <= self.rank <= MAX_RANK, f"rank must be in 1..{MAX_RANK}, got {self.rank}")
+        check(self.alpha > 0, f"alpha must be > 0, got {self.alpha}")
+        check(
             bool(self.targets or self.parameters),
-            f"{s}.targets",
-            "and train.lowrank.parameters are both empty: name at least one module or parameter "
-            "to adapt (or remove [train.lowrank] to train every weight)",
+            "targets and parameters are both empty: name at least one module or parameter to "
+            "adapt (or remove [train.lowrank] to train every weight)",
         )
         for key, names in (("targets", self.targets), ("parameters", self.parameters)):
-            blank = [n for n in names if not n.strip()]
-            require(not blank, f"{s}.{key}", "holds an empty name")
+            check(all(n.strip() for n in names), f"{key} holds an empty name")
             twice = sorted({n for n in names if names.count(n) > 1})
-            require(not twice, f"{s}.{key}", f"{', '.join(map(repr, twice))} is listed twice")
+            check(not twice, f"{key}: {', '.join(map(repr, twice))} is listed twice")
+
+
+def check(ok: bool, message: str) -> None:
+    if not ok:
+        raise UserError(message)
