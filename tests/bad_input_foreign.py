@@ -237,7 +237,7 @@ FOREIGN_CASES: list[Case] = [
         "an Inkling2Loop run with [train.lowrank] on a machine without peft (stood in for by a "
         "peft that cannot be imported)",
         ["train", "inkling.toml", *OUT],
-        "train.lowrank (low-rank adapters) needs peft >= 0.17.0, which is not installed: pip "
+        "train.lowrank (low-rank adapters) needs peft >= 0.18.0, which is not installed: pip "
         "install 'fixedfirst[lowrank]'",
         files={"inkling.toml": INKLING_TOML + LOWRANK},
         stand_in=without_peft,

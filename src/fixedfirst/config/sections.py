@@ -379,7 +379,8 @@ class TrainConfig:
     """Activation checkpointing per core iteration: keep only each iteration's input state and
     recompute the iteration in the backward. Memory then grows with depth by one (batch,
     seq_len, d_model) state per iteration instead of all of the core's activations, for about
-    one more forward of the core per step."""
+    one more forward of the core per step. A transformers architecture: its own activation
+    checkpointing, each decoder layer at every pass recomputed from its inputs."""
     check_memory: bool = True
     """Before the first step, estimate the memory a step needs at the deepest depth the schedule
     can draw (parameters, gradients, AdamW, activations at the micro-batch; docs/design.md §15)

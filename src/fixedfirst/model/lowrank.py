@@ -27,7 +27,7 @@ from fixedfirst.config import LowRankConfig
 from fixedfirst.errors import UserError
 
 EXTRA = "pip install 'fixedfirst[lowrank]'"
-PEFT_FLOOR = "0.17.0"
+PEFT_FLOOR = "0.18.0"
 """The oldest peft release the tests passed on (pyproject.toml's `lowrank` extra)."""
 
 
