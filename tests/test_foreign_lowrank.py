@@ -212,3 +212,33 @@ def test_eval_scores_the_base_with_the_adapters_merged(straight, tmp_path, capsy
             logits = merged.eval()(input_ids=batch.inputs).logits
         nll = F.cross_entropy(logits.flatten(0, 1).float(), batch.targets.flatten()).item()
         assert result["nll_by_depth"][str(depth)] == pytest.approx(nll, rel=1e-5), depth
+
+
+def test_a_sigterm_pauses_it_with_a_checkpoint_and_the_resume_is_exact(straight, tmp_path):
+    """A scheduler's SIGTERM during step 4: the step completes, a paused checkpoint of the
+    adapters is saved, the run stops for requeue; resumed, it ends bit for bit as the run
+    straight through."""
+    import os
+    import signal
+
+    from fixedfirst.train.interrupt import REQUEUE_STATUS, TrainingInterrupted
+
+    config, run = straight["config"], tmp_path / "stopped"
+    trainer = Trainer(config, run, quiet=True)
+    steps = []
+
+    def preempt(optimizer, args, kwargs):
+        steps.append(1)
+        if len(steps) == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    trainer.optimizer.register_step_post_hook(preempt)
+    with pytest.raises(TrainingInterrupted) as info:
+        trainer.train()
+    assert info.value.exit_status == REQUEUE_STATUS
+    saved = sorted((run / "checkpoints").glob("step-*"))[-1]
+    assert "paused" in json.loads((saved / "meta.json").read_text())["tags"]
+    assert len(train_records(run)) < 10
+    Trainer(config, run, resume=True, quiet=True).train()
+    a, b = final_weights(straight["root"] / "run"), final_weights(run)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
