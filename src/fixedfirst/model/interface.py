@@ -38,9 +38,10 @@ class LoopedLM(nn.Module):
         state_seeds: Sequence[int] | None = None,
         checkpoint: bool = False,
     ) -> torch.Tensor:
-        """Logits (B, T, vocab) of `tokens` (B, T) after `depth` loop passes. The last three
-        are features of our own model (truncated backprop, per-row initial states, activation
-        checkpointing), which a run of another refuses before it starts."""
+        """Logits (B, T, vocab) of `tokens` (B, T) after `depth` loop passes. Truncated backprop
+        and per-row initial states are features of our own model (a run of another refuses the
+        first before it starts, and has no random state for the second); `checkpoint` is
+        activation checkpointing, each model's own."""
         raise NotImplementedError
 
     def nll_by_depth(
