@@ -15,7 +15,7 @@ import math
 import types
 import typing
 from dataclasses import MISSING, Field, fields, is_dataclass
-from typing import Any, ClassVar, Literal, Protocol, Union
+from typing import Annotated, Any, ClassVar, Literal, Protocol, Union
 
 from fixedfirst.errors import UserError
 
@@ -41,10 +41,25 @@ def shown(value: Any) -> str:
     return repr(value)
 
 
+class Reader(Protocol):
+    """What reads a value of its own (`Annotated[T, reader]` on a section's field): a study's
+    claims, each study's table spelling the one claim type its own way."""
+
+    def read(self, raw: Any) -> Any: ...
+
+
 def coerce(value: Any, annotation: Any, key: str) -> Any:
     """Return `value` as the annotated type, or raise a UserError naming `key`."""
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is Annotated:
+        reader = next((a for a in args[1:] if callable(getattr(a, "read", None))), None)
+        if reader is None:
+            return coerce(value, args[0], key)
+        try:
+            return typing.cast(Reader, reader).read(value)
+        except UserError as e:
+            raise UserError(f"{key}: {e}") from None
     if origin in (Union, types.UnionType):
         is_none = value is None or (isinstance(value, str) and value.lower() == "none")
         if is_none and type(None) in args:
@@ -122,7 +137,7 @@ def describe(annotation: Any) -> str:
 def build_section(section_cls: type[Section], raw: dict[str, Any]) -> Any:
     """Build one section dataclass from a dict of raw values, checking keys and types."""
     name = section_cls.SECTION
-    hints = typing.get_type_hints(section_cls)
+    hints = typing.get_type_hints(section_cls, include_extras=True)
     known = {f.name: f for f in fields(section_cls)}
     for key in raw:
         if key not in known:

@@ -34,7 +34,7 @@ from fixedfirst.machine.device import (
     run_peak_flops,
 )
 from fixedfirst.progress import Progress
-from fixedfirst.runs.checkpoint import Checkpoint, CheckpointManager
+from fixedfirst.runs.checkpoint import SWITCH_TAG, Checkpoint, CheckpointManager
 from fixedfirst.runs.directory import RunDir, config_record
 from fixedfirst.schedules import describe
 from fixedfirst.train import compilation, distributed, memory_check, warm_up
@@ -280,7 +280,7 @@ class Trainer:
         total = self.plan.total_steps
         stop = total if stop_after is None else max(self.counters.step, min(stop_after, total))
         if self.switch_step == 0 and self.counters.step == 0:
-            self._save(["switch"])
+            self._save([SWITCH_TAG])
         progress = Progress(
             total,
             self.counters.step,
@@ -427,7 +427,7 @@ class Trainer:
         if t.checkpoint_every and done % t.checkpoint_every == 0:
             tags.append("periodic")
         if self.switch_step is not None and done == self.switch_step:
-            tags.append("switch")
+            tags.append(SWITCH_TAG)
         for fraction, threshold in zip(sorted(t.snapshots), self.snapshot_flops, strict=True):
             if record.flops_before < threshold <= record.flops:
                 tags.append(f"snapshot-{fraction:g}")
@@ -470,7 +470,7 @@ class Trainer:
         if decision is None:
             return []
         self.plan = self.plan.decided(decision.step)
-        return ["switch", decision.tag]
+        return [SWITCH_TAG, decision.tag]
 
     def _say(self, line: str) -> None:
         if self.is_main and not self.quiet:

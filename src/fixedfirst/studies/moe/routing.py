@@ -17,11 +17,10 @@ import torch
 from fixedfirst.adapters.transformers_model import TransformersLoop
 from fixedfirst.data.registry import kind_options
 from fixedfirst.errors import UserError
-from fixedfirst.runs.checkpoint import MODEL_FILE, CheckpointManager
+from fixedfirst.runs.checkpoint import MODEL_FILE, SWITCH_TAG, CheckpointManager
 from fixedfirst.runs.directory import RunDir
 from fixedfirst.runs.opening import find_checkpoint, load_any_run
-from fixedfirst.studies.depth_scoring import cached
-from fixedfirst.studies.diagnose.finishing import SWITCH_TAG
+from fixedfirst.studies.kit.depth_scoring import cached
 from fixedfirst.tasks.chains.source import evaluation_seed, evaluation_set
 
 

@@ -27,8 +27,8 @@ from fixedfirst.config import (
     read_toml,
 )
 from fixedfirst.errors import UserError
-from fixedfirst.studies.side_by_side import Study
-from fixedfirst.studies.training import PlannedRun, RunOutcome
+from fixedfirst.studies.kit.conduct import Study
+from fixedfirst.studies.kit.runs import PlannedRun, RunOutcome
 
 PAPER_SCHEDULES: dict[str, ScheduleConfig] = {
     "fixed-4": ScheduleConfig(kind="fixed", depth=4),
@@ -95,6 +95,8 @@ class PresetStudy(Study, Generic[S]):
     """The shipped presets' names."""
     SETTINGS: ClassVar[type[Section]]
     """The study's own settings: its preset's [experiment] section."""
+    DATA_KIND: ClassVar[str | None] = None
+    """The data kind its runs must train on (its scoring reads that task), if one."""
 
     @abstractmethod
     def arms(self) -> dict[str, Arm]:
@@ -115,11 +117,17 @@ class PresetStudy(Study, Generic[S]):
         )
 
     def runs(self) -> list[PlannedRun]:
-        return [
+        runs = [
             PlannedRun(f"{arm}-seed{seed}", self.run_config(arm, seed))
             for arm in self.arms()
             for seed in self.experiment.seeds
         ]
+        kind = runs[0].config.data.kind
+        if self.DATA_KIND is not None and kind != self.DATA_KIND:
+            raise UserError(
+                f"a {self.name} preset trains on [data] kind = {self.DATA_KIND!r}, not {kind!r}"
+            )
+        return runs
 
     def collect(self, outcomes: list[RunOutcome], quiet: bool) -> dict[str, Any]:
         """Each run's evaluations made here, in order, each read back from its cache beside the

@@ -20,8 +20,7 @@ from fixedfirst.data.registry import kind_options
 from fixedfirst.files.writing import write_json_atomic
 from fixedfirst.runs.checkpoint import MODEL_FILE
 from fixedfirst.runs.opening import find_checkpoint, load_any_run
-from fixedfirst.studies.chains.scoring import band_table
-from fixedfirst.tasks.chains.accuracy import correctness_by_depth
+from fixedfirst.tasks.chains.accuracy import band_table, correctness_by_depth
 from fixedfirst.tasks.chains.source import evaluation_seed, evaluation_set
 
 SCORE_FORMAT = "fixedfirst-depth-scores"
@@ -29,17 +28,22 @@ SCORE_VERSION = 1
 
 
 def cached(
-    path: Path, form: str, key: dict[str, Any], compute: Callable[[], dict[str, Any]]
+    path: Path,
+    form: str,
+    key: dict[str, Any],
+    compute: Callable[[], dict[str, Any]],
+    holding: str = "value",
 ) -> dict[str, Any]:
-    """What `path` holds for `key` (written in format `form`), or `compute()` written there."""
+    """What `path` holds for `key` (written in format `form`, under `holding`), or `compute()`
+    written there: a measurement beside a run, reused when asked the same question again."""
     try:
         saved = json.loads(path.read_text())
         if saved.get("format") == form and saved.get("key") == key:
-            return saved["value"]
+            return saved[holding]
     except (OSError, ValueError):
         pass
     value = compute()
-    write_json_atomic(path, {"format": form, "key": key, "value": value})
+    write_json_atomic(path, {"format": form, "key": key, holding: value})
     return value
 
 
