@@ -17,11 +17,12 @@ from typing import Any
 from fixedfirst.studies.bios.analysis import COLLAPSE, FIXED, NOTHING, analyse
 from fixedfirst.studies.bios.figure import label
 from fixedfirst.studies.kit.paragraphs import (
+    claimed,
     exploratory_section,
     kept_by_holm,
     primary_section,
     produced_by,
-    runs_table,
+    runs_section,
     table,
 )
 from fixedfirst.studies.kit.report_files import write_numbers_and_report
@@ -77,10 +78,8 @@ def primary_findings(results: dict[str, Any]) -> list[str]:
                 f"{100 * c['mean']:.1f}% [{100 * c['low']:.1f}, {100 * c['high']:.1f}], mean over "
                 f"{c['n']} seeds [95% interval]"
             )
-        out.append(
-            f"{p['name']}: {label(p['arm'])} at the full budget, {p['quantity_words']}: {value}; "
-            f"claimed {p['claim']} {100 * p['bar']:.0f}%: {p['verdict'] or 'no verdict'}."
-        )
+        what = f"{label(p['arm'])} at the full budget, {p['quantity_words']}"
+        out.append(claimed(p, what, value, f"{p['claim']} {100 * p['bar']:.0f}%"))
     return out
 
 
@@ -295,10 +294,7 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         "",
         *table(["arm", "budget", *(f"K={d}" for d in depths)], recall_rows(results)),
         "",
-        "## Runs",
-        "",
-        *runs_table(results["runs"], budget, False, "training wall-clock s"),
-        "",
+        *runs_section(results["runs"], budget, False, "training wall-clock s"),
     ]
     return "\n".join(lines)
 

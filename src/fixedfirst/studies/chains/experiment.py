@@ -22,10 +22,10 @@ from fixedfirst.serve.adaptive import KLExit
 from fixedfirst.studies.kit.claims import Claim
 from fixedfirst.studies.kit.depth_arms import BAND_CLAIMS
 from fixedfirst.studies.kit.presets import PAPER_SCHEDULES, Arm, Evaluated, PresetStudy
-from fixedfirst.studies.kit.results import cost, hard_band, print_scores
+from fixedfirst.studies.kit.results import cost, scoring
 from fixedfirst.studies.kit.runs import PlannedRun
 from fixedfirst.studies.kit.settings import StudySettings
-from fixedfirst.studies.kit.workers import Job, once_finished
+from fixedfirst.studies.kit.workers import Job
 from fixedfirst.tasks.chains.sets import SETS, STANDARD
 
 
@@ -109,11 +109,11 @@ class ChainsStudy(PresetStudy[ExperimentConfig]):
         return {name: Arm(PAPER_SCHEDULES[name]) for name in self.experiment.schedules}
 
     def evaluations(self, planned: PlannedRun, run: Path) -> list[Job]:
-        def say(scores: dict[str, Any], seconds: float) -> None:
-            bands = scores["sets"][STANDARD]["bands"]
-            print_scores(planned.name, *hard_band(bands), seconds, (1, 4, 16, 64))
+        def bands(scores: dict[str, Any]) -> Any:
+            return scores["sets"][STANDARD]["bands"]
 
-        return [once_finished(f"score {planned.name}", run, score_job, self.experiment, say=say)]
+        e, depths = self.experiment, (1, 4, 16, 64)
+        return [scoring(planned.name, run, score_job, e, bands=bands, depths=depths)]
 
     def results(self, evaluated: list[Evaluated]) -> dict[str, Any]:
         """Every run's cost and scores, in one JSON-ready document."""

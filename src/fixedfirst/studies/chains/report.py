@@ -17,11 +17,12 @@ from typing import Any
 from fixedfirst.studies.chains.analysis import analyse, analysed_scores
 from fixedfirst.studies.kit.depth_arms import BAND_CLAIMS
 from fixedfirst.studies.kit.paragraphs import (
+    claimed,
     exploratory_section,
     kept_by_holm,
     primary_section,
     produced_by,
-    runs_table,
+    runs_section,
     table,
 )
 from fixedfirst.studies.kit.report_files import write_numbers_and_report
@@ -91,12 +92,9 @@ def primary_findings(results: dict[str, Any]) -> list[str]:
                 f"{_label(results, p['a'])} at K={p['a_depth']} minus {_label(results, p['b'])} "
                 f"at K={p['b_depth']}, {band}"
             )
-        claim = "above zero" if p["bar"] is None else f"at least {100 * p['bar']:.0f} points"
-        decided = "no verdict" if p["verdict"] is None else p["verdict"]
-        out.append(
-            f"{p['name']}: {what}, points, mean over {len(a['seeds'])} seeds [95% interval]: "
-            f"{points(p['difference'])}; claimed {claim}: {decided}."
-        )
+        side = "above zero" if p["bar"] is None else f"at least {100 * p['bar']:.0f} points"
+        what += f", points, mean over {len(a['seeds'])} seeds [95% interval]"
+        out.append(claimed(p, what, points(p["difference"]), side))
     return out
 
 
@@ -351,9 +349,6 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         "",
         *_exit_table(results),
         "",
-        "## Runs",
-        "",
-        *runs_table(results["runs"], results["flop_budget"], True, "wall-clock s"),
-        "",
+        *runs_section(results["runs"], results["flop_budget"], True, "wall-clock s"),
     ]
     return "\n".join(lines)

@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from fixedfirst.data.registry import kind_options
-from fixedfirst.runs.checkpoint import MODEL_FILE
 from fixedfirst.runs.opening import load_run
 from fixedfirst.serve.adaptive import KLExit
-from fixedfirst.studies.kit.depth_scoring import cached
+from fixedfirst.studies.kit.depth_scoring import cached, measured_key
 from fixedfirst.tasks.chains.accuracy import band_table, correctness_by_depth, kl_exit_by_difficulty
 from fixedfirst.tasks.chains.program import SELECTION_STREAM
 from fixedfirst.tasks.chains.sets import SETS, STANDARD
@@ -44,17 +43,17 @@ def score_run(
     ckpt = loaded.checkpoint
     config = loaded.config
     seed = evaluation_seed(config.data.seed, config.train.seed)
-    key = {
-        "version": SCORE_VERSION,
-        "weights_sha256": ckpt.meta["files"][MODEL_FILE],
-        "evaluation_seed": seed,
-        "depths": sorted(set(depths)),
-        "sequences": sequences,
-        "sets": list(sets),
-        "set_sequences": set_sequences,
-        "kl_threshold": rule.threshold,
-        "kl_max_depth": rule.max_depth,
-    }
+    key = measured_key(
+        SCORE_VERSION,
+        ckpt,
+        seed,
+        depths=sorted(set(depths)),
+        sequences=sequences,
+        sets=list(sets),
+        set_sequences=set_sequences,
+        kl_threshold=rule.threshold,
+        kl_max_depth=rule.max_depth,
+    )
 
     def compute() -> dict[str, Any]:
         options = kind_options(config)

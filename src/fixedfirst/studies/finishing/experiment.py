@@ -29,10 +29,10 @@ from fixedfirst.studies.kit.claims import Claim
 from fixedfirst.studies.kit.depth_arms import BAND_CLAIMS, arms_results
 from fixedfirst.studies.kit.depth_scoring import score_by_depth
 from fixedfirst.studies.kit.presets import Arm, Evaluated, PresetStudy
-from fixedfirst.studies.kit.results import cost, hard_band, print_scores
+from fixedfirst.studies.kit.results import cost, scored_bands, scoring
 from fixedfirst.studies.kit.runs import PlannedRun, finished_summary, run_directory, run_one
 from fixedfirst.studies.kit.settings import StudySettings
-from fixedfirst.studies.kit.workers import Job, once_finished, run_progress
+from fixedfirst.studies.kit.workers import Job, run_progress
 from fixedfirst.train.finishing_stage import finishing_stage
 
 Rate = Literal["constant", "rewarm"]
@@ -140,15 +140,6 @@ def finish_job(
     }
 
 
-def say_scores(name: str) -> Any:
-    """What a base's or a finish's scoring prints as it finishes."""
-
-    def say(scored: dict[str, Any], seconds: float) -> None:
-        print_scores(name, *hard_band(scored["scores"]["bands"]), seconds)
-
-    return say
-
-
 class FinishingStudy(PresetStudy[FinishingSettings]):
     """Base runs at a fixed depth, each finished at every (rate, fraction) and scored."""
 
@@ -186,15 +177,11 @@ class FinishingStudy(PresetStudy[FinishingSettings]):
         return run_plan(self.experiment.finish(planned.config, steps, rate, fraction))
 
     def evaluations(self, planned: PlannedRun, run: Path) -> list[Job]:
-        root = run.parent.parent
-        e = self.experiment
-        jobs = [
-            once_finished(f"score {planned.name}", run, score_job, e, say=say_scores(planned.name))
-        ]
+        root, e = run.parent.parent, self.experiment
+        jobs = [scoring(planned.name, run, score_job, e, bands=scored_bands)]
         for name, rate, fraction in self.finishes(planned):
-            job = once_finished(
-                name, run, finish_job, root, name, rate, fraction, e, say=say_scores(name)
-            )
+            args = (root, name, rate, fraction, e)
+            job = scoring(name, run, finish_job, *args, bands=scored_bands, label=name)
             budget = self.finish_plan(planned, rate, fraction).flops
             job.progress = run_progress(run_directory(root, name).path, budget)
             jobs.append(job)

@@ -36,6 +36,13 @@ def primary_section(claims: str, sentences: Sequence[str]) -> list[str]:
     ]
 
 
+def claimed(claim: Mapping[str, Any], what: str, value: str, side: str) -> str:
+    """A primary claim's sentence: its name, what it measures and the value over seeds, the side
+    claimed and its verdict (none with too few seeds)."""
+    verdict = claim["verdict"] or "no verdict"
+    return f"{claim['name']}: {what}: {value}; claimed {side}: {verdict}."
+
+
 def exploratory_section(family: Mapping[str, int], sentences: Sequence[str]) -> list[str]:
     """## What else the numbers show: the exploratory findings, with the size of the family
     Holm's method corrected over (where it has one)."""
@@ -79,11 +86,12 @@ def produced_by(command: str, numbers: Mapping[str, Any] | None = None) -> str:
     return f"Produced by `fixedfirst {command}`{spent}"
 
 
-def runs_table(
+def runs_section(
     runs: Mapping[str, Mapping[str, Any]], budget: float, seed: bool, wall: str
 ) -> list[str]:
-    """Every run's cost against the study's FLOP budget: schedule (and seed), steps, tokens,
-    modeled FLOPs, their share of the budget and the wall-clock (`wall`: its column's name)."""
+    """## Runs: every run's cost against the study's FLOP budget: schedule (and seed), steps,
+    tokens, modeled FLOPs, their share of the budget and the wall-clock (`wall`: its column's
+    name)."""
     head = ["run", "schedule", *(["seed"] if seed else []), "steps", "tokens", "modeled FLOPs"]
     rows = [
         [
@@ -98,4 +106,4 @@ def runs_table(
         ]
         for name, r in runs.items()
     ]
-    return table([*head, "of the budget", wall], rows)
+    return ["## Runs", "", *table([*head, "of the budget", wall], rows), ""]

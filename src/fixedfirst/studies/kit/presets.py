@@ -30,16 +30,37 @@ from fixedfirst.errors import UserError
 from fixedfirst.studies.kit.conduct import Study
 from fixedfirst.studies.kit.runs import PlannedRun, RunOutcome
 
-PAPER_SCHEDULES: dict[str, ScheduleConfig] = {
-    "fixed-4": ScheduleConfig(kind="fixed", depth=4),
-    "uniform-1-16": ScheduleConfig(kind="uniform", k_min=1, k_max=16),
-    "fixed-first-4-0.8": ScheduleConfig(
-        kind="fixed-first", k0=4, switch=0.8, finish="uniform", k_min=1, k_max=16
-    ),
-    "fixed-first-2-0.67": ScheduleConfig(
-        kind="fixed-first", k0=2, switch=0.67, finish="uniform", k_min=1, k_max=16
-    ),
-    "progressive": ScheduleConfig(kind="progressive", k_min=1, k_max=16),
+
+def named_schedule(name: str, k_max: int) -> ScheduleConfig:
+    """The schedule an arm is named after: fixed-K, uniform-1-K, fixed-first-K0-SWITCH (finishing
+    uniform over 1..k_max) or progressive (to k_max)."""
+    if name == "progressive":
+        return ScheduleConfig(kind="progressive", k_min=1, k_max=k_max)
+    if name.startswith("fixed-first-"):
+        k0, switch = name.removeprefix("fixed-first-").split("-")
+        return ScheduleConfig(
+            kind="fixed-first",
+            k0=int(k0),
+            switch=float(switch),
+            finish="uniform",
+            k_min=1,
+            k_max=k_max,
+        )
+    kind, *depths = name.split("-")
+    if kind == "fixed":
+        return ScheduleConfig(kind="fixed", depth=int(depths[0]))
+    return ScheduleConfig(kind="uniform", k_min=int(depths[0]), k_max=int(depths[1]))
+
+
+PAPER_SCHEDULES = {
+    name: named_schedule(name, 16)
+    for name in (
+        "fixed-4",
+        "uniform-1-16",
+        "fixed-first-4-0.8",
+        "fixed-first-2-0.67",
+        "progressive",
+    )
 }
 """Run name -> schedule: the schedules of the paper (fixed, uniform 1..16, fixed-first at its two
 settings, McLeish et al.'s progressive curriculum to mean depth 8.5)."""

@@ -2,13 +2,16 @@
 
 A study's results.json has a row per run with its own keys (arm, seed, scores) and the same four
 of what the run cost (`cost`); and while its runs train side by side, each finished scoring says
-one line (`print_scores`).
+one line (`print_scores`; a run's chains scoring, `scoring`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
+
+from fixedfirst.studies.kit.workers import Job, once_finished
 
 
 def cost(summary: Mapping[str, Any]) -> dict[str, Any]:
@@ -29,6 +32,11 @@ def hard_band(bands: Mapping[str, Mapping[str, Any]]) -> tuple[str, Mapping[str,
     return f"difficulty {hard['low']}..{hard['high']} ", hard["by_depth"]
 
 
+def scored_bands(result: Mapping[str, Any]) -> Any:
+    """The bands of a scoring job's result that keeps its scores under "scores"."""
+    return result["scores"]["bands"]
+
+
 def print_scores(
     name: str,
     label: str,
@@ -46,3 +54,21 @@ def print_scores(
         if d in shown
     )
     print(f"  scored {name}: {label}{cells} ({seconds:.0f} s)", flush=True)
+
+
+def scoring(
+    name: str,
+    run: Path,
+    call: Callable[..., Any],
+    *args: Any,
+    bands: Callable[[Any], Mapping[str, Mapping[str, Any]]],
+    depths: Iterable[int] | None = None,
+    label: str | None = None,
+) -> Job:
+    """The job scoring run `name` on the chains task, `call(run, *args)`, ready once the run has
+    finished; as it finishes it says the hard band of its result's `bands` at `depths`."""
+
+    def say(result: Any, seconds: float) -> None:
+        print_scores(name, *hard_band(bands(result)), seconds, depths)
+
+    return once_finished(label or f"score {name}", run, call, *args, say=say)

@@ -16,27 +16,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
-from fixedfirst.config import ScheduleConfig, TransformersModelConfig
+from fixedfirst.config import TransformersModelConfig
 from fixedfirst.errors import UserError
 from fixedfirst.schedules import describe
 from fixedfirst.studies.kit.claims import Claim
 from fixedfirst.studies.kit.depth_arms import BAND_CLAIMS, arms_results
 from fixedfirst.studies.kit.depth_scoring import score_by_depth
-from fixedfirst.studies.kit.presets import Arm, Evaluated, PresetStudy
-from fixedfirst.studies.kit.results import cost, hard_band, print_scores
+from fixedfirst.studies.kit.presets import Arm, Evaluated, PresetStudy, named_schedule
+from fixedfirst.studies.kit.results import cost, scored_bands, scoring
 from fixedfirst.studies.kit.runs import PlannedRun
 from fixedfirst.studies.kit.settings import StudySettings
-from fixedfirst.studies.kit.workers import Job, once_finished
+from fixedfirst.studies.kit.workers import Job
 
-MOE_SCHEDULES: dict[str, ScheduleConfig] = {
-    "fixed-2": ScheduleConfig(kind="fixed", depth=2),
-    "uniform-1-6": ScheduleConfig(kind="uniform", k_min=1, k_max=6),
-    "fixed-first-2-0.67": ScheduleConfig(
-        kind="fixed-first", k0=2, switch=0.67, finish="uniform", k_min=1, k_max=6
-    ),
-    "fixed-first-2-0.8": ScheduleConfig(
-        kind="fixed-first", k0=2, switch=0.8, finish="uniform", k_min=1, k_max=6
-    ),
+MOE_SCHEDULES = {
+    name: named_schedule(name, 6)
+    for name in ("fixed-2", "uniform-1-6", "fixed-first-2-0.67", "fixed-first-2-0.8")
 }
 """Arm name -> schedule (issue 58): 2 passes is Inkling2Loop's training depth scaled to this
 model, 1..6 three times it."""
@@ -113,10 +107,8 @@ class MoeStudy(PresetStudy[MoeSettings]):
         return runs
 
     def evaluations(self, planned: PlannedRun, run: Path) -> list[Job]:
-        def say(scored: dict[str, Any], seconds: float) -> None:
-            print_scores(planned.name, *hard_band(scored["scores"]["bands"]), seconds, (1, 2, 6))
-
-        return [once_finished(f"score {planned.name}", run, score_job, self.experiment, say=say)]
+        e, depths = self.experiment, (1, 2, 6)
+        return [scoring(planned.name, run, score_job, e, bands=scored_bands, depths=depths)]
 
     def results(self, evaluated: list[Evaluated]) -> dict[str, Any]:
         """Every run's cost, scores and router shares, and their analysis."""
