@@ -157,23 +157,30 @@ def build_section(section_cls: type[Section], raw: dict[str, Any]) -> Any:
 
 
 def field_docs(section_cls: type[Section]) -> list[tuple[str, str, str]]:
-    """(name, default, docstring) for every field, read from the attribute docstrings."""
+    """(name, default, docstring) for every field, read from the attribute docstrings: the
+    class's own, or a base class's where it gives none (a study's [experiment] keeps the words
+    of the keys every study shares in their base)."""
     import ast
     import inspect
     import textwrap
 
-    tree = ast.parse(textwrap.dedent(inspect.getsource(section_cls)))
     docs: dict[str, str] = {}
-    (definition,) = tree.body
-    assert isinstance(definition, ast.ClassDef), "inspect.getsource of a class is its definition"
-    for node, nxt in itertools.pairwise(definition.body):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(nxt, ast.Expr)
-            and isinstance(nxt.value, ast.Constant)
-        ):
-            docs[node.target.id] = " ".join(str(nxt.value.value).split())
+    for klass in reversed(section_cls.__mro__[:-1]):  # a subclass's words win over its base's
+        if klass.__module__ in ("builtins", "abc", "typing"):
+            continue
+        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        (definition,) = tree.body
+        assert isinstance(definition, ast.ClassDef), (
+            "inspect.getsource of a class is its definition"
+        )
+        for node, nxt in itertools.pairwise(definition.body):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant)
+            ):
+                docs[node.target.id] = " ".join(str(nxt.value.value).split())
     out = []
     for f in fields(section_cls):
         if f.metadata.get("table"):  # a nested table (data.options = [data.KIND]), not a key

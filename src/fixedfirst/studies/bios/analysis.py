@@ -78,8 +78,6 @@ BIOS_CLAIMS = ClaimTable(
     required=("name", "arm", "quantity", "claim", "bar"),
     choices={"quantity": tuple(QUANTITY_WORDS), "claim": ("at least", "below")},
     meaning={
-        "name": 'The claim in a few words, e.g. "Fixed-first at the ceiling from depth 2 to 64".',
-        "arm": "The arm it is about (one of experiment.schedules).",
         "quantity": "least_of_ceiling: the arm's least recall over serving depths 2..64 as a "
         "share of the ceiling; mean_of_ceiling: its recall averaged over serving depths, a share "
         "of the ceiling; kept_of_depth_4: its least recall over depths 8..64 as a share of its "

@@ -54,11 +54,9 @@ class ExperimentConfig(StudySettings):
     """The `[experiment]` section of a bios preset."""
 
     flops: float = 1e15
-    """Modeled training-FLOP budget of every run (compute-matched)."""
     snapshots: list[float] = field(default_factory=lambda: [0.15, 0.45])
     """Fractions of the budget evaluated besides the end of the run."""
     depths: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64])
-    """Serving depths at which recall is measured."""
     recall_people: int | None = None
     """People scored by recall (the first n, an unbiased sample); default all."""
     recall_batch: int = 512

@@ -36,15 +36,11 @@ class ExperimentConfig(StudySettings):
     SEQUENCES: ClassVar[tuple[str, ...]] = ("sequences", "set_sequences")
 
     flops: float = 3e12
-    """Modeled training-FLOP budget of every run (compute-matched)."""
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
-    """Training seeds (model initialisation, data order and the draw of evaluation sequences);
-    every schedule runs with each."""
     schedules: list[str] = field(default_factory=lambda: list(PAPER_SCHEDULES))
     """Which of the paper's schedules to train: fixed-4, uniform-1-16, fixed-first-4-0.8,
     fixed-first-2-0.67, progressive."""
     depths: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64])
-    """Serving depths at which accuracy is measured (one pass of the recurrence)."""
     sequences: int = 256
     """Sequences of the standard evaluation set and of the selection set (each has one label of
     every difficulty 0..eval_ops)."""

@@ -53,7 +53,6 @@ class FinishingSettings(StudySettings):
     SEQUENCES: ClassVar[tuple[str, ...]] = ("sequences",)
 
     flops: float = 1e12
-    """Modeled training-FLOP budget of every base run."""
     seeds: list[int] = field(default_factory=lambda: [300, 301, 302])
     """Training seeds of the base runs (their finishes draw their depths from the same seed)."""
     depth: int = 4
@@ -69,7 +68,6 @@ class FinishingSettings(StudySettings):
     rewarm_warmup: float = 0.1
     """`rewarm`: the fraction of the finishing steps spent warming up."""
     depths: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8, 12, 16])
-    """Serving depths at which accuracy is measured."""
     compare_depths: list[int] = field(default_factory=lambda: [1, 4, 8, 16])
     """Depths at which every finish is compared with its base (the exploratory family)."""
     sequences: int = 256

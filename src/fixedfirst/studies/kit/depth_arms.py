@@ -50,14 +50,9 @@ BAND_CLAIMS = ClaimTable(
     required=("name", "band", "a", "a_depth", "b", "b_depth"),
     choices={"band": ROLES},
     meaning={
-        "name": 'The comparison in a few words, e.g. "Depth decides the answer".',
         "band": "The band of the standard set, by role: easy or hard (the halves of the "
         "training range), near (up to twice it), far (beyond). One of `easy`, `hard`, `near`, "
         "`far`.",
-        "a": "The arm whose accuracy is compared (one of the study's arms).",
-        "a_depth": "Its serving depth (one of experiment.depths).",
-        "b": "The arm subtracted; a itself compares two depths of one arm.",
-        "b_depth": "Its serving depth.",
         "bar": "Unset: claimed above zero, decided by the interval's side (higher, lower, cannot "
         "tell). A number: claimed at least that (accuracy as a fraction, 0.40 for 40 points): "
         "meets the bar when the interval's lower end is at or above it, below the bar when its "

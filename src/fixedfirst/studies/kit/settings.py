@@ -37,9 +37,10 @@ def check_seeds(seeds: list[int], key: str, least: int = 1) -> None:
 
 
 class StudySettings:
-    """The keys every preset study's [experiment] has (its dataclass declares them): `flops`,
-    `seeds`, `depths` and `primary`, and where it has them `compare_depths` and the evaluation
-    sequences (`SEQUENCES`)."""
+    """The keys every preset study's [experiment] has, in the words of the configuration
+    reference: `flops`, `seeds`, `depths` and `primary` (its dataclass declares them again with
+    its defaults, and its own words where it has more to say), and where it has them
+    `compare_depths` and the evaluation sequences (`SEQUENCES`)."""
 
     SECTION: ClassVar[str] = "experiment"
     LEAST_SEEDS: ClassVar[int] = 1
@@ -49,9 +50,16 @@ class StudySettings:
     """Its keys that count evaluation sequences."""
 
     flops: float
+    """Modeled training-FLOP budget of every run (compute-matched)."""
     seeds: list[int]
+    """Training seeds (initialisation, data order, the draw of evaluation sequences); every arm
+    runs with each."""
     depths: list[int]
+    """Serving depths at which every run is measured."""
     primary: list[Claim]
+    """The primary comparisons, `[[experiment.primary]]` tables named before the runs, each
+    decided by its own 95% interval over seeds; every other difference the report computes is
+    exploratory, its verdict corrected over all of them by Holm's method."""
 
     def arms(self) -> tuple[list[str], str]:
         """The arms a primary claim may name, and the keys they come from."""

@@ -47,13 +47,10 @@ class MoeSettings(StudySettings):
     SEQUENCES: ClassVar[tuple[str, ...]] = ("sequences", "router_sequences")
 
     flops: float = 1e12
-    """Modeled training-FLOP budget of every run (compute-matched)."""
     seeds: list[int] = field(default_factory=lambda: [200, 201, 202])
-    """Training seeds (initialisation, data order, the draw of evaluation sequences)."""
     schedules: list[str] = field(default_factory=lambda: list(MOE_SCHEDULES))
     """Which arms to train: fixed-2, uniform-1-6, fixed-first-2-0.67, fixed-first-2-0.8."""
     depths: list[int] = field(default_factory=lambda: list(range(1, 13)))
-    """Passes at which accuracy is measured (one forward each)."""
     compare_depths: list[int] = field(default_factory=lambda: [1, 2, 6, 12])
     """Depths at which every arm is compared with uniform-1-6 (the exploratory family)."""
     sequences: int = 256
@@ -61,8 +58,6 @@ class MoeSettings(StudySettings):
     router_sequences: int = 64
     """Evaluation sequences whose tokens the router shares are counted on."""
     primary: list[Annotated[Claim, BAND_CLAIMS]] = field(default_factory=list)
-    """The primary comparisons, `[[experiment.primary]]` tables named before the runs, each
-    decided by its own 95% interval over seeds (kit/depth_arms.py)."""
 
     def check(self) -> None:
         unknown = [n for n in self.schedules if n not in MOE_SCHEDULES]

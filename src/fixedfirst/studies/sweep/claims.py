@@ -61,16 +61,10 @@ CLAIMS = ClaimTable(
     choices={"claim": ("above", "below")},
     defaults={"metric": "mean"},
     meaning={
-        "text": 'The claim as a sentence, e.g. "K0=2, switch 0.67: within 0.5% of uniform".',
-        "a": "The [[runs]] entry the sentence is about.",
-        "b": "The [[runs]] entry it is compared with.",
         "claim": "The side of `bound` the sentence puts the quantity on: `above` or `below`.",
         "bound": 'The bound, e.g. 0.005 for "within 0.5%" with `relative` and `below`.',
         "metric": "`mean`: the sweep's metric (mean serving NLL, or the task's metric); "
         "`depth:K`: its value at serving depth K (one of the evaluated depths).",
-        "primary": "A primary comparison, named before the runs; its verdict is corrected for "
-        "the sweep's other primary claims (Holm). `false`: exploratory, corrected for the other "
-        "exploratory claims.",
         "caveat": "What the verdict does not say, in a few words, printed beside it in "
         "claims.md: e.g. that the baseline it beats turned out unhealthy (found after the run; "
         "the verdict is left as the numbers give it).",
