@@ -39,11 +39,11 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fixedfirst.adapters.handles import depth_handle  # noqa: E402
-from fixedfirst.adapters.scheduler import DepthScheduler  # noqa: E402
 from fixedfirst.compute.flops import FlopModel  # noqa: E402
 from fixedfirst.compute.plan import plan_schedule  # noqa: E402
 from fixedfirst.config import ScheduleConfig, SwitchConfig  # noqa: E402
+from fixedfirst.model.handles import depth_handle  # noqa: E402
+from fixedfirst.scheduling.depth_scheduler import DepthScheduler  # noqa: E402
 from tests.inkling_helpers import batches, tiny_inkling  # noqa: E402
 
 ROWS, LENGTH, DEPTH = 8, 65, 2
@@ -115,7 +115,7 @@ class StepTimer(TrainerCallback):
 
 def trainer_run(steps: int, adapted: bool, out: Path) -> tuple[list[float], float]:
     """Seconds of each optimizer step of one Trainer run, and the adapters' share of its time."""
-    from fixedfirst.adapters.hf_trainer import FixedFirstCallback
+    from fixedfirst.scheduling.hf_trainer import FixedFirstCallback
 
     model = tiny_inkling()
     model.config.loop_num_passes = DEPTH

@@ -50,7 +50,7 @@ from pathlib import Path
 import torch
 
 from fixedfirst.compute.flops import flop_model
-from fixedfirst.compute.memory import GIB, MARGIN, Placement, training_memory
+from fixedfirst.compute.memory import MARGIN, Placement, training_memory
 from fixedfirst.config import ModelConfig, TrainConfig, load_config
 from fixedfirst.data.prefetch import DeviceBatches
 from fixedfirst.data.source import Batch
@@ -59,6 +59,7 @@ from fixedfirst.machine.accelerators import accelerator_named
 from fixedfirst.machine.device import PEAK_FLOPS_ENV, cuda_settings, exact_float32
 from fixedfirst.model import LoopedTransformer
 from fixedfirst.model.loss import next_token_loss
+from fixedfirst.model.memory import GIB
 from fixedfirst.train import warm_up
 from fixedfirst.train.host_syncs import HostSyncCounter
 from fixedfirst.train.optim import build_optimizer

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from fixedfirst.adapters.run_model import run_plan
 from fixedfirst.cli.main import main
+from fixedfirst.compute.run_cost import run_plan
 from fixedfirst.config import load_config
 from fixedfirst.errors import UserError
 from fixedfirst.schedules import Schedule
@@ -159,7 +159,7 @@ def test_compute_prints_the_plan_with_the_measured_costs(straight, capsys):
     assert code in (0, None)
     report = json.loads(printed)
     assert report["measured"]["depths"] == [1, 2, 3]
-    from fixedfirst.adapters.transformers_model import build
+    from fixedfirst.model.transformers_loop import build
 
     torch.manual_seed(1)
     model = build(straight["config"].model)

@@ -9,8 +9,10 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from fixedfirst.adapters import handles, hf_trainer, measured
-from fixedfirst.adapters.scheduler import DepthScheduler
+from fixedfirst.compute import measured
+from fixedfirst.model import handles
+from fixedfirst.scheduling import hf_trainer
+from fixedfirst.scheduling.depth_scheduler import DepthScheduler
 from tests.inkling_helpers import PassCounter, needs_inkling
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "any-loop.md"

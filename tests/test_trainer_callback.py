@@ -11,8 +11,8 @@ import os
 import pytest
 import torch
 
-from fixedfirst.adapters.measured import measure_flops
 from fixedfirst.compute.flops import FlopModel
+from fixedfirst.compute.measured import measure_flops
 from fixedfirst.compute.plan import plan_schedule
 from fixedfirst.config import ScheduleConfig, SwitchConfig
 from fixedfirst.errors import UserError
@@ -41,7 +41,7 @@ def train(tmp_path, plan, resume: str | None = None, max_steps: int = STEPS):
     passes of each forward, the callback and the Trainer."""
     from transformers import Trainer, TrainingArguments
 
-    from fixedfirst.adapters.hf_trainer import FixedFirstCallback
+    from fixedfirst.scheduling.hf_trainer import FixedFirstCallback
 
     model = tiny_inkling()
     counter = PassCounter().attach(model)
@@ -105,7 +105,7 @@ def test_a_plan_of_another_length_than_the_trainers_is_refused(tmp_path):
 def test_the_callback_needs_the_trainers_model_to_have_a_depth(tmp_path):
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
-    from fixedfirst.adapters.hf_trainer import FixedFirstCallback
+    from fixedfirst.scheduling.hf_trainer import FixedFirstCallback
 
     plan = plan_schedule(AUTO, LINEAR, 64, steps=5, switch_step=2)
     state = TrainerState(max_steps=5)

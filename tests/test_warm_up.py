@@ -145,7 +145,7 @@ def test_the_trainer_measures_before_step_0_where_a_budget_is_known(tmp_path, mo
 def test_the_deepest_step_of_a_model_we_did_not_write_is_measured():
     """The warm-up draws its tokens below the model's own vocabulary, which a transformers model
     declares in its config (ours in ModelConfig): on a GPU every run measures this step."""
-    from fixedfirst.adapters.transformers_model import TransformersLoop
+    from fixedfirst.model.transformers_loop import TransformersLoop
 
     model = TransformersLoop(tiny_inkling(), "Inkling2LoopForCausalLM")
     measured = warm_up.warm_up(context(model), 3, 16, [], capacity=1 << 40)

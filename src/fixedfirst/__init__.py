@@ -11,8 +11,8 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "DepthScheduler": "fixedfirst.adapters.scheduler",
-    "FixedFirstCallback": "fixedfirst.adapters.hf_trainer",
+    "DepthScheduler": "fixedfirst.scheduling.depth_scheduler",
+    "FixedFirstCallback": "fixedfirst.scheduling.hf_trainer",
     "KLExit": "fixedfirst.serve",
     "LoopedTransformer": "fixedfirst.model",
     "ModelConfig": "fixedfirst.config",
@@ -22,11 +22,11 @@ _EXPORTS = {
     "ScheduleConfig": "fixedfirst.config",
     "SwitchConfig": "fixedfirst.config",
     "UserError": "fixedfirst.errors",
-    "depth_handle": "fixedfirst.adapters.handles",
+    "depth_handle": "fixedfirst.model.handles",
     "load": "fixedfirst.runs.exported",
     "load_config": "fixedfirst.config",
     "load_served": "fixedfirst.runs.served",
-    "measure_flops": "fixedfirst.adapters.measured",
+    "measure_flops": "fixedfirst.compute.measured",
     "plan_schedule": "fixedfirst.compute.plan",
 }
 

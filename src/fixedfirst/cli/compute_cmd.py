@@ -52,8 +52,9 @@ def no_finishing_step(config: RunConfig, budget: RunPlan[RunCost]) -> str | None
 
 
 def report(config) -> dict:
-    from fixedfirst.adapters.measured import MeasuredFlops
-    from fixedfirst.adapters.run_model import parameter_counts, run_plan
+    from fixedfirst.compute.measured import MeasuredFlops
+    from fixedfirst.compute.run_cost import run_plan
+    from fixedfirst.model.kinds import parameter_counts
 
     t = config.train
     budget = run_plan(config)

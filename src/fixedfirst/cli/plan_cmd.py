@@ -83,7 +83,6 @@ def hardware_from_args(args: argparse.Namespace, config):
     (which also override a kind's)."""
     import torch
 
-    from fixedfirst.compute.memory import GIB
     from fixedfirst.errors import UserError
     from fixedfirst.machine.accelerators import accelerator
     from fixedfirst.machine.planning import (
@@ -94,6 +93,7 @@ def hardware_from_args(args: argparse.Namespace, config):
         MfuByDepth,
         measured_mfu,
     )
+    from fixedfirst.model.memory import GIB
 
     bf16 = config.train.precision != "fp32"
     here = torch.cuda.is_available() and args.gpu is None
@@ -139,7 +139,7 @@ STRATEGY = {"single": "one GPU", "ddp": "DDP", "fsdp": "FSDP2"}
 
 
 def gib(n: float) -> str:
-    from fixedfirst.compute.memory import GIB
+    from fixedfirst.model.memory import GIB
 
     return f"{n / GIB:,.1f}"
 

@@ -125,8 +125,8 @@ def check_new_run(config: RunConfig, say: bool) -> None:
     """Refuse a fixed-first run whose switch leaves no finishing step (it would train and be
     reported as fixed-first at a fixed depth); say when the budget reads the data more than
     once. A study builds its runs itself: its plan is never refused here."""
-    from fixedfirst.adapters.run_model import run_plan
     from fixedfirst.cli.compute_cmd import no_finishing_step
+    from fixedfirst.compute.run_cost import run_plan
     from fixedfirst.data.prepared import is_prepared, passes_note
     from fixedfirst.errors import UserError
 

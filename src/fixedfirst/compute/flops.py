@@ -22,7 +22,7 @@ from fixedfirst.schedules import DepthHistogram
 
 class CostModel(Protocol):
     """What planning needs of a compute model: training FLOPs per token of one optimizer step at
-    a depth. `FlopModel` is ours, derived from the shape; `adapters/measured.py` measures one of
+    a depth. `FlopModel` is ours, derived from the shape; `compute/measured.py` measures one of
     a model we did not write."""
 
     def train(self, depth: int, grad_depth: int | None = None) -> float: ...

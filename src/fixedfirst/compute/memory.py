@@ -20,7 +20,6 @@ FP32 = 4
 BF16 = 2
 INDEX = 8
 """Bytes of a token id (int64), inputs and targets alike."""
-GIB = 1 << 30
 MARGIN = 0.10
 """The share of a device's memory an estimate must leave free, for what is not a tensor (the
 CUDA context, allocator fragmentation) and what the model does not count. A choice, not a

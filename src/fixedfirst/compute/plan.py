@@ -6,7 +6,7 @@ token budget is a number of steps; a FLOP budget is the number of steps whose dr
 so runs with different schedules end within one step below the same FLOPs (docs/design.md §3); an
 auto switch is planned at its dearest allowed step (§14). The same `RunPlan` drives our trainer
 (`plan_costed_run`, on our model or a transformers one) and anyone's loop on any looped model
-(`plan_schedule`, fixedfirst.adapters).
+(`plan_schedule`, fixedfirst.scheduling).
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class RunPlan(Generic[CostT]):
 
 def plan_run(config: RunConfig, total_steps: int | None = None) -> RunPlan[FlopModel]:
     """The plan of a run of fixedfirst's own model, costed from its shape (`plan_costed_run`);
-    a run of any model its [model] names: `adapters.run_model.run_plan`."""
+    a run of any model its [model] names: `compute.run_cost.run_plan`."""
     model = config.own_model("the compute model of a model's shape")
     return plan_costed_run(config, flop_model(model, config.train.seq_len), total_steps)
 
@@ -159,12 +159,12 @@ def plan_schedule(
 ) -> RunPlan[CostT]:
     """The plan of a run of any looped model in any training loop: `steps` optimizer steps, or
     as many as a FLOP budget `flops` pays for (compute-matched), under the compute model `cost`
-    (FLOPs per token of one step at a depth: `adapters.measured.measure_flops` for a model we
+    (FLOPs per token of one step at a depth: `compute.measured.measure_flops` for a model we
     did not write) with `tokens_per_step` tokens in each step.
 
     A fixed-first schedule switches at its `switch` fraction, or with `switch = "auto"` where
     the rule of `switch` (default `SwitchConfig()`) decides from the loop's observations
-    (`adapters.scheduler.DepthScheduler`), or at a step the caller gives (`switch_step`)."""
+    (`scheduling.depth_scheduler.DepthScheduler`), or at a step the caller gives (`switch_step`)."""
     if (steps is None) == (flops is None):
         raise UserError("give the run's length as steps=N or as a FLOP budget flops=F, one of them")
     if switch_step is not None:

@@ -42,6 +42,15 @@ class LoopedArchitecture:
     """Keys bounding the token ids (the embedding's rows, the head's columns): the smallest."""
     positions_key: str
     """The key of the longest sequence the model takes."""
+    module: str
+    """The transformers module that defines the architecture's classes."""
+    model_types: tuple[str, ...]
+    """The `config.model_type` values of its models (a multimodal model's and its text model's)."""
+    text_model: str
+    """The class (in `module`) whose configuration each forward reads `depth_key` from; a
+    multimodal model holds one inside, whose configuration is its `text_config`."""
+    loop_keys: tuple[str, str]
+    """The keys of the first looped layer and the layer after the last: [start, end)."""
 
 
 ARCHITECTURES = {
@@ -51,6 +60,10 @@ ARCHITECTURES = {
         depth_key="loop_num_passes",
         vocab_keys=("vocab_size", "unpadded_vocab_size"),
         positions_key="max_position_embeddings",
+        module="transformers.models.inkling2_loop",
+        model_types=("inkling2_loop", "inkling2_loop_text"),
+        text_model="Inkling2LoopTextModel",
+        loop_keys=("loop_layer_index_start", "loop_layer_index_end"),
     ),
 }
 
@@ -113,6 +126,32 @@ def looped_architecture(name: str) -> LoopedArchitecture:
     raise UserError(
         f"model.architecture: {name!r} is not a looped architecture fixedfirst knows ({known})"
     )
+
+
+def architecture_of_type(model_type: object) -> LoopedArchitecture | None:
+    """The architecture whose models have `config.model_type` = `model_type`, if any."""
+    for architecture in ARCHITECTURES.values():
+        if model_type in architecture.model_types:
+            return architecture
+    return None
+
+
+def architecture_module(architecture: LoopedArchitecture) -> Any:
+    """The transformers module of `architecture`, or one line naming the release it needs."""
+    try:
+        import transformers
+    except ImportError:
+        raise UserError(
+            f"transformers is not installed; {architecture.name} needs transformers >= "
+            f"{architecture.since}: pip install 'fixedfirst[looped]'"
+        ) from None
+    try:
+        return importlib.import_module(architecture.module)
+    except ImportError:
+        raise UserError(
+            f"transformers {transformers.__version__} has no {architecture.name} (it came in "
+            f"{architecture.since}): pip install 'fixedfirst[looped]'"
+        ) from None
 
 
 def model_class(architecture: LoopedArchitecture) -> Any:

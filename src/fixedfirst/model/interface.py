@@ -4,7 +4,7 @@ The trainer calls `forward(tokens, depth)` for the logits of one optimizer step'
 the schedule's depth, evaluation `nll_by_depth` for held-out NLL at many depths, and both read
 two declarations: whether a step may leave parameters without a gradient (DistributedDataParallel
 must then look for them) and why the model is never compiled, if it is not. `LoopedTransformer`
-is ours; `adapters/transformers_model.py` wraps a transformers looped architecture in the same
+is ours; `model/transformers_loop.py` wraps a transformers looped architecture in the same
 shape, so neither the trainer nor evaluation knows which they run (docs/guides/any-loop.md).
 """
 

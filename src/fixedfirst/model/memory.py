@@ -13,9 +13,10 @@ from collections.abc import Callable
 
 import torch
 
-from fixedfirst.compute.memory import GIB
 from fixedfirst.config import ModelConfig
 from fixedfirst.errors import UserError
+
+GIB = 1 << 30
 
 BYTES_SERVING = 4
 """fp32 weights, per parameter."""

@@ -13,13 +13,13 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from fixedfirst.adapters.run_model import build_model
 from fixedfirst.config import RunConfig
 from fixedfirst.data.registry import build_source
 from fixedfirst.data.source import BatchSource
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import absolute, shown
 from fixedfirst.model import LoopedLM, LoopedTransformer
+from fixedfirst.model.kinds import build_model
 from fixedfirst.model.memory import check_fits
 from fixedfirst.runs.checkpoint import Checkpoint, CheckpointManager, warn
 from fixedfirst.runs.directory import RunDir
@@ -131,7 +131,7 @@ def load_any_run(
     device: str | torch.device = "cpu",
     data: str | None = None,
 ) -> LoadedRun[LoopedLM]:
-    """`load_run` for a run of any model its [model] names (adapters/run_model.py), as
+    """`load_run` for a run of any model its [model] names (model/kinds.py), as
     evaluation by depth scores it."""
     config, ckpt = find_checkpoint(run, step, data=data)
     model = build_model(config.model)  # on the CPU; its initial weights are replaced

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fixedfirst.adapters.run_model import run_plan
+from fixedfirst.compute.run_cost import run_plan
 from fixedfirst.config import RunConfig
 from fixedfirst.errors import UserError
 from fixedfirst.files import locks

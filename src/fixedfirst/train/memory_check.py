@@ -19,7 +19,6 @@ from typing import Any
 import torch
 
 from fixedfirst.compute.memory import (
-    GIB,
     MARGIN,
     Placement,
     TrainingMemory,
@@ -29,7 +28,7 @@ from fixedfirst.compute.memory import (
 from fixedfirst.compute.plan import RunPlan
 from fixedfirst.config import ModelConfig, RunConfig
 from fixedfirst.errors import UserError
-from fixedfirst.model.memory import device_memory
+from fixedfirst.model.memory import GIB, device_memory
 from fixedfirst.train.distributed import World
 from fixedfirst.train.interrupt import resume_command
 

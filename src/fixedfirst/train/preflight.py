@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from fixedfirst.adapters.run_model import run_plan
 from fixedfirst.compute.memory import Placement
 from fixedfirst.compute.plan import RunPlan
+from fixedfirst.compute.run_cost import run_plan
 from fixedfirst.config import RunConfig
 from fixedfirst.data.registry import build_source, resolve_data
 from fixedfirst.data.source import Batch, BatchSource

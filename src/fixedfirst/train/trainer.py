@@ -20,8 +20,7 @@ from typing import Any
 
 import torch
 
-from fixedfirst.adapters.run_model import build_model, foreign_model_note
-from fixedfirst.compute.memory import GIB, deepest_depth
+from fixedfirst.compute.memory import deepest_depth
 from fixedfirst.compute.plan import RunPlan
 from fixedfirst.config import RunConfig
 from fixedfirst.data.prefetch import DeviceBatches
@@ -33,6 +32,8 @@ from fixedfirst.machine.device import (
     choose_threads,
     run_peak_flops,
 )
+from fixedfirst.model.kinds import build_model, foreign_model_note
+from fixedfirst.model.memory import GIB
 from fixedfirst.progress import Progress
 from fixedfirst.runs.checkpoint import SWITCH_TAG, Checkpoint, CheckpointManager
 from fixedfirst.runs.directory import RunDir, config_record

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import torch
 
-from fixedfirst.compute.memory import GIB, MARGIN
+from fixedfirst.compute.memory import MARGIN
 from fixedfirst.data.source import Batch
 from fixedfirst.errors import UserError
 from fixedfirst.evaluation.nll import validation_nll
-from fixedfirst.model.memory import device_memory
+from fixedfirst.model.memory import GIB, device_memory
 from fixedfirst.train.peak_memory import step_peak
 from fixedfirst.train.step import StepContext, forward_backward, state_seeds
 

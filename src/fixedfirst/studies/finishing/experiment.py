@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from fixedfirst.adapters.run_model import run_plan
+from fixedfirst.compute.run_cost import run_plan
 from fixedfirst.config import RunConfig, ScheduleConfig
 from fixedfirst.errors import UserError
 from fixedfirst.studies.kit.claims import Claim

@@ -73,7 +73,7 @@ def check_runs_startable(runs: list[PlannedRun], root: Path) -> None:
     written: each run's budget (a schedule with dearer steps may not afford a single step where
     a cheaper one does), its data against its model (missing data, a vocabulary that does not
     fit, a task's options), and a run directory in `root` holding a different run."""
-    from fixedfirst.adapters.run_model import run_plan
+    from fixedfirst.compute.run_cost import run_plan
     from fixedfirst.data.registry import build_source
 
     names = [r.name for r in runs]

@@ -249,7 +249,7 @@ def run_progress(run: Path, budget: float) -> Callable[[], float | None]:
 def training_jobs(runs: list[PlannedRun], root: Path) -> list[Job]:
     """One job per run: train (or reuse) it into root/runs/NAME (`training.run_one`), its
     progress read from its metrics file as a fraction of the run's planned FLOPs."""
-    from fixedfirst.adapters.run_model import run_plan
+    from fixedfirst.compute.run_cost import run_plan
 
     jobs = []
     for planned in runs:

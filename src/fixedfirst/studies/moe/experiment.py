@@ -2,7 +2,7 @@
 task, at matched modeled FLOPs (issue 58; docs/guides/any-loop.md says how to run it).
 
 Four schedules, each trained with every seed of the preset to one modeled FLOP budget (the
-model's compute model is measured, adapters/measured.py): fixed at 2 passes, uniform over 1..6,
+model's compute model is measured, compute/measured.py): fixed at 2 passes, uniform over 1..6,
 and fixed-first from 2 passes switching at 0.67 and at 0.8 into uniform 1..6. Each finished run
 is scored at passes 1..12 (twice the training maximum) by difficulty (studies/kit/depth_scoring.py),
 and its router measured: each loop layer's expert shares at every pass, at the end and, for a

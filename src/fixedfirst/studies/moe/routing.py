@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from fixedfirst.adapters.transformers_model import TransformersLoop
 from fixedfirst.data.registry import kind_options
 from fixedfirst.errors import UserError
+from fixedfirst.model.transformers_loop import TransformersLoop
 from fixedfirst.runs.checkpoint import SWITCH_TAG, CheckpointManager
 from fixedfirst.runs.directory import RunDir
 from fixedfirst.runs.opening import find_checkpoint, load_any_run

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fixedfirst.adapters.run_model import run_plan
+from fixedfirst.compute.run_cost import run_plan
 from fixedfirst.errors import UserError
 from fixedfirst.studies.kit.runs import PlannedRun
 from fixedfirst.studies.sweep.results import RESULTS_FORMAT, ROW_FROM

@@ -21,7 +21,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, FormatStrFormatter
 
-from fixedfirst.adapters.run_model import run_plan
+from fixedfirst.compute.run_cost import run_plan
 from fixedfirst.errors import UserError
 from fixedfirst.files.writing import save_figure
 from fixedfirst.runs.directory import RunDir

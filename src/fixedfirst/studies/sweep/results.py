@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from fixedfirst.adapters.run_model import run_plan
+from fixedfirst.compute.run_cost import run_plan
 from fixedfirst.evaluation.nll import SERVING_RANGE
 from fixedfirst.files.writing import write_text_atomic
 from fixedfirst.schedules import describe

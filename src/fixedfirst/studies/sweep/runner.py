@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fixedfirst.adapters.run_model import run_plan
+from fixedfirst.compute.run_cost import run_plan
 from fixedfirst.evaluation.cached import HeldOut, cached_evaluation
 from fixedfirst.evaluation.task import cached_task_evaluation
 from fixedfirst.studies.kit.conduct import Conducted, Study, conduct

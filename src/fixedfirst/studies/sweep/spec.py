@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fixedfirst.adapters.run_model import run_plan
 from fixedfirst.compute.plan import UNIFORM_REFERENCE
+from fixedfirst.compute.run_cost import run_plan
 from fixedfirst.config import SECTIONS, RunConfig, build_section, merge_tables, read_toml
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import resolve_data_path

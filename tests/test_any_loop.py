@@ -15,14 +15,14 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from fixedfirst.adapters.handles import depth_handle
-from fixedfirst.adapters.measured import measure_flops
-from fixedfirst.adapters.scheduler import DepthScheduler
 from fixedfirst.compute.flops import FlopModel, flop_model
+from fixedfirst.compute.measured import measure_flops
 from fixedfirst.compute.plan import plan_schedule
 from fixedfirst.config import ScheduleConfig, SwitchConfig
 from fixedfirst.errors import UserError
 from fixedfirst.model import LoopedTransformer
+from fixedfirst.model.handles import depth_handle
+from fixedfirst.scheduling.depth_scheduler import DepthScheduler
 from tests.conftest import tiny_model_config
 from tests.inkling_helpers import PassCounter, batches, needs_inkling, tiny_inkling
 
@@ -67,6 +67,23 @@ def test_the_looped_transformer_handle_supplies_the_depth_a_call_leaves_out():
     handle.remove()
     with pytest.raises(TypeError):
         model(tokens)
+
+
+def test_measuring_leaves_no_handle_behind_and_the_newest_handle_sets_the_depth():
+    """measure_flops's own handle of our model is a forward hook: left on the model at the last
+    depth measured, it supplied that depth to every later forward and a scheduler's handle set
+    nothing (a README loop trained every step at depth 3)."""
+    torch.manual_seed(0)
+    model = LoopedTransformer(tiny_model_config()).eval()
+    tokens = torch.randint(0, 61, (2, 12))
+    measure_flops(model, lambda: model(tokens).float().pow(2).mean(), tokens=tokens.numel())
+    with pytest.raises(TypeError):  # no depth supplied by a forgotten handle
+        model(tokens)
+    older, newer = depth_handle(model), depth_handle(model)
+    older.set_depth(3)
+    newer.set_depth(2)
+    with torch.no_grad():
+        assert torch.equal(model(tokens), model(tokens, 2))
 
 
 def test_our_hugging_face_export_takes_its_depth_from_the_handle():
@@ -137,7 +154,10 @@ def test_a_transformers_without_the_architecture_is_named_in_one_line(monkeypatc
 
     monkeypatch.setattr(importlib, "import_module", without_inkling)
     message = one_line_error(lambda: depth_handle(model))
-    assert "has no Inkling2Loop models" in message and "fixedfirst[looped]" in message
+    assert (
+        "has no Inkling2LoopForCausalLM (it came in 5.24.0)" in message
+        and "fixedfirst[looped]" in message
+    )
     monkeypatch.setitem(sys.modules, "transformers", None)
     assert "transformers is not installed" in one_line_error(lambda: depth_handle(model))
 
@@ -343,7 +363,7 @@ def test_only_the_trainer_callback_needs_transformers():
         "import fixedfirst\n"
         "from fixedfirst import DepthScheduler, ScheduleConfig, depth_handle, plan_schedule\n"
         "from fixedfirst.compute.flops import FlopModel\n"
-        "import fixedfirst.adapters.measured\n"
+        "import fixedfirst.compute.measured\n"
         "config = ScheduleConfig(kind='fixed-first', k0=1, switch=0.5, k_max=4)\n"
         "plan = plan_schedule(config, FlopModel(1.0, 1.0, 1.0), 8, steps=10)\n"
         "assert [DepthScheduler(plan).begin(s).depth for s in range(5)] == [1] * 5\n"

@@ -1,10 +1,9 @@
-"""The model a run's `[model]` names, built, sized and costed: the one place that tells apart
+"""The model a run's `[model]` names, built and sized: the one place that tells apart
 fixedfirst's own looped transformer and a transformers looped architecture.
 
-Everything downstream works on what these return: a `LoopedLM` (the trainer's and evaluation's
-model interface, model/interface.py), a compute model (`RunCost`: ours derived from the shape,
-compute/flops.py; the other measured, transformers_model.py) and the run's plan under it. What a
-run of a transformers architecture cannot have of our own model's features is refused with its
+Everything downstream works on the `LoopedLM` these build (the trainer's and evaluation's model
+interface, model/interface.py); its compute model is `compute.plan.run_cost`. What a run of a
+transformers architecture cannot have of our own model's features is refused with its
 configuration (config/run.py), or, for a command that only serves our model, by
 `RunConfig.own_model`.
 """
@@ -13,10 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from fixedfirst.adapters import transformers_model
-from fixedfirst.compute.flops import RunCost, flop_model
-from fixedfirst.compute.plan import RunPlan, plan_costed_run
-from fixedfirst.config import ModelSection, RunConfig, TransformersModelConfig
+from fixedfirst.config import ModelSection, TransformersModelConfig
+from fixedfirst.model import transformers_loop
 from fixedfirst.model.interface import LoopedLM
 from fixedfirst.model.looped import LoopedTransformer
 from fixedfirst.model.memory import check_fits
@@ -27,29 +24,16 @@ def build_model(model: ModelSection) -> LoopedLM:
     a device after, its weights are the same everywhere), refused in one line when its weights
     alone would not fit in memory."""
     if isinstance(model, TransformersModelConfig):
-        return transformers_model.build(model)
+        return transformers_loop.build(model)
     check_fits(model, torch.device("cpu"))
     return LoopedTransformer(model)
-
-
-def run_cost(config: RunConfig) -> RunCost:
-    """The compute model of the run's model at its training sequence length."""
-    model, seq_len = config.model, config.train.seq_len
-    if isinstance(model, TransformersModelConfig):
-        return transformers_model.measured_cost(model, seq_len)
-    return flop_model(model, seq_len)
-
-
-def run_plan(config: RunConfig, total_steps: int | None = None) -> RunPlan[RunCost]:
-    """The run's plan under its model's compute model (`compute.plan.plan_costed_run`)."""
-    return plan_costed_run(config, run_cost(config), total_steps)
 
 
 def parameter_counts(model: ModelSection) -> dict[str, int]:
     """Parameters per part of our model (embedding, prelude, core, coda, head, total); of a
     transformers architecture, the total. Counted on the meta device: no memory, no init."""
     if isinstance(model, TransformersModelConfig):
-        return {"total": transformers_model.parameter_count(model)}
+        return {"total": transformers_loop.parameter_count(model)}
     with torch.device("meta"):
         return LoopedTransformer(model).parameter_counts()
 
@@ -59,7 +43,7 @@ def foreign_model_note(model: ModelSection) -> str | None:
     config.toml says): which, how large, and what of ours it goes without."""
     if not isinstance(model, TransformersModelConfig):
         return None
-    total = transformers_model.parameter_count(model)
+    total = transformers_loop.parameter_count(model)
     return (
         f"model: transformers' {model.architecture}, {total:,} parameters; depth set by its "
         "depth handle at every step; NLL by depth one forward per depth; memory not estimated "

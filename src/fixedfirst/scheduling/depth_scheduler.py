@@ -17,8 +17,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from fixedfirst.adapters.handles import DepthHandle
 from fixedfirst.compute.plan import PlannedStep, RunPlan
+from fixedfirst.model.handles import DepthHandle
 from fixedfirst.switching.policy import Decision, SwitchPolicy
 
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fixedfirst.adapters.handles import DepthHandle, depth_handle
-from fixedfirst.adapters.scheduler import DepthScheduler
 from fixedfirst.compute.plan import RunPlan
 from fixedfirst.errors import UserError
+from fixedfirst.model.handles import DepthHandle, depth_handle
+from fixedfirst.scheduling.depth_scheduler import DepthScheduler
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments

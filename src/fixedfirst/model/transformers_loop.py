@@ -3,14 +3,13 @@
 `[model] kind = "transformers"` (config/architectures.py) names the model class and its
 configuration. `build` makes the model and wraps it as a `LoopedLM`, the shape our trainer and
 evaluation call: `forward(tokens, depth)` sets the depth through the model's depth handle
-(handles.py) and returns its logits, and scoring several depths is one forward per depth, since
-the model has no readout between its passes. Two declarations follow from the architecture: a
+(model/handles.py) and returns its logits, and scoring several depths is one forward per depth,
+since the model has no readout between its passes. Two declarations follow from the architecture: a
 step may leave parameters without a gradient (at one pass, Inkling2Loop's message gates and
 the query that reads the previous pass), so DDP looks for them; and it is never compiled
 (Inkling2Loop declares it cannot compile as one graph, and fixedfirst compiles only its own
-model's loop). The compute
-model is measured (measured.py): FLOPs of one sequence of the training length at depths 1..3,
-fitted, once per process and configuration.
+model's loop). Its compute
+model is measured (compute/measured.py).
 """
 
 from __future__ import annotations
@@ -23,8 +22,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from fixedfirst.adapters.handles import depth_handle
-from fixedfirst.adapters.measured import MeasuredFlops, measure_flops
 from fixedfirst.config import TransformersModelConfig
 from fixedfirst.config.architectures import (
     build_configuration,
@@ -33,13 +30,10 @@ from fixedfirst.config.architectures import (
     model_class,
     quiet_transformers,
 )
+from fixedfirst.model.handles import depth_handle
 from fixedfirst.model.interface import LoopedLM
 from fixedfirst.model.loss import next_token_loss
 from fixedfirst.model.memory import check_count_fits
-
-MEASURED_DEPTHS = (1, 2, 3)
-"""The depths the compute model is measured at (FLOPs are affine in the passes: two would do,
-the third checks the line)."""
 
 
 class TransformersLoop(LoopedLM):
@@ -128,25 +122,3 @@ def _parameter_count(architecture: str, options: str) -> int:
     with quiet_transformers(), torch.device("meta"):
         network = model_class(looped)(configuration)
     return sum(p.numel() for p in network.parameters())
-
-
-def measured_cost(config: TransformersModelConfig, seq_len: int) -> MeasuredFlops:
-    """The model's compute model at the training sequence length, measured on the CPU."""
-    return _measured_cost(config.architecture, json.dumps(config.options, sort_keys=True), seq_len)
-
-
-@functools.cache
-def _measured_cost(architecture: str, options: str, seq_len: int) -> MeasuredFlops:
-    section = TransformersModelConfig("transformers", architecture, json.loads(options))
-    # A draw of weights and tokens of its own: the caller's random state is left as it was.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = build(section)
-        model.handle.set_depth(max(MEASURED_DEPTHS))  # one that cannot run: refused, unrun
-        tokens = torch.randint(0, section.vocab_size, (1, seq_len + 1))
-        inputs, targets = tokens[:, :-1], tokens[:, 1:]
-
-        def loss() -> torch.Tensor:
-            return next_token_loss(model.network(input_ids=inputs, use_cache=False).logits, targets)
-
-        return measure_flops(model.network, loss, seq_len, MEASURED_DEPTHS, model.handle)

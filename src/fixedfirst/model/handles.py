@@ -10,21 +10,16 @@ finds the handle of a model it knows; any other model plugs in with one small fu
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
 from torch import nn
 
+from fixedfirst.config.architectures import architecture_module, architecture_of_type
 from fixedfirst.config.limits import MAX_DEPTH
 from fixedfirst.errors import UserError
 from fixedfirst.model.looped import LoopedTransformer, check_depth
-
-INKLING2_LOOP = "transformers.models.inkling2_loop"
-INKLING2_LOOP_FLOOR = "5.24.0"
-"""The oldest transformers release with the Inkling2Loop models (5.23 has only Inkling2), and the
-floor of the `looped` extra (pyproject.toml); docs/guides/any-loop.md says what was run on it."""
 
 
 class DepthHandle(Protocol):
@@ -40,7 +35,8 @@ class ForwardDepth:
 
     def __init__(self, model: LoopedTransformer) -> None:
         self.depth: int | None = None
-        self.hook = model.register_forward_pre_hook(self.supply, with_kwargs=True)
+        # First in line: of several handles on one model, the newest supplies the depth.
+        self.hook = model.register_forward_pre_hook(self.supply, with_kwargs=True, prepend=True)
 
     def set_depth(self, depth: int) -> None:
         self.depth = check_depth(depth)
@@ -104,38 +100,22 @@ def depth_handle(model: nn.Module, set_depth: Callable[[int], None] | None = Non
     name = type(model).__name__
     if model_type == "fixedfirst":  # our export, loaded with trust_remote_code
         return ConfigDepth([model.config], "depth", name)
-    if model_type in ("inkling2_loop", "inkling2_loop_text"):
-        text_model = inkling2_loop().Inkling2LoopTextModel
+    architecture = architecture_of_type(model_type)
+    if architecture is not None:
+        text_model = getattr(architecture_module(architecture), architecture.text_model)
         configs = [m.config for m in model.modules() if isinstance(m, text_model)]
         configs = list({id(c): c for c in configs}.values())
-        empty = [c for c in configs if c.loop_layer_index_end <= c.loop_layer_index_start]
+        start_key, end_key = architecture.loop_keys
+        empty = [c for c in configs if getattr(c, end_key) <= getattr(c, start_key)]
         loops = (
-            f"it loops no layer (loop_layer_index_start = {empty[0].loop_layer_index_start}, "
-            f"loop_layer_index_end = {empty[0].loop_layer_index_end})"
+            f"it loops no layer ({start_key} = {getattr(empty[0], start_key)}, "
+            f"{end_key} = {getattr(empty[0], end_key)})"
             if empty
             else ""
         )
-        return ConfigDepth(configs, "loop_num_passes", name, loops)
+        return ConfigDepth(configs, architecture.depth_key, name, loops)
     raise UserError(
         f"no depth handle for {name}: fixedfirst sets the depth of LoopedTransformer, its "
-        "Hugging Face export and transformers' Inkling2Loop models; give "
-        "depth_handle(model, set_depth=FUNCTION) a function that sets this model's depth"
+        "Hugging Face export and transformers' looped architectures (config/architectures.py); "
+        "give depth_handle(model, set_depth=FUNCTION) a function that sets this model's depth"
     )
-
-
-def inkling2_loop() -> Any:
-    """transformers' Inkling2Loop module, or a one-line error naming the release it needs."""
-    try:
-        import transformers
-    except ImportError:
-        raise UserError(
-            "transformers is not installed; the Inkling2Loop models need transformers >= "
-            f"{INKLING2_LOOP_FLOOR}: pip install 'fixedfirst[looped]'"
-        ) from None
-    try:
-        return importlib.import_module(INKLING2_LOOP)
-    except ImportError:
-        raise UserError(
-            f"transformers {transformers.__version__} has no Inkling2Loop models (they came in "
-            f"{INKLING2_LOOP_FLOOR}): pip install 'fixedfirst[looped]'"
-        ) from None

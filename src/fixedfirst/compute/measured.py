@@ -6,12 +6,15 @@ at each of a few depths, per token, and a straight line through them. Looping a 
 costs K times the block, so a looped model's FLOPs are affine in K: the line is checked against
 every depth measured, and a model more than 1% off it is refused rather than extrapolated. The
 result is a `CostModel`, so budgets, compute-matched runs and modeled savings (`plan_schedule`)
-work as for our own model.
+work as for our own model. A transformers looped architecture that a run's [model] names is
+measured here once per process and configuration (`measured_cost`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -20,8 +23,15 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from fixedfirst.adapters.handles import DepthHandle, depth_handle
+from fixedfirst.config import TransformersModelConfig
 from fixedfirst.errors import UserError
+from fixedfirst.model.handles import DepthHandle, ForwardDepth, depth_handle
+from fixedfirst.model.loss import next_token_loss
+from fixedfirst.model.transformers_loop import build
+
+MEASURED_DEPTHS = (1, 2, 3)
+"""The depths a transformers architecture's compute model is measured at (FLOPs are affine in
+the passes: two would do, the third checks the line)."""
 
 LINEARITY = 0.01
 """How far (relative) a measured depth may lie off the fitted line."""
@@ -100,8 +110,26 @@ def measure_flops(
     """The compute model of `model`: `loss()` runs one forward of a batch of `tokens` tokens at
     the training sequence length (attention's cost depends on it) and returns its loss; it is
     counted at each of `depths` (two at least) and fitted linear in the depth. `handle` sets the
-    depth (default: `depth_handle(model)`), and is left at the last depth measured."""
-    handle = handle if handle is not None else depth_handle(model)
+    depth (default: a handle of its own, taken off the model again; a handle given is left at
+    the last depth measured)."""
+    own = None
+    if handle is None:
+        handle = own = depth_handle(model)
+    try:
+        return fitted_flops(model, loss, tokens, depths, handle)
+    finally:
+        if isinstance(own, ForwardDepth):
+            own.remove()
+
+
+def fitted_flops(
+    model: nn.Module,
+    loss: Callable[[], torch.Tensor],
+    tokens: int,
+    depths: Iterable[int],
+    handle: DepthHandle,
+) -> MeasuredFlops:
+    """`measure_flops` with its handle."""
     depths = sorted(set(depths))
     if len(depths) < 2:
         raise UserError(f"measure_flops needs two depths or more to fit a line, got {depths}")
@@ -136,3 +164,27 @@ def fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
     sxx = sum((x - mean_x) ** 2 for x, _ in points)
     slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
     return mean_y - slope * mean_x, slope
+
+
+def measured_cost(config: TransformersModelConfig, seq_len: int) -> MeasuredFlops:
+    """The compute model of a transformers looped architecture at the training sequence length:
+    one sequence counted at MEASURED_DEPTHS on the CPU."""
+    return cached_cost(config.architecture, json.dumps(config.options, sort_keys=True), seq_len)
+
+
+@functools.cache
+def cached_cost(architecture: str, options: str, seq_len: int) -> MeasuredFlops:
+    """`measured_cost`, keyed by hashable values."""
+    section = TransformersModelConfig("transformers", architecture, json.loads(options))
+    # A draw of weights and tokens of its own: the caller's random state is left as it was.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = build(section)
+        model.handle.set_depth(max(MEASURED_DEPTHS))  # one that cannot run: refused, unrun
+        tokens = torch.randint(0, section.vocab_size, (1, seq_len + 1))
+        inputs, targets = tokens[:, :-1], tokens[:, 1:]
+
+        def loss() -> torch.Tensor:
+            return next_token_loss(model.network(input_ids=inputs, use_cache=False).logits, targets)
+
+        return measure_flops(model.network, loss, seq_len, MEASURED_DEPTHS, model.handle)

@@ -1,4 +1,4 @@
-"""One rank of tests/test_adapters_distributed.py, started by torchrun: a tiny Inkling2Loop model
+"""One rank of tests/test_any_loop_distributed.py, started by torchrun: a tiny Inkling2Loop model
 under DistributedDataParallel (gloo), trained with fixed-first and an auto switch twice, in a
 plain loop (`DepthScheduler`) and through the Hugging Face Trainer (`FixedFirstCallback`). Each
 rank writes the passes every forward ran and where it switched to OUT/rank-R.json."""
@@ -14,11 +14,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from fixedfirst.adapters.handles import depth_handle
-from fixedfirst.adapters.measured import measure_flops
-from fixedfirst.adapters.scheduler import DepthScheduler
+from fixedfirst.compute.measured import measure_flops
 from fixedfirst.compute.plan import plan_schedule
 from fixedfirst.config import ScheduleConfig, SwitchConfig
+from fixedfirst.model.handles import depth_handle
+from fixedfirst.scheduling.depth_scheduler import DepthScheduler
 from tests.inkling_helpers import PassCounter, batches, tiny_inkling
 
 STEPS = 24
@@ -59,7 +59,7 @@ def plain_loop(rank: int, out: dict) -> None:
 def trainer_run(rank: int, out: dict, directory: Path) -> None:
     from transformers import Trainer, TrainingArguments
 
-    from fixedfirst.adapters.hf_trainer import FixedFirstCallback
+    from fixedfirst.scheduling.hf_trainer import FixedFirstCallback
 
     model = tiny_inkling()
     counter = PassCounter().attach(model)
