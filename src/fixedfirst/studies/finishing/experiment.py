@@ -20,18 +20,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from fixedfirst.compute.run_cost import run_plan
 from fixedfirst.config import RunConfig, ScheduleConfig
 from fixedfirst.errors import UserError
 from fixedfirst.studies.kit.claims import Claim
-from fixedfirst.studies.kit.depth_arms import BAND_CLAIMS, arms_results
+from fixedfirst.studies.kit.depth_arms import BAND_CLAIMS, DepthArmsSettings, arms_results
 from fixedfirst.studies.kit.depth_scoring import score_by_depth
 from fixedfirst.studies.kit.presets import Arm, Evaluated, PresetStudy
 from fixedfirst.studies.kit.results import cost, scored_bands, scoring
 from fixedfirst.studies.kit.runs import PlannedRun, finished_summary, run_directory, run_one
-from fixedfirst.studies.kit.settings import StudySettings
 from fixedfirst.studies.kit.workers import Job, run_progress
 from fixedfirst.train.finishing_stage import finishing_stage
 
@@ -45,12 +44,8 @@ def finish_arm(rate: str, fraction: float) -> str:
 
 
 @dataclass
-class FinishingSettings(StudySettings):
+class FinishingSettings(DepthArmsSettings):
     """The `[experiment]` section of a finishing preset."""
-
-    LEAST_SEEDS: ClassVar[int] = 2
-    DEEPEST: ClassVar[int] = 64
-    SEQUENCES: ClassVar[tuple[str, ...]] = ("sequences",)
 
     flops: float = 1e12
     seeds: list[int] = field(default_factory=lambda: [300, 301, 302])
@@ -71,7 +66,6 @@ class FinishingSettings(StudySettings):
     compare_depths: list[int] = field(default_factory=lambda: [1, 4, 8, 16])
     """Depths at which every finish is compared with its base (the exploratory family)."""
     sequences: int = 256
-    """Evaluation sequences (one label of every difficulty 0..eval_ops each)."""
     primary: list[Annotated[Claim, BAND_CLAIMS]] = field(default_factory=list)
     """The primary comparisons, named before the runs; `a` and `b` are arms: `base` or
     RATE-FRACTION, e.g. `rewarm-0.1`."""
@@ -214,9 +208,7 @@ class FinishingStudy(PresetStudy[FinishingSettings]):
                 }
         first = self.run_config(BASE, self.experiment.seeds[0])
         e = self.experiment
-        return arms_results(
-            "fixedfirst-finishing-results", self.preset, BASE, e, e.compare_depths, first, runs
-        )
+        return arms_results("fixedfirst-finishing-results", self.preset, BASE, e, first, runs)
 
     def write(self, results: dict[str, Any], out: Path) -> list[Path]:
         from fixedfirst.studies.finishing.report import REPORT

@@ -14,7 +14,7 @@ The chains study names its primaries in the same table (`BAND_CLAIMS`).
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -59,6 +59,21 @@ BAND_CLAIMS = ClaimTable(
         "upper end is under it, otherwise cannot tell.",
     },
 )
+
+
+class DepthArmsSettings(StudySettings):
+    """The [experiment] keys of a study of arms scored by band and depth besides those every
+    study has (its dataclass declares them with its defaults): verdicts over at least two seeds,
+    depths up to 64."""
+
+    LEAST_SEEDS: ClassVar[int] = 2
+    DEEPEST: ClassVar[int] = 64
+    SEQUENCES: ClassVar[tuple[str, ...]] = ("sequences",)
+
+    compare_depths: list[int]
+    """Depths at which every arm is compared with the reference (the exploratory family)."""
+    sequences: int
+    """Evaluation sequences (one label of every difficulty 0..eval_ops each)."""
 
 
 def _accuracy(run: dict[str, Any], role: str, depth: int) -> float:
@@ -141,14 +156,12 @@ def arms_results(
     format: str,
     preset: str,
     reference: str,
-    experiment: StudySettings,
-    compare_depths: list[int],
+    experiment: DepthArmsSettings,
     first: RunConfig,
     runs: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     """The results document of a study of arms on chains: its settings (`first` its first run's
-    configuration), every run, and their `analyse_arms`, every arm against `reference` at each
-    of `compare_depths`."""
+    configuration), every run, and their `analyse_arms`."""
     from fixedfirst.data.registry import kind_options
 
     options = kind_options(first)
@@ -164,5 +177,5 @@ def arms_results(
         "experiment": e.to_dict(),
         "chance": 1 / options.values,
         "runs": runs,
-        "analysis": analyse_arms(runs, e.depths, reference, compare_depths, e.primary),
+        "analysis": analyse_arms(runs, e.depths, reference, e.compare_depths, e.primary),
     }

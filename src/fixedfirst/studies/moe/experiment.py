@@ -20,12 +20,11 @@ from fixedfirst.config import TransformersModelConfig
 from fixedfirst.errors import UserError
 from fixedfirst.schedules import describe
 from fixedfirst.studies.kit.claims import Claim
-from fixedfirst.studies.kit.depth_arms import BAND_CLAIMS, arms_results
+from fixedfirst.studies.kit.depth_arms import BAND_CLAIMS, DepthArmsSettings, arms_results
 from fixedfirst.studies.kit.depth_scoring import score_by_depth
 from fixedfirst.studies.kit.presets import Arm, Evaluated, PresetStudy, named_schedule
 from fixedfirst.studies.kit.results import cost, scored_bands, scoring
 from fixedfirst.studies.kit.runs import PlannedRun
-from fixedfirst.studies.kit.settings import StudySettings
 from fixedfirst.studies.kit.workers import Job
 
 MOE_SCHEDULES = {
@@ -39,11 +38,9 @@ REFERENCE = "uniform-1-6"
 
 
 @dataclass
-class MoeSettings(StudySettings):
+class MoeSettings(DepthArmsSettings):
     """The `[experiment]` section of a looped mixture-of-experts preset."""
 
-    LEAST_SEEDS: ClassVar[int] = 2
-    DEEPEST: ClassVar[int] = 64
     SEQUENCES: ClassVar[tuple[str, ...]] = ("sequences", "router_sequences")
 
     flops: float = 1e12
@@ -52,9 +49,7 @@ class MoeSettings(StudySettings):
     """Which arms to train: fixed-2, uniform-1-6, fixed-first-2-0.67, fixed-first-2-0.8."""
     depths: list[int] = field(default_factory=lambda: list(range(1, 13)))
     compare_depths: list[int] = field(default_factory=lambda: [1, 2, 6, 12])
-    """Depths at which every arm is compared with uniform-1-6 (the exploratory family)."""
     sequences: int = 256
-    """Evaluation sequences (one label of every difficulty 0..eval_ops each)."""
     router_sequences: int = 64
     """Evaluation sequences whose tokens the router shares are counted on."""
     primary: list[Annotated[Claim, BAND_CLAIMS]] = field(default_factory=list)
@@ -122,9 +117,7 @@ class MoeStudy(PresetStudy[MoeSettings]):
                 "router": run.values[0]["router"],
             }
         first = self.run_config(e.schedules[0], e.seeds[0])
-        document = arms_results(
-            "fixedfirst-moe-results", self.preset, REFERENCE, e, e.compare_depths, first, runs
-        )
+        document = arms_results("fixedfirst-moe-results", self.preset, REFERENCE, e, first, runs)
         return {**document, "router": analyse_router(runs)}
 
     def write(self, results: dict[str, Any], out: Path) -> list[Path]:
