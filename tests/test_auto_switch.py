@@ -17,6 +17,7 @@ import torch
 from fixedfirst.compute.plan import plan_run
 from fixedfirst.runs.checkpoint import CheckpointManager
 from fixedfirst.schedules import Schedule
+from fixedfirst.scheduling.depth_scheduler import DepthScheduler
 from fixedfirst.train.auto_switch import switch_summary
 from fixedfirst.train.counters import format_summary
 from fixedfirst.train.metrics import read_metrics
@@ -79,7 +80,7 @@ def test_an_auto_run_is_the_fixed_run_at_the_step_it_chose(tmp_path, rule, reque
     assert [(r["step"], r["reason"], r["rule"]) for r in decided] == [(step, "rule", rule)]
     ckpt = CheckpointManager(auto.path / "checkpoints").with_tag("switch")
     assert ckpt.step == step and f"auto-{rule}" in ckpt.tags
-    assert ckpt.meta["auto_switch"]["policy"]["decision"]["step"] == step
+    assert ckpt.meta["depth_scheduler"]["switch"]["decision"]["step"] == step
     assert summary["phases"]["fixed"]["steps"] == step
     assert f"auto switch ({rule}) at step {step} (" in format_summary(summary)
     if rule == "depth-gap":
@@ -192,7 +193,7 @@ def test_the_summary_gives_the_learning_rate_at_the_switch_and_over_the_finish(l
             return 3e-4 + 2.7e-3 * (1 + math.cos(math.pi * (s - 4) / 35)) / 2
         return 3e-3 if s < 32 else 3e-3 - 2.7e-3 * (s - 31) / 8
 
-    switch = switch_summary(plan, None, config.train)
+    switch = switch_summary(DepthScheduler(plan), None, config.train)
     assert switch["step"] == 20 and switch["peak_lr"] == 3e-3
     assert switch["lr"] == pytest.approx(by_hand(20), rel=1e-12)
     expected_mean = sum(by_hand(s) for s in range(20, 40)) / 20

@@ -21,25 +21,21 @@ from typing import Any
 import torch
 
 from fixedfirst.compute.memory import deepest_depth
-from fixedfirst.compute.plan import RunPlan
 from fixedfirst.config import RunConfig
 from fixedfirst.data.prefetch import DeviceBatches
 from fixedfirst.data.source import BatchSource, rank_rows
 from fixedfirst.errors import UserError
 from fixedfirst.evaluation.nll import mean_serving_nll, validation_nll
 from fixedfirst.files.writing import write_json_atomic
-from fixedfirst.machine.device import (
-    choose_threads,
-    run_peak_flops,
-)
+from fixedfirst.machine.device import choose_threads, run_peak_flops
 from fixedfirst.model.kinds import build_model, foreign_model_note
 from fixedfirst.model.memory import GIB
 from fixedfirst.progress import Progress
 from fixedfirst.runs.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.runs.directory import RunDir, config_record
 from fixedfirst.schedules import describe
-from fixedfirst.train import compilation, distributed, memory_check, warm_up
-from fixedfirst.train.auto_switch import META_KEY, switch_summary
+from fixedfirst.scheduling.depth_scheduler import DepthScheduler
+from fixedfirst.train import auto_switch, compilation, distributed, memory_check, warm_up
 from fixedfirst.train.checkpoint_writes import CheckpointWrites, live_storages
 from fixedfirst.train.counters import Counters
 from fixedfirst.train.distributed import World, on_main
@@ -71,7 +67,9 @@ class Trainer:
         self.world = checked.world
         self.rank, self.world_size = self.world.rank, self.world.world_size
         self.is_main = self.world.is_main
-        self.plan: RunPlan = checked.plan
+        # The run's plan, followed step by step, and its auto switch (no depth handle: our model
+        # takes the depth as `train_step`'s argument).
+        self.scheduler = DepthScheduler(checked.plan)
         self.device, self.dtype = checked.device, checked.dtype
         self.memory_placement = checked.memory
         self.source: BatchSource = checked.source
@@ -79,7 +77,7 @@ class Trainer:
             self.source, config.train.batch_size, self.rank, self.world_size, self.device
         )
         self.val_batches = checked.val_batches
-        self.auto = checked.auto
+        self.probe = checked.probe
         self.given_peak = checked.given_peak
 
         distributed.start(self.world, self.device)
@@ -111,7 +109,7 @@ class Trainer:
         torch.manual_seed(t.seed)  # the same initial weights on every rank
         model = build_model(config.model).to(self.device)
         self.compiled = compilation.decide(
-            t.compile, self.device, self.plan.flops, peak, model.never_compiled
+            t.compile, self.device, self.scheduler.plan.flops, peak, model.never_compiled
         )
         how = "compiled" if self.compiled.compile else "eager"
         self.precision = "bf16" if self.dtype == torch.bfloat16 else "fp32"
@@ -141,9 +139,9 @@ class Trainer:
         # GPU the deepest step measured and refused if it does not fit (train/warm_up.py).
         self.deepest = warm_up.warm_up(
             self.step_context,
-            deepest_depth(self.plan),
+            deepest_depth(self.scheduler.plan),
             t.seq_len,
-            [*self.val_batches, *(self.auto.probe_batches if self.auto is not None else [])],
+            [*self.val_batches, *(self.probe.batches if self.probe is not None else [])],
             self.eval_dtypes,
             compiled=self.compiled.compile,
             capacity=warm_up.capacity_to_measure(self.device),
@@ -160,10 +158,9 @@ class Trainer:
         self.metrics = MetricsLog(self.run.metrics_path)
         self.written_before = 0  # complete metrics records before a resume truncated the file
         self.counters = Counters()
-        self.switch_step = self.plan.switch_step  # a fixed switch (an auto one is tagged apart)
         # Snapshots are fractions of the FLOP budget when there is one, so compute-matched runs
         # keep their snapshots at the same FLOPs; otherwise of the run's own cost.
-        budget_flops = self.plan.flop_budget or self.plan.flops
+        budget_flops = self.scheduler.plan.flop_budget or self.scheduler.plan.flops
         self.snapshot_flops = sorted(f * budget_flops for f in t.snapshots)
 
         if resume:
@@ -197,16 +194,15 @@ class Trainer:
         def contents() -> tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:
             meta = {
                 **self.counters.to_dict(),
-                "total_steps": self.plan.total_steps,
+                "total_steps": self.scheduler.plan.total_steps,
                 "metrics_bytes": self.metrics.size(),
                 "world_size": self.world_size,
                 "schedule": describe(self.config.schedule),
                 **config_record(self.config),  # the run's fingerprint (identity.py)
                 # Also here (small JSON), so that eval can refuse other data without trainer.pt.
                 "data": self.batches.state_dict(),
+                auto_switch.META_KEY: self.scheduler.state_dict(),  # how it decides the switch
             }
-            if self.auto is not None:  # what a resume decides the switch from
-                meta[META_KEY] = self.auto.state_dict()
             state = {"optimizer": optimizer_state, "data": self.batches.state_dict()}
             return weights, state, meta
 
@@ -251,10 +247,7 @@ class Trainer:
         data_state = distributed.broadcast_object(self.world, loaded.get("data", {}))
         self.batches.load_state_dict(data_state)
         self.counters = Counters.from_dict(ckpt.meta)
-        if self.auto is not None:
-            decided = self.auto.restore(ckpt.meta)
-            if decided is not None:
-                self.plan = self.plan.decided(decided)
+        self.scheduler.load_state_dict(auto_switch.scheduler_state(ckpt.meta))
         if self.is_main:
             lost = self.metrics.resume_at(int(ckpt.meta["metrics_bytes"]), ckpt.step)
             if lost is not None:
@@ -278,15 +271,15 @@ class Trainer:
             self.run.close()
 
     def _train(self, stop_after: int | None, interrupt: Interrupt) -> dict[str, Any]:
-        total = self.plan.total_steps
+        total = self.scheduler.plan.total_steps
         stop = total if stop_after is None else max(self.counters.step, min(stop_after, total))
-        if self.switch_step == 0 and self.counters.step == 0:
+        if self.scheduler.switch_step == 0 and self.counters.step == 0:
             self._save(["switch"])
         progress = Progress(
             total,
             self.counters.step,
             quiet=self.quiet or not self.is_main,
-            work_total=self.plan.flops,
+            work_total=self.scheduler.plan.flops,
             work_initial=self.counters.flops,
         )
         self.model.train()
@@ -312,8 +305,8 @@ class Trainer:
 
     def _step(self, step: int) -> StepRecord:
         """Train step `step` (0-based) at the schedule's depth and learning rate and count it."""
-        t, total = self.config.train, self.plan.total_steps
-        planned = self.plan.at(step)  # the depth and phase the plan gives this step
+        t, total = self.config.train, self.scheduler.plan.total_steps
+        planned = self.scheduler.begin(step)  # decided at a boundary before, if one was due
         depth, phase = planned.depth, planned.phase
         lr = lr_at(step, total, t)
         started = time.perf_counter()
@@ -324,7 +317,7 @@ class Trainer:
         if self.device.type == "cuda" and (step + 1) % t.log_every == 0:
             torch.cuda.synchronize(self.device)
         seconds = time.perf_counter() - started
-        step_flops = self.plan.step_flops(depth)
+        step_flops = self.scheduler.plan.step_flops(depth)
         c = self.counters
         flops_before = c.flops
         c.add_step(phase, t.tokens_per_step, step_flops, seconds)
@@ -345,13 +338,13 @@ class Trainer:
         self, record: StepRecord, stop: int, interrupt: Interrupt
     ) -> Boundary | None:
         """What is due after the step `record` finished: None when the run just goes on."""
-        done, total = record.step, self.plan.total_steps
+        done, total = record.step, self.scheduler.plan.total_steps
         every = self.config.eval.every
         tags = self._checkpoint_tags(record)
         if done == stop < total:
             tags.append("paused")
         evaluate = done == total or bool(every and done % every == 0)
-        auto_switch = self.auto is not None and self.auto.due(done)
+        auto_switch = self.scheduler.probe_due(done) or self.scheduler.decides_at(done)
         log = done % self.config.train.log_every == 0 or bool(tags) or evaluate or auto_switch
         stop_signal = interrupt.agreed(self.world, log) if done < total else None
         if stop_signal is not None and "paused" not in tags:
@@ -373,7 +366,7 @@ class Trainer:
         seconds = max(seconds, 1e-9)
         tok_per_s = len(pending) * t.tokens_per_step / seconds
         mfu = sum(p.step_flops for p in pending) / seconds / self.peak_flops
-        records = [
+        records: list[dict[str, Any]] = [
             {
                 "kind": "train",
                 "step": p.step,
@@ -389,19 +382,20 @@ class Trainer:
                 "mfu": mfu,
             }
             for p, (loss, grad_norm) in zip(pending, values, strict=True)
-            if p.step % t.log_every == 0 or p.step == self.plan.total_steps
+            if p.step % t.log_every == 0 or p.step == self.scheduler.plan.total_steps
         ]
         if self.is_main:
             self.metrics.write(records)
-        if self.auto is not None:
-            self.auto.observe(records)
+        if self.scheduler.rule == "plateau":  # it watches the logged losses
+            for r in records:
+                self.scheduler.observe(r["step"], r["loss"])
         last = pending[-1]
         fields = {
             "phase": last.phase,
             "K": str(last.depth),
             "loss": f"{values[-1][0]:.3f}",
             "tok/s": f"{tok_per_s:,.0f}",
-            "FLOPs": f"{last.flops:.2e}/{self.plan.flops:.2e}",
+            "FLOPs": f"{last.flops:.2e}/{self.scheduler.plan.flops:.2e}",
         }
         progress.update(last.step, fields, work=last.flops)
 
@@ -427,12 +421,12 @@ class Trainer:
         tags = []
         if t.checkpoint_every and done % t.checkpoint_every == 0:
             tags.append("periodic")
-        if self.switch_step is not None and done == self.switch_step:
+        if done == self.scheduler.switch_step:
             tags.append("switch")
         for fraction, threshold in zip(sorted(t.snapshots), self.snapshot_flops, strict=True):
             if record.flops_before < threshold <= record.flops:
                 tags.append(f"snapshot-{fraction:g}")
-        if done == self.plan.total_steps:
+        if done == self.scheduler.plan.total_steps:
             tags.append("final")
         return tags
 
@@ -444,15 +438,13 @@ class Trainer:
         self.parallel.after_eval()
         record = {
             "kind": "eval",
-            "step": self.counters.step,
-            "tokens": self.counters.tokens,
-            "flops": self.counters.flops,
+            **self.counters.position(),
             "nll_by_depth": {str(d): v for d, v in nll.items()},
         }
         mean = mean_serving_nll(nll)
         if mean is not None:
             record["mean_serving_nll"] = mean
-        if self.counters.step == self.plan.total_steps and len(self.eval_dtypes) > 1:
+        if self.counters.step == self.scheduler.plan.total_steps and len(self.eval_dtypes) > 1:
             exact = validation_nll(
                 self.model, self.val_batches, depths, self.device, self.eval_dtypes[-1]
             )
@@ -463,15 +455,16 @@ class Trainer:
         return nll
 
     def _auto_switch(self, done: int) -> list[str]:
-        """Probe and check the auto switch at boundary `done`; the checkpoint tags of a switch."""
-        assert self.auto is not None
-        records, decision = self.auto.at_boundary(done, self.parallel, self.counters)
+        """Probe (`depth-gap`) and ask the rule at boundary `done`, before the checkpoint there,
+        which then holds the decision; the checkpoint tags of a switch here."""
+        where, records = self.counters.position(), []
+        if self.probe is not None and self.scheduler.probe_due(done):
+            records.append(self.probe.feed(self.scheduler, self.parallel, where))
+        check, decision = self.scheduler.decide(done)
+        records += auto_switch.decision_records(self.scheduler, self.probe, where, check, decision)
         if self.is_main:
             self.metrics.write(records)
-        if decision is None:
-            return []
-        self.plan = self.plan.decided(decision.step)
-        return ["switch", decision.tag]
+        return [] if decision is None else ["switch", decision.tag]
 
     def _say(self, line: str) -> None:
         if self.is_main and not self.quiet:
@@ -483,7 +476,7 @@ class Trainer:
             print(line, file=sys.stderr, flush=True)
 
     def _summary(self) -> dict[str, Any]:
-        summary = self.counters.summary(describe(self.config.schedule), self.plan)
+        summary = self.counters.summary(describe(self.config.schedule), self.scheduler.plan)
         # How the arithmetic ran (docs/guides/study-speed.md): none of it defines the run.
         summary.update(
             threads=self.threads,
@@ -495,7 +488,9 @@ class Trainer:
         )
         summary["data"] = {"kind": self.config.data.kind, "about": self.source.describe()}
         summary["peak_flops"] = {"per_process": self.peak_per_process, "from": self.peak_from}
-        summary["switch"] = switch_summary(self.plan, self.auto, self.config.train)
+        summary["switch"] = auto_switch.switch_summary(
+            self.scheduler, self.probe, self.config.train
+        )
         if self.is_main:
             write_json_atomic(self.run.summary_path, summary)
         return summary
