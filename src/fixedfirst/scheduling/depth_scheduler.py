@@ -22,6 +22,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from fixedfirst.compute.memory import deepest_depth
 from fixedfirst.compute.plan import PlannedStep, RunPlan
 from fixedfirst.model.handles import DepthHandle
 from fixedfirst.switching.policy import Check, Decision, SwitchPolicy
@@ -42,8 +43,7 @@ class DepthScheduler:
         self.decided_through = -1
         """The last boundary at which this process asked the rule (-1: none yet)."""
         if handle is not None:  # a depth the model cannot run is refused before the first step
-            stages = plan.costed_schedule.stages(plan.total_steps)
-            handle.set_depth(max(stage.dist.max_depth for stage in stages))
+            handle.set_depth(deepest_depth(plan))
 
     def begin(self, step: int) -> PlannedStep:
         """Step `step` (0-based, every step in order) is about to train: decide an auto switch

@@ -75,7 +75,7 @@ def preflight(config: RunConfig, world: World | None = None) -> Preflight:
     if not world.launched:  # under torchrun once per machine, by the trainer
         source.check_training_data()
     val_batches = source.validation_batches(config.eval.batches, t.micro_batch())
-    probe = DepthGapProbe.for_run(config, plan.flop_model, source, device, dtype)
+    probe = DepthGapProbe.for_run(config, plan.flop_model, source, dtype)
     check_packages(t.log_to)
     compilation.check_compiler(t.compile, device)
     given_peak = given_peak_flops()

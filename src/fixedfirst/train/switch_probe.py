@@ -18,7 +18,6 @@ import torch
 from fixedfirst.compute.flops import RunCost
 from fixedfirst.config import RunConfig
 from fixedfirst.data.source import BatchSource
-from fixedfirst.evaluation.nll import validation_nll
 from fixedfirst.scheduling.depth_scheduler import DepthScheduler
 from fixedfirst.train.parallel import ParallelModel
 
@@ -29,12 +28,11 @@ class DepthGapProbe:
         config: RunConfig,
         flops: RunCost,
         source: BatchSource,
-        device: torch.device,
         dtype: torch.dtype,
     ) -> None:
         self.k0 = config.schedule.k0
         self.deep = config.switch.probe_depth(config.schedule.k_max)
-        self.device, self.dtype = device, dtype
+        self.dtype = dtype
         self.batches = source.validation_batches(config.switch.batches, config.train.micro_batch())
         tokens = sum(b.inputs.numel() for b in self.batches)
         self.flops_per_probe = float(tokens * flops.eval_all_depths([self.k0, self.deep]))
@@ -45,22 +43,19 @@ class DepthGapProbe:
         config: RunConfig,
         flops: RunCost,
         source: BatchSource,
-        device: torch.device,
         dtype: torch.dtype,
     ) -> DepthGapProbe | None:
         """The run's probe: None unless its schedule switches by the `depth-gap` rule."""
         if not config.schedule.auto_switch or config.switch.rule != "depth-gap":
             return None
-        return cls(config, flops, source, device, dtype)
+        return cls(config, flops, source, dtype)
 
     def feed(
         self, scheduler: DepthScheduler, parallel: ParallelModel, where: dict[str, Any]
     ) -> dict[str, Any]:
         """Probe the model at the boundary `where` says (its step, tokens and FLOPs), hand the gain
         to `scheduler`; the `switch_probe` line."""
-        depths = sorted({self.k0, self.deep})
-        nll = validation_nll(parallel.module, self.batches, depths, self.device, self.dtype)
-        parallel.after_eval()
+        nll = parallel.evaluate(self.batches, sorted({self.k0, self.deep}), self.dtype)
         gain = nll[self.k0] - nll[self.deep]
         scheduler.observe(where["step"], gain)
         return {

@@ -1,9 +1,10 @@
 """The training loop: one depth per optimizer step from the schedule, budgets, checkpoints, metrics.
 
 A run is planned before its first step (the budget fixes every step's depth, learning rate and
-phase); each step is `train.step`'s, and everything a resume needs is in each checkpoint, so a
-resumed run computes what the run straight through computes (docs/design.md §7-8, §14 for the
-auto switch). The loop (`_train`) reads in one glance: `_step` trains a step and returns its
+phase) and followed step by step through `DepthScheduler`, as any loop follows a plan, which also
+decides an auto switch (docs/design.md §14); each step is `train.step`'s, and everything a resume
+needs is in each checkpoint, so a resumed run computes what the run straight through computes
+(§7-8). The loop (`_train`) reads in one glance: `_step` trains a step and returns its
 record, `_boundary_after` says what is due after it (a log line, checkpoint tags, an evaluation,
 the auto switch's check, a stop), `_log` and `_cross` do it. Only rank 0 writes the run.
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -25,29 +25,29 @@ from fixedfirst.config import RunConfig
 from fixedfirst.data.prefetch import DeviceBatches
 from fixedfirst.data.source import BatchSource, rank_rows
 from fixedfirst.errors import UserError
-from fixedfirst.evaluation.nll import mean_serving_nll, validation_nll
+from fixedfirst.evaluation.nll import mean_serving_nll, run_eval_dtypes
 from fixedfirst.files.writing import write_json_atomic
 from fixedfirst.machine.device import choose_threads, run_peak_flops
 from fixedfirst.model.kinds import build_model, foreign_model_note
-from fixedfirst.model.memory import GIB
 from fixedfirst.progress import Progress
 from fixedfirst.runs.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.runs.directory import RunDir, config_record
 from fixedfirst.schedules import describe
 from fixedfirst.scheduling.depth_scheduler import DepthScheduler
-from fixedfirst.train import auto_switch, compilation, distributed, memory_check, warm_up
+from fixedfirst.train import compilation, distributed, memory_check, warm_up
+from fixedfirst.train.auto_switch import META_KEY, decision_records, scheduler_state, switch_summary
 from fixedfirst.train.checkpoint_writes import CheckpointWrites, live_storages
 from fixedfirst.train.counters import Counters
-from fixedfirst.train.distributed import World, on_main
+from fixedfirst.train.distributed import on_main
 from fixedfirst.train.garbage import CollectAtBoundaries
 from fixedfirst.train.interrupt import Interrupt
 from fixedfirst.train.metrics import MetricsLog, read_metrics
 from fixedfirst.train.optim import build_optimizer, lr_at
 from fixedfirst.train.parallel import ParallelModel
 from fixedfirst.train.preflight import preflight
-from fixedfirst.train.resume import check_same_config, check_trainer_state
+from fixedfirst.train.resume import check_same_config, check_trainer_state, load_full_state
 from fixedfirst.train.sinks import open_sinks
-from fixedfirst.train.step import StepContext, state_seeds, train_step
+from fixedfirst.train.step import StepContext, host_values, state_seeds, train_step
 
 
 class Trainer:
@@ -99,8 +99,7 @@ class Trainer:
         """Build the model and optimizer; resume from a checkpoint or start (over) afresh."""
         config, t = self.config, self.config.train
         # Threads before anything is timed: the peak (and so MFU) is measured with them.
-        processes_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        self.threads, threads_why = choose_threads(t.threads, processes_here)
+        self.threads, threads_why = choose_threads(t.threads, self.world.local_world_size)
         torch.set_num_threads(self.threads)
         self.peak_per_process, self.peak_from = run_peak_flops(
             self.device.type, self.dtype, self.given_peak
@@ -113,11 +112,7 @@ class Trainer:
         )
         how = "compiled" if self.compiled.compile else "eager"
         self.precision = "bf16" if self.dtype == torch.bfloat16 else "fp32"
-        # Evaluations run in the run's precision; on a GPU a bf16 run's last one in fp32 too,
-        # TF32 off (evaluation/nll.py), which is what a CPU scores.
-        self.eval_dtypes = [self.dtype]
-        if self.device.type == "cuda" and self.dtype != torch.float32:
-            self.eval_dtypes.append(torch.float32)
+        self.eval_dtypes = run_eval_dtypes(self.device, self.dtype)
         note = foreign_model_note(config.model)
         if note is not None:
             self._say(note)
@@ -147,10 +142,7 @@ class Trainer:
             capacity=warm_up.capacity_to_measure(self.device),
         )
         if self.deepest is not None:
-            self._say(
-                f"before step 0: depth {self.deepest.depth} measured "
-                f"{self.deepest.peak / GIB:,.2f} GiB with AdamW's moments"
-            )
+            self._say(f"before step 0: {self.deepest}")
         self.checkpoints = CheckpointManager(self.run.checkpoints_path, t.keep_checkpoints)
         self.writes = CheckpointWrites(
             self.world, self.checkpoints, lambda: live_storages(self.model, self.optimizer)
@@ -201,7 +193,7 @@ class Trainer:
                 **config_record(self.config),  # the run's fingerprint (identity.py)
                 # Also here (small JSON), so that eval can refuse other data without trainer.pt.
                 "data": self.batches.state_dict(),
-                auto_switch.META_KEY: self.scheduler.state_dict(),  # how it decides the switch
+                META_KEY: self.scheduler.state_dict(),  # how it decides the switch
             }
             state = {"optimizer": optimizer_state, "data": self.batches.state_dict()}
             return weights, state, meta
@@ -215,16 +207,9 @@ class Trainer:
         loaded: dict[str, Any] = {}
 
         def pick() -> Checkpoint | None:
-            self.checkpoints.recover_interrupted_writes()
-            self.checkpoints.set_aside_incomplete(warn=self._warn)
             self.written_before = self.metrics.complete_records()
-            ckpt = self.checkpoints.latest_valid(warn=self._warn)
+            ckpt = self.checkpoints.resume_point(warn=self._warn)
             if ckpt is None:
-                if self.checkpoints.all():
-                    raise UserError(
-                        f"no loadable checkpoint in {self.checkpoints.directory}: every one is "
-                        "corrupt; start a new run with another --out"
-                    )
                 self.metrics.truncate(0)  # nothing saved yet: start over cleanly
                 self._say(f"resume: {self.run.path} has no checkpoint yet; starting from step 0")
                 return None
@@ -238,16 +223,12 @@ class Trainer:
         ckpt = on_main(self.world, pick)
         if ckpt is None:
             return
-        try:
-            self.parallel.load_full_state(
-                self.optimizer, loaded.get("weights", {}), loaded.get("optimizer", {})
-            )
-        except (KeyError, ValueError, RuntimeError, TypeError) as e:
-            raise UserError(f"checkpoint {ckpt.path}: state does not fit ({e})") from None
+        weights, optimizer_state = loaded.get("weights", {}), loaded.get("optimizer", {})
+        load_full_state(ckpt, self.parallel, self.optimizer, weights, optimizer_state)
         data_state = distributed.broadcast_object(self.world, loaded.get("data", {}))
         self.batches.load_state_dict(data_state)
         self.counters = Counters.from_dict(ckpt.meta)
-        self.scheduler.load_state_dict(auto_switch.scheduler_state(ckpt.meta))
+        self.scheduler.load_state_dict(scheduler_state(ckpt.meta))
         if self.is_main:
             lost = self.metrics.resume_at(int(ckpt.meta["metrics_bytes"]), ckpt.step)
             if lost is not None:
@@ -344,19 +325,19 @@ class Trainer:
         if done == stop < total:
             tags.append("paused")
         evaluate = done == total or bool(every and done % every == 0)
-        auto_switch = self.scheduler.probe_due(done) or self.scheduler.decides_at(done)
-        log = done % self.config.train.log_every == 0 or bool(tags) or evaluate or auto_switch
+        switch = self.scheduler.probe_due(done) or self.scheduler.decides_at(done)
+        log = done % self.config.train.log_every == 0 or bool(tags) or evaluate or switch
         stop_signal = interrupt.agreed(self.world, log) if done < total else None
         if stop_signal is not None and "paused" not in tags:
             tags.append("paused")
         if not log and stop_signal is None:
             return None
-        return Boundary(tags, evaluate, auto_switch, stop_signal)
+        return Boundary(tags, evaluate, stop_signal)
 
     def _log(self, pending: list[StepRecord], seconds: float, progress: Progress) -> None:
         """Bring the pending steps' losses to the host (`host_values`), stop on a non-finite one,
         write their log lines (which the auto switch watches) and show the progress."""
-        values = host_values(self.world, pending)
+        values = host_values(self.world, [(p.loss, p.grad_norm, p.depth) for p in pending])
         for p, (loss, _) in zip(pending, values, strict=True):
             if not math.isfinite(loss):
                 with contextlib.suppress(UserError):  # the checkpoints on disk are named
@@ -402,9 +383,7 @@ class Trainer:
     def _cross(self, boundary: Boundary, progress: Progress, interrupt: Interrupt) -> None:
         """The auto switch's probe, the evaluation and the checkpoint due at this boundary; then
         stop if a signal asked to."""
-        tags = boundary.tags
-        if boundary.auto_switch:
-            tags += self._auto_switch(self.counters.step)
+        tags = boundary.tags + self._auto_switch(self.counters.step)
         if boundary.evaluate:
             nll = self._evaluate()
             shown = ", ".join(f"K={d}: {v:.3f}" for d, v in nll.items())
@@ -434,8 +413,7 @@ class Trainer:
         depths = self.config.eval.depths
         # Every rank evaluates the same batches (FSDP2 needs all of them to gather the weights);
         # the result is the same everywhere and rank 0 writes it.
-        nll = validation_nll(self.model, self.val_batches, depths, self.device, self.dtype)
-        self.parallel.after_eval()
+        nll = self.parallel.evaluate(self.val_batches, depths, self.dtype)
         record = {
             "kind": "eval",
             **self.counters.position(),
@@ -445,24 +423,21 @@ class Trainer:
         if mean is not None:
             record["mean_serving_nll"] = mean
         if self.counters.step == self.scheduler.plan.total_steps and len(self.eval_dtypes) > 1:
-            exact = validation_nll(
-                self.model, self.val_batches, depths, self.device, self.eval_dtypes[-1]
-            )
-            self.parallel.after_eval()
+            exact = self.parallel.evaluate(self.val_batches, depths, self.eval_dtypes[-1])
             record["nll_by_depth_fp32"] = {str(d): v for d, v in exact.items()}
         if self.is_main:
             self.metrics.write([record])
         return nll
 
     def _auto_switch(self, done: int) -> list[str]:
-        """Probe (`depth-gap`) and ask the rule at boundary `done`, before the checkpoint there,
-        which then holds the decision; the checkpoint tags of a switch here."""
+        """Probe (`depth-gap`) and ask the rule at boundary `done` where due, before the
+        checkpoint there, which then holds the decision; the checkpoint tags of a switch here."""
         where, records = self.counters.position(), []
         if self.probe is not None and self.scheduler.probe_due(done):
             records.append(self.probe.feed(self.scheduler, self.parallel, where))
         check, decision = self.scheduler.decide(done)
-        records += auto_switch.decision_records(self.scheduler, self.probe, where, check, decision)
-        if self.is_main:
+        records += decision_records(self.scheduler, self.probe, where, check, decision)
+        if self.is_main and records:
             self.metrics.write(records)
         return [] if decision is None else ["switch", decision.tag]
 
@@ -488,9 +463,7 @@ class Trainer:
         )
         summary["data"] = {"kind": self.config.data.kind, "about": self.source.describe()}
         summary["peak_flops"] = {"per_process": self.peak_per_process, "from": self.peak_from}
-        summary["switch"] = auto_switch.switch_summary(
-            self.scheduler, self.probe, self.config.train
-        )
+        summary["switch"] = switch_summary(self.scheduler, self.probe, self.config.train)
         if self.is_main:
             write_json_atomic(self.run.summary_path, summary)
         return summary
@@ -524,28 +497,8 @@ class Boundary:
     tags: list[str]
     """Tags of the checkpoint to save (none: no checkpoint)."""
     evaluate: bool
-    auto_switch: bool
-    """The auto switch probes and checks its rule here."""
     stop_signal: int | None
     """The stop signal the ranks agreed to stop on here."""
-
-
-def host_values(world: World, pending: list[StepRecord]) -> list[tuple[float, float]]:
-    """(loss, gradient norm) of every pending step: one device sync, one collective.
-
-    Each rank's loss is its share of the global batch's mean loss per scored token
-    (`train_step`), so their sum is the loss of the step, whatever the number of processes. The
-    same collective checks that every rank trained at the same depths.
-    """
-    values_here = torch.stack([torch.stack([p.loss, p.grad_norm.float()]) for p in pending])
-    depths = torch.tensor([float(p.depth) for p in pending], device=values_here.device)
-    local = torch.cat([values_here, depths[:, None]], dim=1).double()
-    gathered = distributed.gather(world, local).cpu()  # (ranks, steps, 3)
-    if not torch.equal(gathered[:, :, 2], gathered[:1, :, 2].expand_as(gathered[:, :, 2])):
-        raise RuntimeError(f"ranks trained at different depths: {gathered[:, :, 2].tolist()}")
-    losses = gathered[:, :, 0].sum(dim=0).tolist()
-    grad_norms = gathered[0, :, 1].tolist()  # identical on every rank after the reduction
-    return list(zip(losses, grad_norms, strict=True))
 
 
 class TrainingDiverged(UserError):
