@@ -381,9 +381,10 @@ class Trainer:
         progress.update(last.step, fields, work=last.flops)
 
     def _cross(self, boundary: Boundary, progress: Progress, interrupt: Interrupt) -> None:
-        """The auto switch's probe, the evaluation and the checkpoint due at this boundary; then
-        stop if a signal asked to."""
-        tags = boundary.tags + self._auto_switch(self.counters.step)
+        """The auto switch's probe and decision, the evaluation and the checkpoint due at this
+        boundary; then stop if a signal asked to."""
+        tags = boundary.tags
+        tags += self._auto_switch(self.counters.step)  # in place: the boundary saves a checkpoint
         if boundary.evaluate:
             nll = self._evaluate()
             shown = ", ".join(f"K={d}: {v:.3f}" for d, v in nll.items())
