@@ -21,7 +21,8 @@ from fixedfirst.config import TrainConfig
 from fixedfirst.data.source import Batch
 from fixedfirst.evaluation.nll import autocast
 from fixedfirst.model.loss import IGNORE_INDEX, next_token_loss
-from fixedfirst.train.distributed import World, all_sum, gather
+from fixedfirst.train import distributed
+from fixedfirst.train.distributed import World, all_sum
 from fixedfirst.train.parallel import ParallelModel
 
 _STATE_NOISE_STREAM = 0x5EED_57A7E
@@ -112,7 +113,7 @@ def host_values(
     values_here = torch.stack([torch.stack([loss, norm.float()]) for loss, norm, _ in steps])
     depths = torch.tensor([float(d) for _, _, d in steps], device=values_here.device)
     local = torch.cat([values_here, depths[:, None]], dim=1).double()
-    gathered = gather(world, local).cpu()  # (ranks, steps, 3)
+    gathered = distributed.gather(world, local).cpu()  # (ranks, steps, 3)
     if not torch.equal(gathered[:, :, 2], gathered[:1, :, 2].expand_as(gathered[:, :, 2])):
         raise RuntimeError(f"ranks trained at different depths: {gathered[:, :, 2].tolist()}")
     losses = gathered[:, :, 0].sum(dim=0).tolist()
