@@ -35,6 +35,9 @@ FORMAT_VERSION = 1
 MODEL_FILE, TRAINER_FILE, META_FILE = "model.safetensors", "trainer.pt", "meta.json"
 BASE_KEY = "base_weights"
 """meta.json's key for the SHA-256 of the frozen base weights of a low-rank run's checkpoint."""
+SWITCH_TAG = "switch"
+"""The tag of the checkpoint a fixed-first run writes at its switch (the trainer's), which the
+update diagnostic starts from and the looped mixture-of-experts study reads the router at."""
 TMP, REPLACED = ".tmp-", ".replaced-"
 """Prefixes of a checkpoint directory being written, and of one being replaced by a new
 checkpoint of the same step."""
@@ -298,6 +301,20 @@ class CheckpointManager:
                 warn(line)
             return ckpt
         return None
+
+    def resume_point(self, warn: Callable[[str], None] = warn) -> Checkpoint | None:
+        """The checkpoint a resumed run continues from: what an interrupted save left undone,
+        incomplete checkpoints moved aside, then the newest valid one (None: none was saved;
+        refused in one line when every one is corrupt)."""
+        self.recover_interrupted_writes()
+        self.set_aside_incomplete(warn=warn)
+        ckpt = self.latest_valid(warn=warn)
+        if ckpt is None and self.all():
+            raise UserError(
+                f"no loadable checkpoint in {self.directory}: every one is corrupt; start a new "
+                "run with another --out"
+            )
+        return ckpt
 
     def recover_interrupted_writes(self) -> None:
         """Undo what an interrupted save left: delete half-written checkpoints, and put back a

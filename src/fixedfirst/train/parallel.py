@@ -21,7 +21,9 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from fixedfirst.model import LoopedLM
+from fixedfirst.data.source import Batch
+from fixedfirst.evaluation.nll import validation_nll
+from fixedfirst.model import LoopedLM, LoopedTransformer
 from fixedfirst.model.lowrank import base_identity, frozen_names
 from fixedfirst.runs.checkpoint import BASE_KEY, state_shapes, tied_aliases
 from fixedfirst.train.distributed import World, broadcast_object
@@ -45,6 +47,7 @@ class ParallelModel:
     ) -> None:
         self.module = model
         self.world = world
+        self.device = device
         # What a low-rank run's checkpoints name their frozen base by: hashed on rank 0, which
         # writes and checks them, from the full weights (before FSDP2 shards them).
         self.base_identity = base_identity(model) if world.is_main else None
@@ -142,6 +145,15 @@ class ParallelModel:
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
         full_tensor = getattr(norm, "full_tensor", None)  # a DTensor under FSDP2
         return full_tensor() if full_tensor is not None else norm
+
+    def evaluate(
+        self, batches: list[Batch], depths: list[int], dtype: torch.dtype
+    ) -> dict[int, float]:
+        """Held-out NLL at each of `depths` (`validation_nll`): on every rank alike, since FSDP2
+        gathers the weights from all of them, and the weights it gathered freed after."""
+        nll = validation_nll(self.module, batches, depths, self.device, dtype)
+        self.after_eval()
+        return nll
 
     def after_eval(self) -> None:
         """Free the weights evaluation gathered (FSDP2 keeps the root's after a forward)."""

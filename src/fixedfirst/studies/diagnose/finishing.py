@@ -23,17 +23,15 @@ from fixedfirst.data.source import Batch, BatchSource
 from fixedfirst.errors import UserError
 from fixedfirst.machine.device import resolve_device, resolve_dtype
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.runs.checkpoint import TRAINER_FILE, Checkpoint
+from fixedfirst.runs.checkpoint import SWITCH_TAG, TRAINER_FILE, Checkpoint
 from fixedfirst.runs.opening import find_checkpoint, open_run, require_data
 from fixedfirst.schedules import Schedule, describe
 from fixedfirst.train.auto_switch import checkpoint_schedule
 from fixedfirst.train.distributed import World
 from fixedfirst.train.optim import build_optimizer, lr_at
 from fixedfirst.train.parallel import ParallelModel
+from fixedfirst.train.resume import load_full_state
 from fixedfirst.train.step import StepContext, state_seeds, train_step
-
-SWITCH_TAG = "switch"
-
 
 HOW_TO_GET_A_SWITCH_CHECKPOINT = (
     'train a fixed-first run (schedule.kind = "fixed-first", e.g. `fixedfirst train CONFIG.toml '
@@ -125,8 +123,8 @@ def open_run_state(
     parallel = ParallelModel(model, World(), config.train.strategy, dev, dtype)
     weights = ckpt.load_weights(parallel.parameter_shapes())
     source = build_source(config)
+    load_full_state(ckpt, parallel, optimizer, weights, optimizer_state)
     try:
-        parallel.load_full_state(optimizer, weights, optimizer_state)
         source.load_state_dict(state["data"])
     except (KeyError, ValueError, RuntimeError, TypeError) as e:
         raise UserError(f"checkpoint {ckpt.path}: trainer state does not fit ({e})") from None
