@@ -23,7 +23,21 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     kinds = "\n".join(f"  {k:10s} {a.name}" for k, a in ACCELERATORS.items())
     parser.epilog = EPILOG + "\nGPU kinds:\n" + kinds
-    add_config_arguments(parser)
+    add_config_arguments(parser, required=False)
+    parser.add_argument(
+        "--model-config",
+        metavar="CONFIG.json",
+        help="plan a finish of a transformers looped model from its config.json alone (no weights)",
+    )
+    parser.add_argument(
+        "--depths", default="1..6", help="finishing depths to plan (--model-config; default 1..6)"
+    )
+    parser.add_argument(
+        "--seq-len", type=int, default=4096, metavar="T", help="tokens per sequence (--model-config)"
+    )
+    parser.add_argument(
+        "--micro-batch", type=int, default=1, metavar="B", help="sequences per GPU (--model-config)"
+    )
     parser.add_argument("--gpus", type=int, metavar="N", help="GPUs (default: 1, or all here)")
     parser.add_argument(
         "--gpu", metavar="KIND", help="GPU kind (default: this machine's GPU, else h100)"
@@ -45,12 +59,19 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.config import read_toml
+    from fixedfirst.errors import UserError
     from fixedfirst.machine.planning import plan_on_gpus
 
+    if (args.config is None) == (args.model_config is None):
+        raise UserError("give a run configuration CONFIG.toml or --model-config CONFIG.json, one")
+    if args.model_config is not None:
+        from fixedfirst.cli.finish_plan_format import run_finish_plan
+
+        return run_finish_plan(args)
     configs = run_configs(args, is_sweep="runs" in read_toml(args.config))
     for config in configs.values():  # its memory model is of fixedfirst's own model
         config.own_model("fixedfirst plan")
-    hardware = hardware_from_args(args, next(iter(configs.values())))
+    hardware = hardware_from_args(args, next(iter(configs.values())).train.precision != "fp32")
     plans = {name: plan_on_gpus(config, hardware) for name, config in configs.items()}
     if len(plans) == 1 and None in plans:
         print(format_plan(plans[None], args.config))
@@ -78,9 +99,9 @@ def run_configs(args: argparse.Namespace, is_sweep: bool) -> dict:
     }
 
 
-def hardware_from_args(args: argparse.Namespace, config):
+def hardware_from_args(args: argparse.Namespace, bf16: bool, compiled: bool = True):
     """The GPUs to plan for: a kind from the table, this machine's GPU, or the flags' numbers
-    (which also override a kind's)."""
+    (which also override a kind's); `compiled`: a first run's compiled MFU where it has one."""
     import torch
 
     from fixedfirst.errors import UserError
@@ -95,7 +116,6 @@ def hardware_from_args(args: argparse.Namespace, config):
     )
     from fixedfirst.model.memory import GIB
 
-    bf16 = config.train.precision != "fp32"
     here = torch.cuda.is_available() and args.gpu is None
     gpus = args.gpus if args.gpus is not None else (torch.cuda.device_count() if here else 1)
     if not 1 <= gpus <= MAX_GPUS:
@@ -108,7 +128,7 @@ def hardware_from_args(args: argparse.Namespace, config):
     if args.mfu is not None and not 0 < args.mfu <= 1:
         raise UserError(f"--mfu must be in (0, 1], got {args.mfu}")
     if args.measured is not None:
-        mfu = measured_mfu(args.measured)
+        mfu = measured_mfu(args.measured, compiled)
     elif args.mfu is not None:
         mfu = MfuByDepth.flat(args.mfu, "--mfu")
     else:
