@@ -36,7 +36,7 @@ ARCHITECTURE = "Inkling2LoopForCausalLM"
 HELD_OUT = {
     "width 160, 6 layers": dict(
         vocab_size=1000, unpadded_vocab_size=1000, hidden_size=160, num_hidden_layers=6,
-        layer_types=["hybrid_sliding", "hybrid_sliding", "hybrid", "hybrid_sliding", "hybrid", "hybrid"],
+        layer_types=["hybrid_sliding"] * 2 + ["hybrid", "hybrid_sliding"] + ["hybrid"] * 2,
         n_layers_per_attn_res_block=2, loop_layer_index_start=2, loop_layer_index_end=4,
         num_attention_heads=5, num_key_value_heads=1, head_dim=32, swa_num_attention_heads=5,
         swa_num_key_value_heads=5, swa_head_dim=32, sliding_window_size=48, rel_extent=128,
@@ -250,14 +250,18 @@ def measured_peak(name: str, lowrank: bool, checkpoint: bool, depth: int) -> int
     optimizer = build_optimizer(model, config.train)
     context = StepContext(ParallelModel.alone(model), optimizer, config.train)
     vocab = HELD_OUT[name]["unpadded_vocab_size"]
-    x = torch.randint(0, vocab, (CHECK_ROWS, CHECK_SEQ + 1), generator=torch.Generator().manual_seed(0))
+    x = torch.randint(
+        0, vocab, (CHECK_ROWS, CHECK_SEQ + 1), generator=torch.Generator().manual_seed(0)
+    )
     batch = Batch(x[:, :-1], x[:, 1:])
     train_step(context, batch, depth, 1e-4, [0] * CHECK_ROWS)
 
     def step() -> None:
         train_step(context, batch, depth, 1e-4, [0] * CHECK_ROWS)
 
-    return step_peak(torch.device("cpu"), step, model, optimizer, batch.inputs, batch.targets).tensors
+    return step_peak(
+        torch.device("cpu"), step, model, optimizer, batch.inputs, batch.targets
+    ).tensors
 
 
 def run_toml(options: dict[str, Any], lowrank: bool, checkpoint: bool) -> str:
@@ -300,7 +304,8 @@ def check() -> None:
                     model = looped_training_memory(
                         shape, Placement("cpu"), lowrank, CHECK_ROWS, CHECK_SEQ, depth, checkpoint
                     ).peak
-                    what = f"{'low-rank' if lowrank else 'full'}, checkpointing {'on' if checkpoint else 'off'}"
+                    what = f"{'low-rank' if lowrank else 'full'}, checkpointing "
+                    what += "on" if checkpoint else "off"
                     print(
                         f"| {name} | {what} | {depth} | {measured / 2**20:,.1f} | "
                         f"{model / 2**20:,.1f} | {100 * (model / measured - 1):+.1f}% |",

@@ -16,7 +16,9 @@ def run_finish_plan(args: argparse.Namespace) -> int:
     from fixedfirst.machine.finish_plan import model_options, plan_finish
 
     if args.overrides:
-        raise UserError("--set changes a run configuration; --model-config plans from config.json alone")
+        raise UserError(
+            "--set changes a run configuration; --model-config plans from config.json alone"
+        )
     for flag, value in (("--seq-len", args.seq_len), ("--micro-batch", args.micro_batch)):
         if value < 1:
             raise UserError(f"{flag} must be a positive whole number, got {value}")
@@ -66,6 +68,7 @@ def format_finish_plan(plan, path: str) -> str:
         for checkpoint in (False, True):
             out = [o.depth for o in refused if o.lowrank == lowrank and o.checkpoint == checkpoint]
             if out:
-                what = f"{'low-rank' if lowrank else 'full'}, checkpointing {'on' if checkpoint else 'off'}"
+                what = f"{'low-rank' if lowrank else 'full'}, checkpointing "
+                what += "on" if checkpoint else "off"
                 lines.append(f"does not fit: {what} at depth {', '.join(map(str, out))}")
     return "\n".join(lines)

@@ -33,7 +33,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--depths", default="1..6", help="finishing depths to plan (--model-config; default 1..6)"
     )
     parser.add_argument(
-        "--seq-len", type=int, default=4096, metavar="T", help="tokens per sequence (--model-config)"
+        "--seq-len",
+        type=int,
+        default=4096,
+        metavar="T",
+        help="tokens per sequence (--model-config)",
     )
     parser.add_argument(
         "--micro-batch", type=int, default=1, metavar="B", help="sequences per GPU (--model-config)"

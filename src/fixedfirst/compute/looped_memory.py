@@ -108,7 +108,9 @@ class LoopedShape:
         return [layer for layer in self.layers if not layer.looped]
 
 
-def looped_shape(architecture: str, options: dict[str, Any], lowrank: LowRankConfig | None) -> LoopedShape:
+def looped_shape(
+    architecture: str, options: dict[str, Any], lowrank: LowRankConfig | None
+) -> LoopedShape:
     """The shape of the configuration `options`, its parameters counted on the meta device."""
     key = json.dumps(options, sort_keys=True)
     adapters = None if lowrank is None else json.dumps(lowrank.__dict__, sort_keys=True)
@@ -202,7 +204,13 @@ def message_features(shape: LoopedShape, rows: int, seq_len: int) -> list[float]
 
 def model_features(shape: LoopedShape, rows: int, seq_len: int) -> list[float]:
     n = rows * seq_len
-    return [n * shape.vocab, n * shape.hidden, n * shape.hidden * shape.final_blocks, rows * seq_len**2, n]
+    return [
+        n * shape.vocab,
+        n * shape.hidden,
+        n * shape.hidden * shape.final_blocks,
+        rows * seq_len**2,
+        n,
+    ]
 
 
 def copy_features(shape: LoopedShape, applications: list[LayerShape]) -> list[float]:
@@ -258,7 +266,13 @@ class LoopedActivations:
 
 
 def activations(
-    shape: LoopedShape, bf16: bool, lowrank: bool, rows: int, seq_len: int, depth: int, checkpoint: bool
+    shape: LoopedShape,
+    bf16: bool,
+    lowrank: bool,
+    rows: int,
+    seq_len: int,
+    depth: int,
+    checkpoint: bool,
 ) -> LoopedActivations:
     """What a forward of `rows` sequences at `depth` keeps for its backward."""
     fit = fitted()["fits"][fit_key(bf16, lowrank)]
@@ -266,10 +280,21 @@ def activations(
     applications = [(layer, False) for layer in shape.once]
     applications += [(layer, False) for layer in shape.looped]
     applications += [(layer, True) for layer in shape.looped for _ in range(depth - 1)]
-    kept = [dot(fit["layer"][layer_kind(layer, m)], layer_features(shape, layer, rows, seq_len)) for layer, m in applications]
-    messages = len(shape.looped) * (depth - 1) * dot(fit["message"], message_features(shape, rows, seq_len))
+    kept = [
+        dot(fit["layer"][layer_kind(layer, m)], layer_features(shape, layer, rows, seq_len))
+        for layer, m in applications
+    ]
+    messages = (
+        len(shape.looped)
+        * (depth - 1)
+        * dot(fit["message"], message_features(shape, rows, seq_len))
+    )
     model = dot(fit["model"], model_features(shape, rows, seq_len))
-    copies = dot(fit["copies"], copy_features(shape, [layer for layer, _ in applications])) if bf16 else 0.0
+    copies = (
+        dot(fit["copies"], copy_features(shape, [layer for layer, _ in applications]))
+        if bf16
+        else 0.0
+    )
     if not checkpoint:
         return LoopedActivations(sum(kept), messages, model, copies, 0.0)
     # A checkpointed layer keeps its inputs: the fp32 stream, the block states it reads (each
@@ -315,7 +340,9 @@ def looped_training_memory(
     at_recompute = held + acts.total - acts.model + acts.recompute + in_backward
     # AdamW on each process's shards: on CUDA one fp32 temporary of every moment, on the CPU
     # two of the largest tensor; FSDP2 has resharded the root by then.
-    temporary = FP32 * (ceil_div(shape.trained, shards) if placement.device == "cuda" else 2 * shape.largest_trained)
+    temporary = FP32 * (
+        ceil_div(shape.trained, shards) if placement.device == "cuda" else 2 * shape.largest_trained
+    )
     at_step = weights + optimizer + batch + gradients + temporary
     peak = max(at_loss, at_recompute, at_step)
     return TrainingMemory(weights, gradients, optimizer, round(acts.total), round(peak))

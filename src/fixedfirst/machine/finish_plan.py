@@ -59,7 +59,10 @@ def model_options(path: str | Path) -> tuple[str, dict[str, Any]]:
         if not isinstance(names, list) or not names:
             raise TypeError
     except OSError as e:
-        raise UserError(f"--model-config {path}: cannot read it ({e.strerror or e}); give a transformers config.json") from None
+        raise UserError(
+            f"--model-config {path}: cannot read it ({e.strerror or e}); give a transformers "
+            "config.json"
+        ) from None
     except (ValueError, KeyError, TypeError):
         raise UserError(
             f"--model-config {path}: not a transformers config.json (JSON with a list "
@@ -71,14 +74,20 @@ def model_options(path: str | Path) -> tuple[str, dict[str, Any]]:
     if not isinstance(text, dict):
         raise UserError(f"--model-config {path}: its text_config is not a table of keys")
     loop = text.get("loop_config") or {}
-    renamed = {"core_start": "loop_layer_index_start", "core_end": "loop_layer_index_end", "gate_rank": "loop_gate_rank"}
+    renamed = {
+        "core_start": "loop_layer_index_start",
+        "core_end": "loop_layer_index_end",
+        "gate_rank": "loop_gate_rank",
+    }
     keys = set(architecture_fields(model_class(architecture).config_class))
     options = {k: v for k, v in text.items() if k in keys and k != architecture.depth_key}
     options.update({renamed[k]: v for k, v in loop.items() if k in renamed})
     return name, options
 
 
-def flops_per_token(shape: LoopedShape, seq_len: int, depth: int, lowrank: bool, checkpoint: bool) -> float:
+def flops_per_token(
+    shape: LoopedShape, seq_len: int, depth: int, lowrank: bool, checkpoint: bool
+) -> float:
     """Training FLOPs per token at `depth`: 2 per active weight per application forward (a
     token's experts only), eager attention's two T x T products, the head; the backward twice
     the forward for full fine-tuning, once for low-rank (no gradients of frozen weights; the
@@ -103,7 +112,10 @@ def plan_finish(
     depths: list[int],
     lowrank: LowRankConfig,
 ) -> FinishPlan:
-    shapes = {False: looped_shape(architecture, options, None), True: looped_shape(architecture, options, lowrank)}
+    shapes = {
+        False: looped_shape(architecture, options, None),
+        True: looped_shape(architecture, options, lowrank),
+    }
     strategy = "fsdp" if hardware.gpus > 1 else "single"
     where = Placement("cuda", True, strategy, hardware.gpus)  # type: ignore[arg-type]
     rows = []
@@ -111,9 +123,15 @@ def plan_finish(
         for adapters in (False, True):
             for checkpoint in (False, True):
                 shape = shapes[adapters]
-                memory = looped_training_memory(shape, where, adapters, micro_batch, seq_len, depth, checkpoint)
+                memory = looped_training_memory(
+                    shape, where, adapters, micro_batch, seq_len, depth, checkpoint
+                )
                 flops = flops_per_token(shape, seq_len, depth, adapters, checkpoint)
                 rate = hardware.gpus * hardware.peak_flops * hardware.mfu.at(depth)
                 hours = 1e9 * flops / rate / 3600
-                rows.append(FinishOption(depth, adapters, checkpoint, memory, memory.peak <= hardware.usable, hours))
+                rows.append(
+                    FinishOption(
+                        depth, adapters, checkpoint, memory, memory.peak <= hardware.usable, hours
+                    )
+                )
     return FinishPlan(architecture, shapes, hardware, seq_len, micro_batch, rows)
