@@ -61,6 +61,13 @@ def format_finish_plan(plan, path: str) -> str:
             f"{'yes' if o.fits else 'no'} | {o.hours_per_billion:,.1f} |"
         )
     lines += ["", h.mfu.describe() + "; assumed for this architecture, which no GPU has run"]
+    if h.gpus > 1:
+        lines.append(
+            f"the peak includes FSDP2's root unit (the looped layers with the embedding and head, "
+            f"{full.root / 1e9:,.2f}B parameters), gathered in fp32 for the whole step "
+            f"({gib(4 * full.root)} GiB per GPU), and full fine-tuning's root gradients, unsharded "
+            "until the backward ends"
+        )
     refused = [o for o in plan.options if not o.fits]
     if not refused:
         lines.append("everything fits")

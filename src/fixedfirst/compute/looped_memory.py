@@ -64,6 +64,7 @@ class LayerShape:
 
     sliding: bool
     looped: bool
+    after_loop: bool
     heads: int
     kv_heads: int
     head_dim: int
@@ -96,6 +97,13 @@ class LoopedShape:
     """Parameters a step trains: every one, or a low-rank run's adapters."""
     root: int
     """FSDP2's root unit: everything but the decoder layers outside the loop."""
+    embedding: int
+    readout: int
+    """The layers after the loop, the final attention residual, norm and head: their gradients
+    exist before the loop's backward begins."""
+    core: int
+    """The looped layers and the message reads: their gradients are written by the loop's
+    backward."""
     largest_trained: int
     """The largest trained tensor (AdamW's temporaries on the CPU are its size)."""
 
@@ -135,6 +143,8 @@ def cached_shape(architecture: str, options: str, lowrank: str | None) -> Looped
         network = model_class(looped)(c)
     per_layer = [sum(p.numel() for p in layer.parameters()) for layer in network.model.layers]
     total = sum(p.numel() for p in network.parameters())
+    embedding = sum(p.numel() for p in network.model.embed_tokens.parameters())
+    outside = total - sum(per_layer)  # embedding, message reads, final residual, norm, head
     start, end = c.loop_layer_index_start, c.loop_layer_index_end
     if lowrank is not None:
         with torch.device("meta"):
@@ -148,6 +158,7 @@ def cached_shape(architecture: str, options: str, lowrank: str | None) -> Looped
             LayerShape(
                 sliding=sliding,
                 looped=start <= i < end,
+                after_loop=i >= end,
                 heads=c.swa_num_attention_heads if sliding else c.num_attention_heads,
                 kv_heads=c.swa_num_key_value_heads if sliding else c.num_key_value_heads,
                 head_dim=c.swa_head_dim if sliding else c.head_dim,
@@ -171,6 +182,9 @@ def cached_shape(architecture: str, options: str, lowrank: str | None) -> Looped
         parameters=total,
         trained=sum(trained),
         root=total - sum(n for n, layer in zip(per_layer, layers, strict=True) if not layer.looped),
+        embedding=embedding,
+        readout=sum(per_layer[end:]) + outside - embedding,
+        core=sum(per_layer[start:end]),
         largest_trained=max(trained),
     )
 
@@ -259,6 +273,8 @@ class LoopedActivations:
     """autocast's bf16 copies of the weights."""
     recompute: float
     """Checkpointed: the largest layer application, recomputed in the backward (else 0)."""
+    after_loop: float
+    """What the layers after the loop keep: freed before the loop's backward."""
 
     @property
     def total(self) -> float:
@@ -295,14 +311,16 @@ def activations(
         if bf16
         else 0.0
     )
+    after = sum(k for k, (layer, _) in zip(kept, applications, strict=True) if layer.after_loop)
     if not checkpoint:
-        return LoopedActivations(sum(kept), messages, model, copies, 0.0)
+        return LoopedActivations(sum(kept), messages, model, copies, 0.0, after)
     # A checkpointed layer keeps its inputs: the fp32 stream, the block states it reads (each
     # boundary's stack a tensor of its own) and, from the second pass on, its four messages.
     stream = FP32 * n * d * len(applications)
     stacks = FP32 * n * d * sum(layer.blocks + 1 for layer, _ in applications if layer.boundary)
     inbox = FP32 * 4 * n * d * len(shape.looped) * (depth - 1)
-    return LoopedActivations(stream + stacks + inbox, messages, model, copies, max(kept))
+    after = FP32 * n * d * sum(layer.after_loop for layer, _ in applications)
+    return LoopedActivations(stream + stacks + inbox, messages, model, copies, max(kept), after)
 
 
 def looped_training_memory(
@@ -331,20 +349,25 @@ def looped_training_memory(
         # the whole step; one outer layer at a time with the next prefetched.
         outer = max((layer.parameters for layer in shape.once), default=0)
         held += FP32 * (shape.root + 2 * outer) - FP32 * ceil_div(shape.root, shards)
-        # The root's trained gradients stay unsharded until the end of the backward.
-        root_share = shape.trained * shape.root / shape.parameters
-        in_backward = FP32 * root_share
+        # The root's trained gradients (the loop's, the head's) stay unsharded until the end of
+        # the backward; the layers after the loop have reduce-scattered theirs.
+        after = shape.readout - (shape.root - shape.embedding - shape.core)
+        written = shape.root - shape.embedding + after / shards
     else:
-        in_backward = FP32 * shape.trained
+        written = shape.readout + shape.core
+    # When the backward reaches the loop: the readout's and the loop's gradients written (a
+    # low-rank run's adapters in proportion), the readout's activations freed, one layer
+    # application recomputed under checkpointing.
+    in_backward = FP32 * shape.trained * written / shape.parameters
     at_loss = held + acts.total + loss
-    at_recompute = held + acts.total - acts.model + acts.recompute + in_backward
+    at_core = held + acts.total - acts.model - acts.after_loop + acts.recompute + in_backward
     # AdamW on each process's shards: on CUDA one fp32 temporary of every moment, on the CPU
     # two of the largest tensor; FSDP2 has resharded the root by then.
     temporary = FP32 * (
         ceil_div(shape.trained, shards) if placement.device == "cuda" else 2 * shape.largest_trained
     )
     at_step = weights + optimizer + batch + gradients + temporary
-    peak = max(at_loss, at_recompute, at_step)
+    peak = max(at_loss, at_core, at_step)
     return TrainingMemory(weights, gradients, optimizer, round(acts.total), round(peak))
 
 
