@@ -246,7 +246,9 @@ def fitted_flops(
     return MeasuredFlops(*train_line, *forward_line, tuple(measured), name)
 
 
-def off_line(name: str, what: str, depth: int, value: float, line: float, fitted: list[int]) -> None:
+def off_line(
+    name: str, what: str, depth: int, value: float, line: float, fitted: list[int]
+) -> None:
     """Refuse a count more than LINEARITY off the fitted line, saying the way forward."""
     if abs(value - line) > LINEARITY * abs(line):
         raise UserError(

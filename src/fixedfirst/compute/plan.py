@@ -227,6 +227,11 @@ def checked_arguments(
             f"schedule must be a ScheduleConfig (the [schedule] section), got "
             f"{type(schedule).__name__}"
         )
+    if callable(getattr(cost, "named_parameters", None)):  # a torch module: the model itself
+        raise UserError(
+            f"cost is the model {type(cost).__name__}, not its compute model: "
+            "measure_flops(model, loss, tokens) measures one"
+        )
     if not callable(getattr(cost, "train", None)):
         raise UserError(
             f"cost must be a compute model with train(depth, grad_depth) FLOPs per token "
