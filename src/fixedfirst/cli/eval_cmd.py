@@ -26,7 +26,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--force",
         action="store_true",
-        help="replace an --out file fixedfirst did not write, or the run's evaluation at other depths",
+        help="replace an --out file fixedfirst did not write, or the run's evaluation at "
+        "other depths",
     )
     parser.add_argument(
         "--task",

@@ -13,7 +13,6 @@ attribute docstrings, which are the configuration reference.
 from __future__ import annotations
 
 import datetime
-import functools
 import itertools
 import math
 import types
@@ -98,7 +97,7 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
             raise UserError(f"{key}: expected a string, got {shown(value)}")
         return value
     if is_dataclass(annotation) and hasattr(annotation, "SECTION"):  # a table, e.g. [[x.items]]
-        if isinstance(value, annotation):  # built in code, and checked when it was built
+        if isinstance(value, typing.cast(type, annotation)):  # built in code, checked then
             return value
         if not isinstance(value, dict):
             raise UserError(f"{key}: expected a table of key = value lines, got {shown(value)}")
@@ -147,10 +146,15 @@ def build_section(section_cls: type[Section], raw: dict[str, Any]) -> Any:
     return section_cls(**values)
 
 
-@functools.cache
+FIELD_TYPES: dict[type, dict[str, Any]] = {}
+"""Every section's field annotations, resolved once per class (`field_types`)."""
+
+
 def field_types(section_cls: type) -> dict[str, Any]:
-    """The annotation of every field of a section (resolved once per class)."""
-    return typing.get_type_hints(section_cls)
+    """The annotation of every field of a section."""
+    if section_cls not in FIELD_TYPES:
+        FIELD_TYPES[section_cls] = typing.get_type_hints(section_cls)
+    return FIELD_TYPES[section_cls]
 
 
 def check_fields(section: Any) -> None:
