@@ -271,8 +271,9 @@ class LoopedActivations:
     """Embedding, masks, final attention residual, norm, head, logits and loss."""
     copies: float
     """autocast's bf16 copies of the weights."""
-    recompute: float
-    """Checkpointed: the largest layer application, recomputed in the backward (else 0)."""
+    recomputed: tuple[tuple[LayerShape, float], ...]
+    """Checkpointed: the layer applications in the order the backward recomputes them (those
+    after the loop, then the loop's last pass), each with what it keeps (else empty)."""
     after_loop: float
     """What the layers after the loop keep: freed before the loop's backward."""
 
@@ -313,14 +314,19 @@ def activations(
     )
     after = sum(k for k, (layer, _) in zip(kept, applications, strict=True) if layer.after_loop)
     if not checkpoint:
-        return LoopedActivations(sum(kept), messages, model, copies, 0.0, after)
+        return LoopedActivations(sum(kept), messages, model, copies, (), after)
     # A checkpointed layer keeps its inputs: the fp32 stream, the block states it reads (each
     # boundary's stack a tensor of its own) and, from the second pass on, its four messages.
     stream = FP32 * n * d * len(applications)
     stacks = FP32 * n * d * sum(layer.blocks + 1 for layer, _ in applications if layer.boundary)
     inbox = FP32 * 4 * n * d * len(shape.looped) * (depth - 1)
     after = FP32 * n * d * sum(layer.after_loop for layer, _ in applications)
-    return LoopedActivations(stream + stacks + inbox, messages, model, copies, max(kept), after)
+    last = len(applications) - len(shape.looped)  # the loop's last pass
+    pairs = [(layer, k) for (layer, _), k in zip(applications, kept, strict=True)]
+    recomputed = tuple(reversed([p for p in pairs if p[0].after_loop])) + tuple(
+        reversed(pairs[last:])
+    )
+    return LoopedActivations(stream + stacks + inbox, messages, model, copies, recomputed, after)
 
 
 def looped_training_memory(
@@ -349,18 +355,29 @@ def looped_training_memory(
         # the whole step; one outer layer at a time with the next prefetched.
         outer = max((layer.parameters for layer in shape.once), default=0)
         held += FP32 * (shape.root + 2 * outer) - FP32 * ceil_div(shape.root, shards)
-        # The root's trained gradients (the loop's, the head's) stay unsharded until the end of
-        # the backward; the layers after the loop have reduce-scattered theirs.
-        after = shape.readout - (shape.root - shape.embedding - shape.core)
-        written = shape.root - shape.embedding + after / shards
+        # The root's gradients (the loop's, the head's) stay unsharded until the backward ends;
+        # the layers after the loop reduce-scatter theirs as their backward ends.
+        after_share = 1 / shards
     else:
-        written = shape.readout + shape.core
-    # When the backward reaches the loop: the readout's and the loop's gradients written (a
-    # low-rank run's adapters in proportion), the readout's activations freed, one layer
-    # application recomputed under checkpointing.
-    in_backward = FP32 * shape.trained * written / shape.parameters
+        after_share = 1.0
+    head = shape.readout - sum(x.parameters for x in shape.layers if x.after_loop)
+    # The trained share of a weight's gradient (a low-rank run's adapters in proportion).
+    trained = FP32 * shape.trained / shape.parameters
     at_loss = held + acts.total + loss
-    at_core = held + acts.total - acts.model - acts.after_loop + acts.recompute + in_backward
+    if acts.recomputed:
+        # Checkpointed: the backward recomputes one layer application at a time, the gradients
+        # of the head and of the layers it has passed already written.
+        written, moments = float(head), []
+        for layer, kept in acts.recomputed:
+            moments.append(kept + trained * written)
+            written += layer.parameters * (after_share if layer.after_loop else 1.0)
+        at_core = held + acts.total - acts.model + max(moments)
+    else:
+        # When the backward reaches the loop: the readout's and the loop's gradients written,
+        # the readout's activations freed.
+        written = head + sum(x.parameters for x in shape.layers if x.after_loop) * after_share
+        written += shape.core
+        at_core = held + acts.total - acts.model - acts.after_loop + trained * written
     # AdamW on each process's shards: on CUDA one fp32 temporary of every moment, on the CPU
     # two of the largest tensor; FSDP2 has resharded the root by then.
     temporary = FP32 * (
