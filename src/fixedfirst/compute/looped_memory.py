@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,7 @@ class LoopedShape:
     final_blocks: int
     loop_blocks: int
     parameters: int
+    """Every weight the process holds: the architecture's, and a low-rank run's adapters."""
     trained: int
     """Parameters a step trains: every one, or a low-rank run's adapters."""
     root: int
@@ -179,7 +181,7 @@ def cached_shape(architecture: str, options: str, lowrank: str | None) -> Looped
         layers=tuple(layers),
         final_blocks=math.ceil(c.num_hidden_layers / s),
         loop_blocks=math.ceil((end - start) / s),
-        parameters=total,
+        parameters=total + (sum(trained) if lowrank is not None else 0),
         trained=sum(trained),
         root=total - sum(n for n, layer in zip(per_layer, layers, strict=True) if not layer.looped),
         embedding=embedding,
@@ -256,7 +258,7 @@ def fitted() -> dict[str, Any]:
     return json.loads(FIT_FILE.read_text())
 
 
-def dot(coefficients: list[float], features: list[float]) -> float:
+def dot(coefficients: Sequence[float], features: Sequence[float]) -> float:
     return sum(c * f for c, f in zip(coefficients, features, strict=True))
 
 
@@ -322,11 +324,21 @@ def activations(
     inbox = FP32 * 4 * n * d * len(shape.looped) * (depth - 1)
     after = FP32 * n * d * sum(layer.after_loop for layer, _ in applications)
     last = len(applications) - len(shape.looped)  # the loop's last pass
-    pairs = [(layer, k) for (layer, _), k in zip(applications, kept, strict=True)]
+    # autocast's copies of a layer's weights are made inside the checkpointed layer and freed
+    # with it: only the head's stay; the layer being recomputed makes its own again.
+    head_copies = fit["copies"][4] * shape.vocab * shape.hidden if bf16 else 0.0
+    once, each = fit["copies"][:2], fit["copies"][2:4]
+
+    def recast(layer: LayerShape) -> float:
+        parts = [layer.expert_parameters, layer.parameters - layer.expert_parameters]
+        return dot(once, parts) + dot(each, parts) if bf16 else 0.0
+
+    pairs = [(layer, k + recast(layer)) for (layer, _), k in zip(applications, kept, strict=True)]
     recomputed = tuple(reversed([p for p in pairs if p[0].after_loop])) + tuple(
         reversed(pairs[last:])
     )
-    return LoopedActivations(stream + stacks + inbox, messages, model, copies, recomputed, after)
+    inputs = stream + stacks + inbox
+    return LoopedActivations(inputs, messages, model, head_copies, recomputed, after)
 
 
 def looped_training_memory(
