@@ -352,8 +352,9 @@ def format_finish_plan(plan, path: str) -> str:
         f"[train.lowrank] targets) {adapted.trained / 1e6:,.1f}M trained",
         f"{strategy}, bf16 autocast over fp32 weights, micro-batches of {plan.micro_batch} x "
         f"{plan.seq_len} tokens per GPU; memory per GPU (GiB) of one finishing step at each "
-        "depth (compute/looped_memory.py: fitted on the CPU, checked there within 10-20%; "
-        "no GPU has run this architecture)",
+        "depth (compute/looped_memory.py: fitted on the CPU and checked there against measured "
+        "peaks at two sizes the fit never saw, docs/figures/bench-looped-memory.md; no GPU has "
+        "run this architecture)",
         "",
         "| depth | training | checkpointing | weights | gradients | AdamW | activations | peak "
         f"| fits in {1 - MARGIN:.0%} | hours per 1e9 tokens |",
@@ -367,7 +368,13 @@ def format_finish_plan(plan, path: str) -> str:
             f"{gib(m.optimizer)} | {gib(m.activations)} | {gib(m.peak)} | "
             f"{'yes' if o.fits else 'no'} | {o.hours_per_billion:,.1f} |"
         )
-    lines += ["", h.mfu.describe() + "; assumed for this architecture, which no GPU has run"]
+    lines += [
+        "",
+        h.mfu.describe() + "; assumed for this architecture, which no GPU has run",
+        "hours: FLOPs counted from the shape (machine/finish_plan.py: the weights' matmuls, a "
+        "token's experts, eager attention, the head; at two small sizes 14-18% below torch's "
+        "count with eager experts, 27-36% for low-rank, whose adapters' own work it leaves out)",
+    ]
     if h.gpus > 1:
         lines.append(
             f"the peak includes FSDP2's root unit (the looped layers with the embedding and head, "
