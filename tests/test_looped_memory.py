@@ -148,3 +148,22 @@ def test_the_plans_flops_are_within_what_it_says_of_torchs_count():
     for depth in (1, 3):
         ratio = flops_per_token(shape, 256, depth, False, False) / counted.train(depth)
         assert 0.82 <= ratio <= 0.86 + 0.01, (depth, ratio)
+
+
+def test_the_committed_fit_names_the_features_the_model_computes():
+    """looped_memory_fit.json is read by position: its feature lists must be the module's."""
+    from fixedfirst.compute import looped_memory as lm
+
+    fit = lm.fitted()
+    assert fit["features"]["layer"] == list(lm.LAYER_FEATURES)
+    assert fit["features"]["message"] == list(lm.MESSAGE_FEATURES)
+    assert fit["features"]["model"] == list(lm.MODEL_FEATURES)
+    for key, coefficients in fit["fits"].items():
+        assert set(coefficients["layer"]) == {
+            "sliding",
+            "full",
+            "sliding, messages",
+            "full, messages",
+        }, key
+        assert all(len(c) == len(lm.LAYER_FEATURES) for c in coefficients["layer"].values())
+        assert len(coefficients["copies"]) == 5

@@ -14,7 +14,9 @@ The GPU is a kind from the table below (memory and bf16 peak from vendors' datas
 --gpu-memory and --peak-flops for another; on a machine with a GPU the default is that GPU,
 with its peak measured. Memory is per GPU at the deepest depth the schedule draws; "fits" means
 at most 90% of the GPU's memory (the rest is for the CUDA context and fragmentation). A sweep
-file (configs/sweeps/*.toml) is planned run by run.
+file (configs/sweeps/*.toml) is planned run by run. --model-config CONFIG.json plans a finish of
+a transformers looped model from its config.json alone (no weights): memory per GPU by depth,
+full and low-rank, with and without checkpointing, under FSDP2, and hours per billion tokens.
 """
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fixedfirst.compute.memory import BF16, FP32, INDEX, Placement, TrainingMemory, ceil_div
+from fixedfirst.compute.memory import FP32, INDEX, Placement, TrainingMemory, ceil_div
 from fixedfirst.config import LowRankConfig
 
 FIT_FILE = Path(__file__).with_name("looped_memory_fit.json")
@@ -398,7 +398,3 @@ def looped_training_memory(
     at_step = weights + optimizer + batch + gradients + temporary
     peak = max(at_loss, at_core, at_step)
     return TrainingMemory(weights, gradients, optimizer, round(acts.total), round(peak))
-
-
-def compute_bytes(bf16: bool) -> int:
-    return BF16 if bf16 else FP32
