@@ -239,13 +239,18 @@ def checked_options(architecture: LoopedArchitecture, options: dict[str, Any]) -
 
 @contextlib.contextmanager
 def quiet_transformers() -> Iterator[None]:
-    """transformers' warnings off while it checks a configuration: a small test model's
-    unused defaults (an end-of-text id beyond a tiny vocabulary) warn on every load."""
+    """transformers' warnings and progress bars off while it checks a configuration or loads a
+    checkpoint: a small test model's unused defaults (an end-of-text id beyond a tiny
+    vocabulary) warn on every load, and a refusal after a bar would not be one line."""
     from transformers.utils import logging
 
     level = logging.get_verbosity()
+    bars = logging.is_progress_bar_enabled()
     logging.set_verbosity_error()
+    logging.disable_progress_bar()
     try:
         yield
     finally:
         logging.set_verbosity(level)
+        if bars:
+            logging.enable_progress_bar()

@@ -8,6 +8,7 @@ key: d_model divisible by n_heads, depth >= 1, switch in [0, 1], ...
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -34,6 +35,39 @@ def at_most(value: int, bound: int, key: str, why: str = "") -> None:
 
 def seed_range(seed: int, key: str) -> None:
     require(0 <= seed <= MAX_SEED, key, f"must be in [0, 2**63 - 1], got {seed}")
+
+
+def check_checkpoint_keys(section: ModelConfig | TransformersModelConfig) -> None:
+    """The three `checkpoint` keys of a [model]: a directory, and what a run records of it
+    (its weights' checksum, its depth), which mean nothing without it."""
+    s = section.SECTION
+    if section.checkpoint is None:
+        for key in ("checkpoint_sha256", "checkpoint_depth"):
+            require(
+                getattr(section, key) is None,
+                f"{s}.{key}",
+                "describes the checkpoint a run starts from, and model.checkpoint is unset; "
+                "leave it out",
+            )
+        return
+    require(
+        section.checkpoint.strip() != "",
+        f"{s}.checkpoint",
+        "is empty; name the checkpoint directory (config.json, safetensors weights, tokenizer)",
+    )
+    digest = section.checkpoint_sha256
+    require(
+        digest is None or re.fullmatch(r"[0-9a-f]{64}", digest) is not None,
+        f"{s}.checkpoint_sha256",
+        f"must be 64 lowercase hexadecimal digits (a SHA-256), got {digest!r}; leave it out "
+        "and fixedfirst computes it",
+    )
+    depth = section.checkpoint_depth
+    require(
+        depth is None or 1 <= depth <= MAX_DEPTH,
+        f"{s}.checkpoint_depth",
+        f"must be in 1..{MAX_DEPTH}, got {depth}",
+    )
 
 
 @dataclass
@@ -78,9 +112,21 @@ class ModelConfig:
     """Share the embedding matrix with the output head."""
     rope_base: float = 10000.0
     """Rotary position embedding base."""
+    checkpoint: str | None = None
+    """A Hugging Face checkpoint directory whose weights the run starts from instead of a random
+    initialisation: fixedfirst's own export (`fixedfirst export --format hf`), whose config.json
+    gives every key above (a key given here too must agree); a relative path is read from the
+    configuration file's directory (docs/guides/checkpoints.md)."""
+    checkpoint_sha256: str | None = None
+    """The checksum of the checkpoint's weights, which a run records when it starts: a resume
+    from other weights is refused. Leave it out; fixedfirst computes it."""
+    checkpoint_depth: int | None = None
+    """The depth the checkpoint serves by default (its config.json's `depth`): a finishing run's
+    control trains there. Read from the checkpoint; leave it out."""
 
     def __post_init__(self) -> None:
         s = self.SECTION
+        check_checkpoint_keys(self)
         require(self.vocab_size >= 2, f"{s}.vocab_size", f"must be >= 2, got {self.vocab_size}")
         require(self.d_model >= 2, f"{s}.d_model", f"must be >= 2, got {self.d_model}")
         require(self.n_heads >= 1, f"{s}.n_heads", f"must be >= 1, got {self.n_heads}")
@@ -144,8 +190,22 @@ class TransformersModelConfig:
     configuration class (Inkling2LoopTextConfig: hidden_size, n_routed_experts, ...), checked
     by it and completed with its defaults in the run's config.toml. The number of loop passes
     is the schedule's and is not a key here."""
+    checkpoint: str | None = None
+    """A Hugging Face checkpoint directory (config.json, safetensors weights, tokenizer files)
+    whose weights the run starts from instead of a random initialisation. `architecture` and the
+    table [model.transformers] then come from its config.json (given here too, they must agree),
+    so `[model] checkpoint = "DIR"` alone is a whole [model]; a relative path is read from the
+    configuration file's directory (docs/guides/checkpoints.md)."""
+    checkpoint_sha256: str | None = None
+    """The checksum of the checkpoint's weights, which a run records when it starts: a resume
+    from other weights is refused. Leave it out; fixedfirst computes it."""
+    checkpoint_depth: int | None = None
+    """The number of loop passes the checkpoint was trained at (its config.json's
+    `loop_num_passes`): a finishing run's control trains there. Read from the checkpoint; leave
+    it out."""
 
     def __post_init__(self) -> None:
+        check_checkpoint_keys(self)
         require(
             isinstance(self.architecture, str) and self.architecture.strip() != "",
             f"{self.SECTION}.architecture",

@@ -17,16 +17,28 @@ from fixedfirst.model import transformers_loop
 from fixedfirst.model.interface import LoopedLM
 from fixedfirst.model.looped import LoopedTransformer
 from fixedfirst.model.memory import check_fits
+from fixedfirst.model.pretrained import load_own_export
 
 
 def build_model(model: ModelSection) -> LoopedLM:
     """The model on the CPU, initialised from the global random state (seed it first; moved to
     a device after, its weights are the same everywhere), refused in one line when its weights
-    alone would not fit in memory."""
+    alone would not fit in memory. A checkpoint [model] names is not read: this is the shape
+    that a run's own checkpoints load into (`initial_model` starts a run)."""
     if isinstance(model, TransformersModelConfig):
         return transformers_loop.build(model)
     check_fits(model, torch.device("cpu"))
     return LoopedTransformer(model)
+
+
+def initial_model(model: ModelSection) -> LoopedLM:
+    """The model a run starts from, on the CPU: with `checkpoint`, the weights of that
+    directory (model/pretrained.py); otherwise `build_model`'s initialisation."""
+    if model.checkpoint is None:
+        return build_model(model)
+    if isinstance(model, TransformersModelConfig):
+        return transformers_loop.from_checkpoint(model)
+    return load_own_export(model)
 
 
 def parameter_counts(model: ModelSection) -> dict[str, int]:

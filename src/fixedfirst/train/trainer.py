@@ -32,7 +32,7 @@ from fixedfirst.machine.device import (
     choose_threads,
     run_peak_flops,
 )
-from fixedfirst.model.kinds import build_model, foreign_model_note
+from fixedfirst.model.kinds import foreign_model_note, initial_model
 from fixedfirst.model.memory import GIB
 from fixedfirst.progress import Progress
 from fixedfirst.runs.checkpoint import Checkpoint, CheckpointManager
@@ -109,7 +109,7 @@ class Trainer:
         )
         peak = self.peak_flops = self.peak_per_process * self.world_size
         torch.manual_seed(t.seed)  # the same initial weights on every rank
-        model = build_model(config.model).to(self.device)
+        model = initial_model(config.model).to(self.device)
         self.compiled = compilation.decide(
             t.compile, self.device, self.plan.flops, peak, model.never_compiled
         )
