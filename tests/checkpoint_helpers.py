@@ -58,6 +58,13 @@ def save_checkpoint(
     torch.manual_seed(seed)
     options = dict(TINY, loop_num_passes=depth, eos_token_id=0)
     model = Inkling2LoopForCausalLM(Inkling2LoopTextConfig(**options))
+    # As training leaves them: the queries that start at zero, and the message gates that carry
+    # one pass into the next, drawn at random, so that every depth computes other logits.
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "message_gate" in name or not parameter.any():
+                parameter.copy_(0.5 * torch.randn(parameter.shape, generator=generator))
     model.save_pretrained(directory, max_shard_size=shard)
     save_tokenizer(directory, corpus())
     return directory

@@ -185,8 +185,8 @@ def draw(series: list[tuple[str, dict[str, Any]]], native: int | None, title: st
         (line,) = ax.plot(depths, nll, marker="o", ms=3, label=label)
         bounds = [found["interval_by_depth"].get(str(d)) for d in depths]
         if all(b is not None for b in bounds):
-            low = [b["low"] for b in bounds]  # type: ignore[index]
-            high = [b["high"] for b in bounds]  # type: ignore[index]
+            low = [b["low"] for b in bounds]
+            high = [b["high"] for b in bounds]
             ax.fill_between(depths, low, high, color=line.get_color(), alpha=0.15, lw=0)
     if native is not None:
         ax.axvline(native, color="0.5", ls=":", lw=1, label=f"trained at {native}")

@@ -132,14 +132,25 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+_HASHED: dict[tuple[tuple[str, int, int], ...], str] = {}
+"""Checksums this process computed, by (file, size, modification time) of every weight file: a
+command that checks the same checkpoint for several runs reads its weights once."""
+
+
 def weights_sha256(directory: str | Path) -> str:
     """The identity of the checkpoint's weights: the SHA-256 of the list of its weight files'
     names and SHA-256s (files hashed side by side: hashlib releases the interpreter lock)."""
     files = weight_files(directory)
-    with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
-        digests = list(pool.map(_file_sha256, files))
-    listed = [[path.name, digest] for path, digest in zip(files, digests, strict=True)]
-    return hashlib.sha256(json.dumps(listed).encode()).hexdigest()
+    key = tuple(
+        (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        for path, stat in ((path, path.stat()) for path in files)
+    )
+    if key not in _HASHED:
+        with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
+            digests = list(pool.map(_file_sha256, files))
+        listed = [[path.name, digest] for path, digest in zip(files, digests, strict=True)]
+        _HASHED[key] = hashlib.sha256(json.dumps(listed).encode()).hexdigest()
+    return _HASHED[key]
 
 
 def load_own_export(config: ModelConfig) -> LoopedTransformer:

@@ -29,6 +29,7 @@ from fixedfirst.config.checkpoints import checkpoint_model
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import absolute, resolve_paths, shown
 from fixedfirst.runs.directory import RunDir
+from fixedfirst.runs.identity import with_checkpoint_identity
 from fixedfirst.schedules import describe
 from fixedfirst.studies.training import finished_summary
 
@@ -102,7 +103,9 @@ def plan_finish(
             "give the finishing run's budget: --tokens N (or --flops F, or train.tokens in "
             "--config)"
         )
-    config = RunConfig.from_dict(raw)
+    # Identified by its weights' checksum now, as the runs record it (a second invocation
+    # compares its runs with what is on disk).
+    config = with_checkpoint_identity(RunConfig.from_dict(raw))
     runs = {FINISHED: config}
     if control:
         runs[CONTROL] = control_config(config, native)
