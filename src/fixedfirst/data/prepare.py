@@ -180,8 +180,11 @@ def fingerprint(
     """A digest of what `prepare` would write: the inputs' content digests, their order and
     formats, the options, and the data format version (not the paths: moving the corpus does not
     change the data). `version` 1 gives what data prepared before split by bytes recorded."""
+    described = asdict(options)
+    if described["checkpoint"] is None:  # as data prepared before checkpoints' tokenizers was
+        del described["checkpoint"]
     digest = hashlib.sha256()
-    digest.update(json.dumps([FORMAT, version, asdict(options)]).encode())
+    digest.update(json.dumps([FORMAT, version, described]).encode())
     for source, content in zip(inputs, digests, strict=True):
         digest.update(json.dumps([source.format, content]).encode())
     return digest.hexdigest()

@@ -294,10 +294,13 @@ class CheckpointTokenizer(Tokenizer):
             raise UserError(
                 "a checkpoint's tokenizer is read by transformers: pip install 'fixedfirst[looped]'"
             ) from None
+        from fixedfirst.config.architectures import quiet_transformers
+
         try:
-            hf = AutoTokenizer.from_pretrained(
-                str(directory), local_files_only=True, split_special_tokens=True
-            )
+            with quiet_transformers():  # a model_type it does not know (our export) warns
+                hf = AutoTokenizer.from_pretrained(
+                    str(directory), local_files_only=True, split_special_tokens=True
+                )
         except (OSError, ValueError, KeyError, TypeError) as e:
             lines = [line.strip() for line in str(e).splitlines() if line.strip()]
             raise UserError(

@@ -54,12 +54,15 @@ def export_checkpoint(
             f"([model] checkpoint), and {shown(run)} trained from scratch; export it with "
             "--format hf (or fixedfirst's own format)"
         )
+    if adapters == "alone" and getattr(config.train, "lowrank", None) is None:
+        raise UserError(
+            "--adapters alone saves a run's low-rank adapters, and this run trained every "
+            "weight ([train.lowrank] unset); leave --adapters out"
+        )
     # Before and after, for the card (read back when `fixedfirst finish` or `eval` saved it).
     evaluation, _ = cached_evaluation(run, config.eval.depths, HeldOut(), "cpu", base=True)
     card = card_facts(run, config, evaluation)
     if not isinstance(config.model, TransformersModelConfig):
-        if adapters != "merged":
-            raise UserError("--adapters alone is for a run with [train.lowrank]")
         from fixedfirst.export.hf import export_hf
 
         export_hf(run, out, ckpt.step, depth=card["default_depth"], card=model_card(card))
@@ -86,11 +89,6 @@ def handed_back(model: TransformersLoop, adapters: Adapters, native: int | None)
     depth set back to the checkpoint's."""
     lowrank = lowrank_adapters()
     adapted = lowrank is not None and lowrank.is_lowrank(model.network)
-    if adapters == "alone" and not adapted:
-        raise UserError(
-            "--adapters alone saves a run's low-rank adapters, and this run trained every "
-            "weight ([train.lowrank] unset); leave --adapters out"
-        )
     if native is not None:
         model.handle.set_depth(native)
     if not adapted:
