@@ -102,7 +102,15 @@ OWN_FEATURES: tuple[tuple[str, str], ...] = (
         "not applied (a run's log says its memory is not estimated); `plan` refused",
     ),
     (
-        "`generate`, `inspect`, `export`, `diagnose`, `downstream`, `eval --task KIND`",
+        "`[model] checkpoint` (start from a checkpoint directory's weights), `fixedfirst "
+        "finish`, `eval` of a checkpoint directory, `export --format checkpoint`",
+        "apply: the architecture and its table come from the checkpoint's config.json, its "
+        "weights' checksum is recorded and checked on resume, the run hands back a checkpoint of "
+        "the same class (docs/guides/checkpoints.md)",
+    ),
+    (
+        "`generate`, `inspect`, `export` (fixedfirst's and the hf format), `diagnose`, "
+        "`downstream`, `eval --task KIND`",
         "refused: they serve fixedfirst's own model",
     ),
 )

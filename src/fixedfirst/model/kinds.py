@@ -52,12 +52,19 @@ def parameter_counts(model: ModelSection) -> dict[str, int]:
 
 def foreign_model_note(model: ModelSection) -> str | None:
     """A line for the run's log about a model that is not ours (None for ours, whose shape its
-    config.toml says): which, how large, and what of ours it goes without."""
+    config.toml says): which, how large, what of ours it goes without, and the checkpoint it
+    starts from (for ours too)."""
+    start = (
+        ""
+        if model.checkpoint is None
+        else f" from the checkpoint {model.checkpoint} (trained at depth "
+        f"{model.checkpoint_depth}, weights SHA-256 {str(model.checkpoint_sha256)[:16]}...)"
+    )
     if not isinstance(model, TransformersModelConfig):
-        return None
+        return None if not start else f"model: fixedfirst's looped transformer{start}"
     total = transformers_loop.parameter_count(model)
     return (
-        f"model: transformers' {model.architecture}, {total:,} parameters; depth set by its "
-        "depth handle at every step; NLL by depth one forward per depth; memory not estimated "
-        "(the memory model is of fixedfirst's own model)"
+        f"model: transformers' {model.architecture}{start}, {total:,} parameters; depth set by "
+        "its depth handle at every step; NLL by depth one forward per depth; memory not "
+        "estimated (the memory model is of fixedfirst's own model)"
     )
