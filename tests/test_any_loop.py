@@ -69,6 +69,23 @@ def test_the_looped_transformer_handle_supplies_the_depth_a_call_leaves_out():
         model(tokens)
 
 
+def test_measuring_leaves_no_handle_behind_and_the_newest_handle_sets_the_depth():
+    """measure_flops's own handle of our model is a forward hook: left on the model at the last
+    depth measured, it supplied that depth to every later forward and a scheduler's handle set
+    nothing (a README loop trained every step at depth 3)."""
+    torch.manual_seed(0)
+    model = LoopedTransformer(tiny_model_config()).eval()
+    tokens = torch.randint(0, 61, (2, 12))
+    measure_flops(model, lambda: model(tokens).float().pow(2).mean(), tokens=tokens.numel())
+    with pytest.raises(TypeError):  # no depth supplied by a forgotten handle
+        model(tokens)
+    older, newer = depth_handle(model), depth_handle(model)
+    older.set_depth(3)
+    newer.set_depth(2)
+    with torch.no_grad():
+        assert torch.equal(model(tokens), model(tokens, 2))
+
+
 def test_our_hugging_face_export_takes_its_depth_from_the_handle():
     pytest.importorskip("transformers")
     from fixedfirst.export.hf.modeling_fixedfirst import FixedFirstConfig, FixedFirstForCausalLM

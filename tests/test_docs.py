@@ -259,3 +259,41 @@ def test_every_code_fence_on_the_site_is_closed():
         if (line := unclosed_fence(page.read_text())) is not None
     ]
     assert not unclosed, f"code fences never closed: {unclosed}"
+
+
+def test_the_readmes_python_runs_and_its_loop_follows_the_plan():
+    """README.md's Python blocks, in order in one namespace: the library's calls, then the loop
+    of "In your own loop", whose every training forward runs the depth the plan gives its step
+    (counted as core iterations: a scheduler that set no depth, or the wrong one, fails)."""
+    blocks = re.findall(r"^```python\n(.*?)^```$", (ROOT / "README.md").read_text(), re.M | re.S)
+    assert len(blocks) == 2
+    namespace: dict[str, typing.Any] = {}
+    exec(compile(blocks[0], "README.md", "exec"), namespace)
+    model = namespace["model"]
+    ran: list[int] = []
+    model.core[0].register_forward_hook(lambda *_: ran.append(1))
+    iterations: list[int] = []
+    real_loss = None
+
+    def counted(*args: typing.Any, **kwargs: typing.Any) -> typing.Any:
+        ran.clear()
+        out = real_loss(*args, **kwargs)
+        iterations.append(len(ran))
+        return out
+
+    setup, loop = blocks[1].split("for step in range(plan.total_steps):")
+    exec(compile(setup, "README.md", "exec"), namespace)
+    real_loss, namespace["loss_of"] = namespace["loss_of"], counted
+    exec(compile("for step in range(plan.total_steps):" + loop, "README.md", "exec"), namespace)
+    plan = namespace["plan"]
+    assert iterations == [plan.at(step).depth for step in range(plan.total_steps)]
+    assert {plan.at(step).phase for step in range(plan.total_steps)} == {"fixed", "finish"}
+
+
+def test_the_readmes_command_table_has_every_command():
+    from fixedfirst.cli.main import COMMANDS
+
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## Commands") :]
+    missing = [name for name in COMMANDS if f"| `fixedfirst {name}" not in table]
+    assert missing == []

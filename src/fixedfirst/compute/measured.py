@@ -25,7 +25,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from fixedfirst.config import TransformersModelConfig
 from fixedfirst.errors import UserError
-from fixedfirst.model.handles import DepthHandle, depth_handle
+from fixedfirst.model.handles import DepthHandle, ForwardDepth, depth_handle
 from fixedfirst.model.loss import next_token_loss
 from fixedfirst.model.transformers_loop import build
 
@@ -110,8 +110,26 @@ def measure_flops(
     """The compute model of `model`: `loss()` runs one forward of a batch of `tokens` tokens at
     the training sequence length (attention's cost depends on it) and returns its loss; it is
     counted at each of `depths` (two at least) and fitted linear in the depth. `handle` sets the
-    depth (default: `depth_handle(model)`), and is left at the last depth measured."""
-    handle = handle if handle is not None else depth_handle(model)
+    depth (default: a handle of its own, taken off the model again; a handle given is left at
+    the last depth measured)."""
+    own = None
+    if handle is None:
+        handle = own = depth_handle(model)
+    try:
+        return fitted_flops(model, loss, tokens, depths, handle)
+    finally:
+        if isinstance(own, ForwardDepth):
+            own.remove()
+
+
+def fitted_flops(
+    model: nn.Module,
+    loss: Callable[[], torch.Tensor],
+    tokens: int,
+    depths: Iterable[int],
+    handle: DepthHandle,
+) -> MeasuredFlops:
+    """`measure_flops` with its handle."""
     depths = sorted(set(depths))
     if len(depths) < 2:
         raise UserError(f"measure_flops needs two depths or more to fit a line, got {depths}")

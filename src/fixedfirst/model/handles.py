@@ -35,7 +35,8 @@ class ForwardDepth:
 
     def __init__(self, model: LoopedTransformer) -> None:
         self.depth: int | None = None
-        self.hook = model.register_forward_pre_hook(self.supply, with_kwargs=True)
+        # First in line: of several handles on one model, the newest supplies the depth.
+        self.hook = model.register_forward_pre_hook(self.supply, with_kwargs=True, prepend=True)
 
     def set_depth(self, depth: int) -> None:
         self.depth = check_depth(depth)
