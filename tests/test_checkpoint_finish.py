@@ -223,3 +223,49 @@ def test_resume_from_other_weights_is_refused(made, tmp_path, capsys):
     err = capsys.readouterr().err
     assert info.value.code == 2 and len(err.strip().splitlines()) == 1
     assert "its weights are not those this run started from" in err
+
+
+@pytest.mark.slow
+def test_finish_stopped_by_sigterm_resumes_when_invoked_again(made, tmp_path):
+    """SIGTERM mid-run: a checkpoint, the requeue status (75) and a line saying to run the same
+    command again, which resumes the run and goes on to the control and the profile."""
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "finish"
+    argv = [sys.executable, "-m", "fixedfirst", "finish", str(made / "ckpt"), "--data"]
+    argv += [str(made / "data"), "--out", str(out), "--tokens", "2048", "--control", *TINY_RUN]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True
+    )
+    metrics = out / "finished" / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 1):
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 75
+    assert "run the same `fixedfirst finish` command again" in err
+    again = subprocess.run(argv, capture_output=True, env=env, text=True, timeout=600)
+    assert again.returncode == 0 and "resume: continuing from step-" in again.stdout
+    assert (out / "profile.json").is_file()
+
+
+@pytest.mark.slow
+def test_finish_in_two_processes(made, tmp_path):
+    """`--nproc 2`: both runs trained by two DDP processes, the profile written by rank 0."""
+    import os
+
+    out = tmp_path / "finish"
+    argv = [sys.executable, "-m", "fixedfirst", "finish", str(made / "ckpt"), "--data"]
+    argv += [str(made / "data"), "--out", str(out), "--tokens", "512", "--control", "--nproc", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([*argv, *TINY_RUN], capture_output=True, env=env, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    profile = json.loads((out / "profile.json").read_text())
+    assert list(profile["models"]) == ["checkpoint", "control", "finished"]
+    summary = json.loads((out / "finished" / "summary.json").read_text())
+    assert summary["steps"] == summary["total_steps"] == 8

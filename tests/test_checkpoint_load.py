@@ -93,6 +93,26 @@ def test_a_runs_record_reads_without_the_checkpoint(checkpoint, tmp_path):
 
 
 @needs_inkling
+def test_a_configuration_as_written_is_the_run_it_recorded(checkpoint, tmp_path):
+    """A run records the checksum; the configuration it was started from (without one) still
+    names the same run, so that a study or `finish` invoked again reuses it."""
+    from fixedfirst.runs.directory import RunDir
+    from fixedfirst.train.trainer import Trainer
+
+    raw = {
+        "model": {"checkpoint": str(checkpoint)},
+        "train": {"seq_len": 16, "batch_size": 2, "tokens": 64, "device": "cpu"},
+    }
+    config = RunConfig.from_dict(raw)
+    Trainer(config, str(tmp_path / "run"), quiet=True).train(stop_after=1)
+    RunDir(tmp_path / "run").refuse_other_run(config)
+    with pytest.raises(UserError, match=r"different configuration \(train.lr\)"):
+        RunDir(tmp_path / "run").refuse_other_run(
+            RunConfig.from_dict({**raw, "train": {**raw["train"], "lr": 0.5}})
+        )
+
+
+@needs_inkling
 def test_weights_are_checked_whole_and_identified_by_their_bytes(checkpoint, tmp_path):
     copy = tmp_path / "copy"
     save_checkpoint(copy)

@@ -58,7 +58,7 @@ def identity(config: RunConfig) -> dict[str, Any]:
     value, from the configuration resolved as a run stores it."""
     from fixedfirst.data.registry import resolve_data
 
-    resolved = resolve_data(config)
+    resolved = identified(resolve_data(config))
     sections = resolved.to_dict()
     auto = resolved.schedule.auto_switch
     out: dict[str, Any] = {}
@@ -71,6 +71,15 @@ def identity(config: RunConfig) -> dict[str, Any]:
     for key in MAY_CHANGE - ({"train.log_every"} if auto else set()):
         out.pop(key, None)
     return out
+
+
+def identified(config: RunConfig) -> RunConfig:
+    """`config` with its checkpoint's checksum where it records none (a configuration as written,
+    compared with a run's record); a recorded one is taken as it is, without reading the
+    weights (a finished run compares without its checkpoint)."""
+    if config.model.checkpoint is None or config.model.checkpoint_sha256 is not None:
+        return config
+    return with_checkpoint_identity(config)
 
 
 def with_checkpoint_identity(config: RunConfig) -> RunConfig:
