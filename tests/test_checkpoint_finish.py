@@ -179,9 +179,27 @@ def test_low_rank_finish_merged_and_alone(made, tmp_path):
     merged = tmp_path / "merged"
     cli("export", out / "finished", "--format", "checkpoint", "--out", merged)
     assert_same_logits(out / "finished", merged, tmp_path)
+    # The frozen base is the checkpoint's: what the adapters leave alone is its weights.
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(made / "ckpt", dtype=torch.float32).eval()
+    finished = AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32).eval()
+    for name in ("lm_head.weight", "model.embed_tokens.weight", "model.norm.weight"):
+        assert torch.equal(base.get_parameter(name), finished.get_parameter(name)), name
     alone = tmp_path / "alone"
     cli("export", out / "finished", "--format", "checkpoint", "--out", alone, "--adapters", "alone")
     assert (alone / "adapter_config.json").is_file() and not (alone / "config.json").exists()
+    # The adapters alone, on top of the original checkpoint, compute what the merged model does.
+    from peft import PeftModel
+
+    adapted = PeftModel.from_pretrained(base, alone).eval()
+    tokens = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        for depth in DEPTHS:
+            for model in (adapted.get_base_model(), finished):
+                model.config.loop_num_passes = depth
+            a, b = adapted(input_ids=tokens).logits, finished(input_ids=tokens).logits
+            assert (a - b).abs().max().item() <= TOLERANCE, depth
 
 
 def test_paused_finish_resumes_bit_identically(made, tmp_path):

@@ -34,6 +34,7 @@ from fixedfirst.export.writer import check_out_dir, write_directory
 from fixedfirst.files.paths import shown
 from fixedfirst.model.transformers_loop import TransformersLoop
 from fixedfirst.runs.opening import find_checkpoint, load_any_run
+from fixedfirst.runs.served import deepest_training_depth
 from fixedfirst.schedules import describe
 
 Adapters = Literal["merged", "alone"]
@@ -128,7 +129,6 @@ def card_facts(run: str | Path, config: RunConfig, evaluation: dict[str, Any]) -
     else:
         name, depth_key = "FixedFirstForCausalLM", OWN_DEPTH_KEY
     schedule = config.schedule
-    deepest = schedule.depth if schedule.kind == "fixed" else schedule.k_max
     shallowest = schedule.depth if schedule.kind == "fixed" else schedule.k_min
     return {
         "class": name,
@@ -140,7 +140,7 @@ def card_facts(run: str | Path, config: RunConfig, evaluation: dict[str, Any]) -
         "step": evaluation["step"],
         "tokens": evaluation["tokens"],
         "schedule": describe(schedule),
-        "finished_for": [shallowest, deepest],
+        "finished_for": [shallowest, deepest_training_depth(config)],
         "lr": config.train.lr,
         "data": evaluation["data"],
         "profile": table(evaluation),

@@ -30,6 +30,7 @@ from fixedfirst.errors import UserError
 from fixedfirst.files.paths import absolute, resolve_paths, shown
 from fixedfirst.runs.directory import RunDir
 from fixedfirst.runs.identity import with_checkpoint_identity
+from fixedfirst.runs.served import deepest_training_depth
 from fixedfirst.schedules import describe
 from fixedfirst.studies.training import finished_summary
 
@@ -106,6 +107,12 @@ def plan_finish(
     # Identified by its weights' checksum now, as the runs record it (a second invocation
     # compares its runs with what is on disk).
     config = with_checkpoint_identity(RunConfig.from_dict(raw))
+    asked = "depths" in base.get("eval", {}) or any(
+        o.replace(" ", "").startswith("eval.depths=") for o in overrides or []
+    )
+    if not asked:  # the profile's depths, past whatever the schedule finally trains at
+        depths = profile_depths(native, deepest_training_depth(config))
+        config = replace(config, eval=replace(config.eval, depths=depths))
     runs = {FINISHED: config}
     if control:
         runs[CONTROL] = control_config(config, native)
@@ -113,16 +120,14 @@ def plan_finish(
 
 
 def defaults(model: dict[str, Any], k_max: int) -> dict[str, Any]:
-    """A finishing run's configuration before the user's: uniform 1..k_max, FINISH_TRAIN, the
-    longest sequence up to LONGEST_SEQUENCE, and the profile's depths evaluated."""
+    """A finishing run's configuration before the user's: uniform 1..k_max, FINISH_TRAIN and
+    the longest sequence up to LONGEST_SEQUENCE."""
     from fixedfirst.config.run import model_section
 
     longest = model_section(model).max_seq_len
-    native = int(model["checkpoint_depth"])
     return {
         "schedule": {"kind": "uniform", "k_min": 1, "k_max": k_max},
         "train": {**FINISH_TRAIN, "seq_len": min(LONGEST_SEQUENCE, longest)},
-        "eval": {"depths": profile_depths(native, k_max)},
     }
 
 
