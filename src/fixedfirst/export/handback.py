@@ -144,6 +144,7 @@ def card_facts(run: str | Path, config: RunConfig, evaluation: dict[str, Any]) -
         "lr": config.train.lr,
         "data": evaluation["data"],
         "profile": table(evaluation),
+        "before": evaluation.get("base") is not None,
         "scored": f"{evaluation['scored_tokens']:,} held-out tokens in "
         f"{len(evaluation['row_tokens'])} blocks",
         "remote_code": not isinstance(model, TransformersModelConfig),
@@ -157,6 +158,13 @@ def model_card(facts: dict[str, Any]) -> str:
     key, native = facts["depth_key"], facts["default_depth"]
     set_depth = f"model.config.{key} = {high}  # any depth; {native} by default"
     profile = "\n".join(facts["profile"])
+    before = (
+        '"checkpoint" is the model it was finished from, scored on the same blocks, and the\n'
+        "change (this model minus it) is paired block by block."
+        if facts["before"]
+        else "The checkpoint it was finished from was not scored: its directory was not where\n"
+        "the run recorded it when this card was written."
+    )
     return f"""---
 library_name: transformers
 tags: [looped-transformer, adaptive-depth, fixedfirst]
@@ -171,8 +179,7 @@ rather than at {native} alone. Run: `{facts["run"]}`, step {facts["step"]}.
 ## Profile by depth, before and after
 
 Held-out NLL (nats/token) on {facts["scored"]} of the validation split of {facts["data"]}, with
-95% intervals over the blocks; "checkpoint" is the model it was finished from, scored on the
-same blocks, and the change (this model minus it) is paired block by block.
+95% intervals over the blocks. {before}
 
 {profile}
 
