@@ -32,6 +32,9 @@ from fixedfirst.files.writing import os_error_behind, readable_like_the_rest, re
 
 FORMAT_VERSION = 1
 MODEL_FILE, TRAINER_FILE, META_FILE = "model.safetensors", "trainer.pt", "meta.json"
+SWITCH_TAG = "switch"
+"""The tag of the checkpoint a fixed-first run writes at its switch (the trainer's), which the
+update diagnostic starts from and the looped mixture-of-experts study reads the router at."""
 TMP, REPLACED = ".tmp-", ".replaced-"
 """Prefixes of a checkpoint directory being written, and of one being replaced by a new
 checkpoint of the same step."""

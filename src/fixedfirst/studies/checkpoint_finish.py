@@ -32,7 +32,7 @@ from fixedfirst.runs.directory import RunDir
 from fixedfirst.runs.identity import with_checkpoint_identity
 from fixedfirst.runs.served import deepest_training_depth
 from fixedfirst.schedules import describe
-from fixedfirst.studies.training import finished_summary
+from fixedfirst.studies.kit.runs import finished_summary
 
 FINISHED, CONTROL = "finished", "control"
 PROFILE_FORMAT = "fixedfirst-finish-profile"
