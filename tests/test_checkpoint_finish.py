@@ -1,6 +1,6 @@
 """Issue 66 end to end: a looped checkpoint written by stock transformers' save_pretrained (with a
 tokenizer, in shards; tests/checkpoint_helpers.py) is prepared for, finished (full fine-tuning,
-and low-rank when fixedfirst.model.lowrank is there), profiled by depth beside its control and
+and low-rank, where peft is installed), profiled by depth beside its control and
 handed back, and the result loads in stock transformers alone (a process that never imports
 fixedfirst) with the logits fixedfirst computes at depths 1..6, within 1e-5. A finish paused and
 resumed trains what one straight through trains, bit for bit; a resume from other weights is
@@ -42,11 +42,9 @@ TINY_RUN = [
     "eval.batches=2",
 ]
 """Steps of 4 rows of 16 tokens, evaluated on 2 batches of 4 blocks."""
-HAS_LOWRANK = importlib.util.find_spec("fixedfirst.model.lowrank") is not None
-needs_lowrank = pytest.mark.skipif(
-    not HAS_LOWRANK,
-    reason="low-rank adapters come with fixedfirst.model.lowrank ([train.lowrank], branch "
-    "ckpt-train), which this fixedfirst does not have yet",
+needs_peft = pytest.mark.skipif(
+    importlib.util.find_spec("peft") is None,
+    reason="low-rank finishing needs peft (the lowrank extra: pip install 'fixedfirst[lowrank]')",
 )
 STOCK = """
 import json, sys
@@ -172,7 +170,7 @@ def test_full_finish_profile_and_hand_back(made, tmp_path):
     assert (handed_back / "tokenizer.json").is_file()
 
 
-@needs_lowrank
+@needs_peft
 def test_low_rank_finish_merged_and_alone(made, tmp_path):
     out = tmp_path / "finish"
     finish(made, out, "--tokens", 256, "--set", "train.lowrank.rank=4")
@@ -189,6 +187,8 @@ def test_low_rank_finish_merged_and_alone(made, tmp_path):
     alone = tmp_path / "alone"
     cli("export", out / "finished", "--format", "checkpoint", "--out", alone, "--adapters", "alone")
     assert (alone / "adapter_config.json").is_file() and not (alone / "config.json").exists()
+    assert "low-rank adapters of rank 4" in (merged / "README.md").read_text()
+    assert "PeftModel.from_pretrained(base, path)" in (alone / "README.md").read_text()
     # The adapters alone, on top of the original checkpoint, compute what the merged model does.
     from peft import PeftModel
 

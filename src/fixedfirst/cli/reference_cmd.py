@@ -7,7 +7,14 @@ from __future__ import annotations
 import argparse
 from dataclasses import MISSING, fields
 
-from fixedfirst.config import SECTIONS, ModelConfig, TransformersModelConfig, field_docs
+from fixedfirst.config import (
+    SECTIONS,
+    LowRankConfig,
+    ModelConfig,
+    TrainConfig,
+    TransformersModelConfig,
+    field_docs,
+)
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -97,6 +104,13 @@ def run(args: argparse.Namespace) -> int:
         _print_table(f"[{section.SECTION}]", _summary(section), field_docs(section), args.markdown)
         if section is ModelConfig:
             _print_transformers_model(args.markdown)
+        if section is TrainConfig:
+            _print_table(
+                f"[{LowRankConfig.SECTION}]",
+                _summary(LowRankConfig),
+                field_docs(LowRankConfig),
+                args.markdown,
+            )
     for name in KINDS:
         kind = data_kind(name)
         if kind.options is not None:

@@ -22,6 +22,7 @@ from fixedfirst.config.limits import (
     MAX_VOCAB,
     MAX_WIDTH,
 )
+from fixedfirst.config.lowrank import LowRankConfig
 from fixedfirst.config.schema import require
 
 DEPTH_COST = "evaluation and training cost grow linearly with depth"
@@ -121,8 +122,7 @@ class ModelConfig:
     """The checksum of the checkpoint's weights, which a run records when it starts: a resume
     from other weights is refused. Leave it out; fixedfirst computes it."""
     checkpoint_depth: int | None = None
-    """The depth the checkpoint serves by default (its config.json's `depth`): a finishing run's
-    control trains there. Read from the checkpoint; leave it out."""
+    """The checkpoint's default depth (config.json's `depth`), where a control trains; read."""
 
     def __post_init__(self) -> None:
         s = self.SECTION
@@ -200,9 +200,8 @@ class TransformersModelConfig:
     """The checksum of the checkpoint's weights, which a run records when it starts: a resume
     from other weights is refused. Leave it out; fixedfirst computes it."""
     checkpoint_depth: int | None = None
-    """The number of loop passes the checkpoint was trained at (its config.json's
-    `loop_num_passes`): a finishing run's control trains there. Read from the checkpoint; leave
-    it out."""
+    """The loop passes the checkpoint was trained at (config.json's `loop_num_passes`), where a
+    finishing run's control trains. Read from the checkpoint; leave it out."""
 
     def __post_init__(self) -> None:
         check_checkpoint_keys(self)
@@ -410,6 +409,9 @@ class TrainConfig:
     --finish` writes: `start_step` (the steps the original run trained, which keep its rate), `lr`
     (`constant` at the final rate, or `rewarm`), `peak` (0.3 of `lr`) and `warmup` (0.1 of the
     stage). Unset: the schedule above over the whole run."""
+    lowrank: LowRankConfig | None = None
+    """Low-rank adapters instead of full fine-tuning, the table `[train.lowrank]` (its keys
+    below; a transformers looped architecture only). Unset: every weight is trained."""
     beta1: float = 0.9
     """AdamW beta1."""
     beta2: float = 0.95
@@ -435,7 +437,8 @@ class TrainConfig:
     """Activation checkpointing per core iteration: keep only each iteration's input state and
     recompute the iteration in the backward. Memory then grows with depth by one (batch,
     seq_len, d_model) state per iteration instead of all of the core's activations, for about
-    one more forward of the core per step."""
+    one more forward of the core per step. A transformers architecture: its own activation
+    checkpointing, each decoder layer at every pass recomputed from its inputs."""
     check_memory: bool = True
     """Before the first step, estimate the memory a step needs at the deepest depth the schedule
     can draw (parameters, gradients, AdamW, activations at the micro-batch; docs/design.md §15)

@@ -19,7 +19,6 @@ read back or measured now: evaluation/cached.py), and the data and tokens it was
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,6 +31,7 @@ from fixedfirst.evaluation.cached import HeldOut, cached_evaluation
 from fixedfirst.evaluation.profile import table
 from fixedfirst.export.writer import check_out_dir, write_directory
 from fixedfirst.files.paths import shown
+from fixedfirst.model.lowrank import is_lowrank, merge_lowrank, save_adapters
 from fixedfirst.model.transformers_loop import TransformersLoop
 from fixedfirst.runs.opening import find_checkpoint, load_any_run
 from fixedfirst.runs.served import deepest_training_depth
@@ -62,7 +62,7 @@ def export_checkpoint(
         )
     # Before and after, for the card (read back when `fixedfirst finish` or `eval` saved it).
     evaluation, _ = cached_evaluation(run, config.eval.depths, HeldOut(), "cpu", base=True)
-    card = card_facts(run, config, evaluation)
+    card = card_facts(run, config, evaluation, adapters)
     if not isinstance(config.model, TransformersModelConfig):
         from fixedfirst.export.hf import export_hf
 
@@ -75,7 +75,10 @@ def export_checkpoint(
 
     def fill(directory: Path) -> None:
         with quiet_transformers():
-            network.save_pretrained(str(directory), safe_serialization=True)
+            if is_lowrank(network):  # `adapters = "alone"`: peft's files, no base weights
+                save_adapters(network, directory)
+            else:
+                network.save_pretrained(str(directory), safe_serialization=True)
         if tokenizer is not None:
             tokenizer.hf.save_pretrained(str(directory))
         (directory / CARD).write_text(model_card(card), encoding="utf-8")
@@ -86,24 +89,13 @@ def export_checkpoint(
 
 def handed_back(model: TransformersLoop, adapters: Adapters, native: int | None) -> Any:
     """The transformers model to save: the network itself, its low-rank adapters merged in,
-    or (`alone`) peft's wrapper, whose save_pretrained writes the adapters only. Its default
-    depth set back to the checkpoint's."""
-    lowrank = lowrank_adapters()
-    adapted = lowrank is not None and lowrank.is_lowrank(model.network)
+    or (`alone`) still carrying them, to be saved by peft. Its default depth set back to the
+    checkpoint's."""
     if native is not None:
         model.handle.set_depth(native)
-    if not adapted:
+    if not is_lowrank(model.network) or adapters == "alone":
         return model.network
-    assert lowrank is not None
-    return model.network if adapters == "alone" else lowrank.merge_lowrank(model.network)
-
-
-def lowrank_adapters() -> Any:
-    """fixedfirst.model.lowrank (adapters through peft), where this fixedfirst has it."""
-    try:
-        return importlib.import_module("fixedfirst.model.lowrank")
-    except ImportError:
-        return None
+    return merge_lowrank(model.network)
 
 
 def tokenizer_source(run: Path, config: RunConfig) -> CheckpointTokenizer | None:
@@ -121,8 +113,11 @@ def tokenizer_source(run: Path, config: RunConfig) -> CheckpointTokenizer | None
     return None
 
 
-def card_facts(run: str | Path, config: RunConfig, evaluation: dict[str, Any]) -> dict[str, Any]:
+def card_facts(
+    run: str | Path, config: RunConfig, evaluation: dict[str, Any], adapters: Adapters
+) -> dict[str, Any]:
     """What the model card says: where the model came from, how it was finished, its profile."""
+    lowrank = config.train.lowrank
     model = config.model
     if isinstance(model, TransformersModelConfig):
         name, depth_key = model.architecture, looped_architecture(model.architecture).depth_key
@@ -148,6 +143,8 @@ def card_facts(run: str | Path, config: RunConfig, evaluation: dict[str, Any]) -
         "scored": f"{evaluation['scored_tokens']:,} held-out tokens in "
         f"{len(evaluation['row_tokens'])} blocks",
         "remote_code": not isinstance(model, TransformersModelConfig),
+        "lowrank_rank": None if lowrank is None else lowrank.rank,
+        "adapters_alone": lowrank is not None and adapters == "alone",
     }
 
 
@@ -156,7 +153,24 @@ def model_card(facts: dict[str, Any]) -> str:
     low, high = facts["finished_for"]
     remote = ", trust_remote_code=True" if facts["remote_code"] else ""
     key, native = facts["depth_key"], facts["default_depth"]
-    set_depth = f"model.config.{key} = {high}  # any depth; {native} by default"
+    imports = "from transformers import AutoModelForCausalLM, AutoTokenizer"
+    load = f"model = AutoModelForCausalLM.from_pretrained(path{remote})"
+    config = "model.config"
+    rank = facts["lowrank_rank"]
+    what = "" if rank is None else f" with low-rank adapters of rank {rank}"
+    alone = ""
+    if facts["adapters_alone"]:
+        alone = (
+            "\n\nThis directory holds the adapters alone, in peft's format: load them on top of "
+            "the checkpoint,\nas below."
+        )
+        imports = f"from peft import PeftModel\n{imports}"
+        load = (
+            f'base = AutoModelForCausalLM.from_pretrained("{facts["checkpoint"]}")\n'
+            "model = PeftModel.from_pretrained(base, path)  # the adapters, on the checkpoint"
+        )
+        config = "base.config"
+    set_depth = f"{config}.{key} = {high}  # any depth; {native} by default"
     profile = "\n".join(facts["profile"])
     before = (
         '"checkpoint" is the model it was finished from, scored on the same blocks, and the\n'
@@ -173,8 +187,8 @@ tags: [looped-transformer, adaptive-depth, fixedfirst]
 
 `{facts["class"]}` from `{facts["checkpoint"]}` (weights SHA-256 `{facts["checkpoint_sha256"]}`),
 trained at {native} loop passes, trained on for {facts["tokens"]:,} tokens at {facts["schedule"]}
-(learning rate {facts["lr"]:g}) by fixedfirst, so that it serves at every depth of {low}..{high}
-rather than at {native} alone. Run: `{facts["run"]}`, step {facts["step"]}.
+(learning rate {facts["lr"]:g}) by fixedfirst{what}, so that it serves at every depth of
+{low}..{high} rather than at {native} alone. Run: `{facts["run"]}`, step {facts["step"]}.{alone}
 
 ## Profile by depth, before and after
 
@@ -186,10 +200,10 @@ Held-out NLL (nats/token) on {facts["scored"]} of the validation split of {facts
 ## Use
 
 ```python
-from transformers import AutoModelForCausalLM, AutoTokenizer
+{imports}
 
 path = "."  # this directory
-model = AutoModelForCausalLM.from_pretrained(path{remote})
+{load}
 tokenizer = AutoTokenizer.from_pretrained(path)
 {set_depth}
 ```

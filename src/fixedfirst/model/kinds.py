@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import torch
 
-from fixedfirst.config import ModelSection, TransformersModelConfig
+from fixedfirst.config import ModelSection, RunConfig, TransformersModelConfig
 from fixedfirst.model import transformers_loop
 from fixedfirst.model.interface import LoopedLM
 from fixedfirst.model.looped import LoopedTransformer
+from fixedfirst.model.lowrank import apply_lowrank
 from fixedfirst.model.memory import check_fits
 from fixedfirst.model.pretrained import load_own_export
+from fixedfirst.model.transformers_loop import TransformersLoop
 
 
 def build_model(model: ModelSection) -> LoopedLM:
@@ -39,6 +41,20 @@ def initial_model(model: ModelSection) -> LoopedLM:
     if isinstance(model, TransformersModelConfig):
         return transformers_loop.from_checkpoint(model)
     return load_own_export(model)
+
+
+def build_run_model(config: RunConfig) -> LoopedLM:
+    """The model a run trains, as its first step finds it: `initial_model` (the checkpoint
+    [model] names, or weights initialised from `train.seed`: the same on every rank and in
+    every process that rebuilds it), with low-rank adapters when `[train.lowrank]` asks for them
+    (model/lowrank.py; the base weights then frozen)."""
+    torch.manual_seed(config.train.seed)
+    model = initial_model(config.model)
+    if config.train.lowrank is not None:
+        if not isinstance(model, TransformersLoop):  # refused with the configuration
+            raise ValueError("low-rank adapters are for a transformers looped architecture")
+        model.network = apply_lowrank(model.network, config.train.lowrank)
+    return model
 
 
 def parameter_counts(model: ModelSection) -> dict[str, int]:

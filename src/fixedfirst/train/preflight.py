@@ -28,6 +28,7 @@ from fixedfirst.machine.device import (
     resolve_device,
     resolve_dtype,
 )
+from fixedfirst.model.lowrank import require_peft
 from fixedfirst.runs.identity import with_checkpoint_identity
 from fixedfirst.train import compilation, distributed, memory_check
 from fixedfirst.train.distributed import World
@@ -62,6 +63,8 @@ def preflight(config: RunConfig, world: World | None = None) -> Preflight:
     config = resolve_data(config)
     # The checkpoint a run starts from, by the checksum of its weights (computed, or checked
     # against the one a resumed run recorded); a missing or truncated shard is refused here.
+    if config.train.lowrank is not None:  # peft, or one line naming the extra
+        require_peft()
     config = with_checkpoint_identity(config)
     world = world if world is not None else World.from_env()
     t = config.train

@@ -28,7 +28,7 @@ from fixedfirst.errors import UserError
 from fixedfirst.evaluation.nll import mean_serving_nll, run_eval_dtypes
 from fixedfirst.files.writing import write_json_atomic
 from fixedfirst.machine.device import choose_threads, run_peak_flops
-from fixedfirst.model.kinds import foreign_model_note, initial_model
+from fixedfirst.model.kinds import build_run_model, foreign_model_note
 from fixedfirst.progress import Progress
 from fixedfirst.runs.checkpoint import SWITCH_TAG, Checkpoint, CheckpointManager
 from fixedfirst.runs.directory import RunDir, config_record
@@ -105,8 +105,7 @@ class Trainer:
             self.device.type, self.dtype, self.given_peak
         )
         peak = self.peak_flops = self.peak_per_process * self.world_size
-        torch.manual_seed(t.seed)  # the same initial weights on every rank
-        model = initial_model(config.model).to(self.device)
+        model = build_run_model(config).to(self.device)  # the same weights on every rank
         self.compiled = compilation.decide(
             t.compile, self.device, self.scheduler.plan.flops, peak, model.never_compiled
         )
@@ -191,6 +190,7 @@ class Trainer:
                 "world_size": self.world_size,
                 "schedule": describe(self.config.schedule),
                 **config_record(self.config),  # the run's fingerprint (identity.py)
+                **self.parallel.base_record(),  # a low-rank run's frozen base, by its SHA-256
                 # Also here (small JSON), so that eval can refuse other data without trainer.pt.
                 "data": self.batches.state_dict(),
                 META_KEY: self.scheduler.state_dict(),  # how it decides the switch
