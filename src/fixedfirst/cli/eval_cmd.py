@@ -53,7 +53,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         ".png; needed for a checkpoint directory, which is not written to",
     )
     parser.add_argument(
-        "--force", action="store_true", help="replace an --out file fixedfirst did not write"
+        "--force",
+        action="store_true",
+        help="replace an --out file fixedfirst did not write, or an evaluation there of "
+        "other weights, rows or precision at depths this one lacks (one of the same weights, "
+        "rows and precision at other depths is joined)",
     )
     parser.add_argument(
         "--task",
@@ -165,7 +169,7 @@ def evaluate(args: argparse.Namespace) -> int:
     if result["mean_serving_nll"] is not None:
         print(f"mean serving NLL (depths 1..16): {result['mean_serving_nll']:.4f}")
     out = out or eval_path(args.run_dir, result["step"])
-    saved, said = write_eval(result, out)
+    saved, said = write_eval(result, out, replace=args.force)
     print(said)
     print(save_profile_figure(saved, out, f"{args.run_dir} step {saved['step']}"))
     return 0
@@ -241,7 +245,7 @@ def evaluate_checkpoint_directory(args: argparse.Namespace) -> int:
     )
     print(f"data: {result['data']}")
     print("\n".join(table(result)))
-    saved, said = write_eval(result, out)
+    saved, said = write_eval(result, out, replace=args.force)
     print(said)
     print(save_profile_figure(saved, out, f"{args.run_dir}"))
     return 0

@@ -14,14 +14,16 @@ finishing run's control trains). Keys the user gives besides `checkpoint` must a
 directory. A run's config.toml records all of it with the weights' checksum
 (`checkpoint_sha256`, runs/identity.py), and such a complete record is read as it is, without
 the directory: a finished run stays readable when its checkpoint has moved. The weights are
-read by model/pretrained.py.
+read by model/pretrained.py. `check_checkpoint_keys` checks the three keys as either [model]
+section is built (config/sections.py).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 from fixedfirst.config.architectures import (
     ARCHITECTURES,
@@ -31,6 +33,8 @@ from fixedfirst.config.architectures import (
     quiet_transformers,
     refusals,
 )
+from fixedfirst.config.limits import MAX_DEPTH
+from fixedfirst.config.schema import require
 from fixedfirst.config.schema import shown as shown_value
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import shown
@@ -62,6 +66,48 @@ OWN_EXPORT_KEYS: dict[str, str] = {
 usual names where there is one); export/hf/export.py writes them with this table."""
 RECORDED = ("checkpoint_sha256",)
 """The key a run writes once it has read the checkpoint: with it, [model] is a complete record."""
+
+
+class CheckpointKeys(Protocol):
+    """A [model] section's checkpoint keys (ModelConfig's and TransformersModelConfig's)."""
+
+    SECTION: ClassVar[str]
+    checkpoint: str | None
+    checkpoint_sha256: str | None
+    checkpoint_depth: int | None
+
+
+def check_checkpoint_keys(section: CheckpointKeys) -> None:
+    """The three `checkpoint` keys of a [model]: a directory, and what a run records of it
+    (its weights' checksum, its depth), which mean nothing without it."""
+    s = section.SECTION
+    if section.checkpoint is None:
+        for key in ("checkpoint_sha256", "checkpoint_depth"):
+            require(
+                getattr(section, key) is None,
+                f"{s}.{key}",
+                "describes the checkpoint a run starts from, and model.checkpoint is unset; "
+                "leave it out",
+            )
+        return
+    require(
+        section.checkpoint.strip() != "",
+        f"{s}.checkpoint",
+        "is empty; name the checkpoint directory (config.json, safetensors weights, tokenizer)",
+    )
+    digest = section.checkpoint_sha256
+    require(
+        digest is None or re.fullmatch(r"[0-9a-f]{64}", digest) is not None,
+        f"{s}.checkpoint_sha256",
+        f"must be 64 lowercase hexadecimal digits (a SHA-256), got {digest!r}; leave it out "
+        "and fixedfirst computes it",
+    )
+    depth = section.checkpoint_depth
+    require(
+        depth is None or 1 <= depth <= MAX_DEPTH,
+        f"{s}.checkpoint_depth",
+        f"must be in 1..{MAX_DEPTH}, got {depth}",
+    )
 
 
 def is_checkpoint_directory(path: str | Path) -> bool:

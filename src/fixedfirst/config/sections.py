@@ -8,11 +8,11 @@ key: d_model divisible by n_heads, depth >= 1, switch in [0, 1], ...
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from fixedfirst.config.architectures import checked_options, looped_architecture
+from fixedfirst.config.checkpoints import check_checkpoint_keys
 from fixedfirst.config.limits import (
     MAX_BATCH,
     MAX_DEPTH,
@@ -23,7 +23,7 @@ from fixedfirst.config.limits import (
     MAX_WIDTH,
 )
 from fixedfirst.config.lowrank import LowRankConfig
-from fixedfirst.config.schema import require
+from fixedfirst.config.schema import check_fields, require
 
 DEPTH_COST = "evaluation and training cost grow linearly with depth"
 
@@ -36,39 +36,6 @@ def at_most(value: int, bound: int, key: str, why: str = "") -> None:
 
 def seed_range(seed: int, key: str) -> None:
     require(0 <= seed <= MAX_SEED, key, f"must be in [0, 2**63 - 1], got {seed}")
-
-
-def check_checkpoint_keys(section: ModelConfig | TransformersModelConfig) -> None:
-    """The three `checkpoint` keys of a [model]: a directory, and what a run records of it
-    (its weights' checksum, its depth), which mean nothing without it."""
-    s = section.SECTION
-    if section.checkpoint is None:
-        for key in ("checkpoint_sha256", "checkpoint_depth"):
-            require(
-                getattr(section, key) is None,
-                f"{s}.{key}",
-                "describes the checkpoint a run starts from, and model.checkpoint is unset; "
-                "leave it out",
-            )
-        return
-    require(
-        section.checkpoint.strip() != "",
-        f"{s}.checkpoint",
-        "is empty; name the checkpoint directory (config.json, safetensors weights, tokenizer)",
-    )
-    digest = section.checkpoint_sha256
-    require(
-        digest is None or re.fullmatch(r"[0-9a-f]{64}", digest) is not None,
-        f"{s}.checkpoint_sha256",
-        f"must be 64 lowercase hexadecimal digits (a SHA-256), got {digest!r}; leave it out "
-        "and fixedfirst computes it",
-    )
-    depth = section.checkpoint_depth
-    require(
-        depth is None or 1 <= depth <= MAX_DEPTH,
-        f"{s}.checkpoint_depth",
-        f"must be in 1..{MAX_DEPTH}, got {depth}",
-    )
 
 
 @dataclass
@@ -125,6 +92,7 @@ class ModelConfig:
     """The checkpoint's default depth (config.json's `depth`), where a control trains; read."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         s = self.SECTION
         check_checkpoint_keys(self)
         require(self.vocab_size >= 2, f"{s}.vocab_size", f"must be >= 2, got {self.vocab_size}")
@@ -204,6 +172,7 @@ class TransformersModelConfig:
     finishing run's control trains. Read from the checkpoint; leave it out."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         check_checkpoint_keys(self)
         require(
             isinstance(self.architecture, str) and self.architecture.strip() != "",
@@ -260,6 +229,7 @@ class ScheduleConfig:
     """`progressive`: ramp shape f(x) = x (`linear`) or 1 - sqrt(1 - x) (`sqrt`)."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         s = self.SECTION
         require(self.depth >= 1, f"{s}.depth", f"must be >= 1, got {self.depth}")
         require(self.k0 >= 1, f"{s}.k0", f"must be >= 1, got {self.k0}")
@@ -339,6 +309,14 @@ class ScheduleConfig:
         return self.kind == "fixed-first" and self.switch_fraction is None
 
     @property
+    def deepest_depth(self) -> int:
+        """The deepest depth a step of this schedule can draw (a Poisson-lognormal draw is clipped
+        at k_max; a fixed-first run's finish reaches k_max)."""
+        if self.kind == "fixed":
+            return self.depth
+        return max(self.k0, self.k_max) if self.kind == "fixed-first" else self.k_max
+
+    @property
     def mean_depth(self) -> float:
         """The Poisson-lognormal mean in use (explicit, or the uniform range's midpoint)."""
         return self.mean if self.mean is not None else (self.k_min + self.k_max) / 2
@@ -365,6 +343,7 @@ class FinishingLR:
     """`rewarm`: the fraction of the finishing steps spent warming up."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         s = self.SECTION
         require(self.start_step >= 1, f"{s}.start_step", f"must be >= 1, got {self.start_step}")
         require(0.0 < self.peak <= 1.0, f"{s}.peak", f"must be in (0, 1], got {self.peak}")
@@ -470,6 +449,7 @@ class TrainConfig:
     FLOPs (in TensorBoard, whose steps are integers, counted in MFLOP)."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         s = self.SECTION
         require(self.tokens > 0, f"{s}.tokens", f"the token budget must be > 0, got {self.tokens}")
         if self.flops is not None:
@@ -556,6 +536,7 @@ class DataConfig:
     """The kind's own options: the table [data.KIND]."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         require(
             isinstance(self.kind, str) and self.kind != "",
             f"{self.SECTION}.kind",
@@ -590,6 +571,7 @@ class EvalConfig:
     """Validation batches per evaluation."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         s = self.SECTION
         require(len(self.depths) > 0, f"{s}.depths", "needs at least one depth")
         bad = [d for d in self.depths if d < 1]

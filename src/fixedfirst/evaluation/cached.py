@@ -19,6 +19,7 @@ from typing import Any, Literal
 import torch
 
 from fixedfirst.data.source import Batch
+from fixedfirst.errors import UserError
 from fixedfirst.files import locks
 from fixedfirst.files.paths import shown
 from fixedfirst.files.writing import write_json_atomic
@@ -236,26 +237,45 @@ def read_eval(path: Path) -> dict[str, Any] | None:
     return result
 
 
-def write_eval(result: dict[str, Any], path: Path) -> tuple[dict[str, Any], str]:
+def write_eval(
+    result: dict[str, Any], path: Path, replace: bool = False
+) -> tuple[dict[str, Any], str]:
     """Save `result` at `path` (through a temporary file, so an interrupted write never leaves
     half a JSON), joined with the evaluation saved there when it asked the same question at
     other depths (`profile.merged`): what was written, and a line saying what became of the
-    file that was there."""
+    file that was there. An evaluation of another question (other weights, rows or precision)
+    at depths `result` lacks is replaced only with `replace` (`--force`): refused otherwise,
+    so that `fixedfirst eval` at other depths never loses the depths measured before."""
     from fixedfirst.evaluation.profile import merged
 
     saved = read_eval(path) if path.is_file() else None
     joined = merged(saved, result)
     if joined is not None:
-        kept = sorted(set(map(int, saved["depths"])) - set(result["depths"]))  # type: ignore[index]
+        kept = other_depths(saved, result)
         how = f"kept its depths {', '.join(map(str, kept))}" if kept else "same depths"
         write_json_atomic(path, joined)
         return joined, f"wrote {shown(path)} (joined with the evaluation there: {how})"
+    lost = other_depths(saved, result)
+    if lost and not replace:
+        raise UserError(
+            f"{shown(path)} holds the evaluation at depths {','.join(map(str, lost))} of other "
+            f"weights, rows or precision, which this one at "
+            f"{','.join(map(str, result['depths']))} would replace: give --out FILE to keep "
+            "both, or --force to replace it"
+        )
     write_json_atomic(path, result)
     if saved is not None:
         return result, (
             f"wrote {shown(path)}, replacing an evaluation of other weights, rows or precision"
         )
     return result, f"wrote {shown(path)}"
+
+
+def other_depths(saved: dict[str, Any] | None, result: dict[str, Any]) -> list[int]:
+    """The depths of a `saved` evaluation that `result` does not measure."""
+    if saved is None:
+        return []
+    return sorted(set(map(int, saved.get("depths", []))) - set(map(int, result["depths"])))
 
 
 def cached_evaluation(
@@ -296,7 +316,7 @@ def cached_evaluation(
         return only_depths(saved, depths), True
     with locks.holding(run, "eval"):  # measured now and written into the run
         result = evaluate_run(run, depths, held_out, ckpt.step, device, base=base)
-        write_eval(result, path)
+        write_eval(result, path, replace=True)  # the cache follows the newest question
     return result, False
 
 
