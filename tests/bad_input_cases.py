@@ -1069,6 +1069,7 @@ def config_cases() -> list[Case]:
 
 
 def all_cases() -> list[Case]:
+    from tests.bad_input_checkpoint import CHECKPOINT_CASES
     from tests.bad_input_cluster import CLUSTER_CASES
     from tests.bad_input_corpus import CORPUS_CASES
     from tests.bad_input_edges import EDGE_CASES
@@ -1095,6 +1096,7 @@ def all_cases() -> list[Case]:
         + FRONTIER_CASES
         + FOREIGN_CASES
         + MOE_CASES
+        + CHECKPOINT_CASES
     )
 
 
@@ -1114,10 +1116,12 @@ def inside(directory: Path) -> Iterator[None]:
 def build_assets(root: Path) -> None:
     """Everything a case may need, built once: a tiny config and a run of it paused at step 8
     (checkpoints at 4 and 8), a run of another width, a run of it with a uniform schedule, byte
-    and BPE token data from the same text, and a run on the byte data."""
+    and BPE token data from the same text, a run on the byte data, and a tiny looped checkpoint
+    with text in its tokens and a run from it (tests/bad_input_checkpoint.py)."""
     from fixedfirst.config import load_config
     from fixedfirst.data.prepare import PrepareOptions, prepare
     from fixedfirst.train.trainer import Trainer
+    from tests.bad_input_checkpoint import build_checkpoint_assets
 
     root.mkdir(parents=True, exist_ok=True)
     (root / "tiny.toml").write_text(TINY_TOML)
@@ -1137,6 +1141,7 @@ def build_assets(root: Path) -> None:
         bpe = PrepareOptions(tokenizer="bpe", vocab_size=300, separator="%", val_fraction=0.2)
         prepare([str(corpus)], "data-bpe", bpe)
         Trainer(load_config("tokens.toml"), "tokens-run", quiet=True).train(stop_after=4)
+        build_checkpoint_assets(root)
 
 
 def prepare_work(case: Case, assets: Path, work: Path) -> None:

@@ -19,6 +19,7 @@ LONGEST_MODULES = (
     "test_bios_experiment.py",
     "test_side_by_side.py",
     "test_foreign_lowrank.py",
+    "test_checkpoint_finish.py",
     "test_warm_up.py",
     "test_hard_edges.py",
     "test_study_configs.py",
@@ -38,6 +39,7 @@ LONGEST_MODULES = (
     "test_speed_settings.py",
     "test_harness.py",
     "test_cache_strategies.py",
+    "test_checkpoint_load.py",
 )
 """The modules that cost most (CPU seconds of the test process and the processes it starts,
 about 65 down to 10), run first: `make test` hands whole modules to two workers as they free up,

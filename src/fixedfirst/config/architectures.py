@@ -122,7 +122,15 @@ OWN_FEATURES: tuple[tuple[str, str], ...] = (
         "not applied (a run's log says its memory is not estimated); `plan` refused",
     ),
     (
-        "`generate`, `inspect`, `export`, `diagnose`, `downstream`, `eval --task KIND`",
+        "`[model] checkpoint` (start from a checkpoint directory's weights), `fixedfirst "
+        "finish`, `eval` of a checkpoint directory, `export --format checkpoint`",
+        "apply: the architecture and its table come from the checkpoint's config.json, its "
+        "weights' checksum is recorded and checked on resume, the run hands back a checkpoint of "
+        "the same class (docs/guides/checkpoints.md)",
+    ),
+    (
+        "`generate`, `inspect`, `export` (fixedfirst's and the hf format), `diagnose`, "
+        "`downstream`, `eval --task KIND`",
         "refused: they serve fixedfirst's own model",
     ),
 )
@@ -259,13 +267,18 @@ def checked_options(architecture: LoopedArchitecture, options: dict[str, Any]) -
 
 @contextlib.contextmanager
 def quiet_transformers() -> Iterator[None]:
-    """transformers' warnings off while it checks a configuration: a small test model's
-    unused defaults (an end-of-text id beyond a tiny vocabulary) warn on every load."""
+    """transformers' warnings and progress bars off while it checks a configuration or loads a
+    checkpoint: a small test model's unused defaults (an end-of-text id beyond a tiny
+    vocabulary) warn on every load, and a refusal after a bar would not be one line."""
     from transformers.utils import logging
 
     level = logging.get_verbosity()
+    bars = logging.is_progress_bar_enabled()
     logging.set_verbosity_error()
+    logging.disable_progress_bar()
     try:
         yield
     finally:
         logging.set_verbosity(level)
+        if bars:
+            logging.enable_progress_bar()

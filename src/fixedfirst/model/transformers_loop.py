@@ -35,12 +35,15 @@ from fixedfirst.config.architectures import (
     model_class,
     quiet_transformers,
 )
+from fixedfirst.errors import UserError
+from fixedfirst.files.paths import shown
 from fixedfirst.model.handles import depth_handle
 from fixedfirst.model.interface import LoopedLM
 from fixedfirst.model.keep_float32 import keep_float32
 from fixedfirst.model.loss import next_token_loss
 from fixedfirst.model.lowrank import is_lowrank
 from fixedfirst.model.memory import check_count_fits
+from fixedfirst.model.pretrained import weight_files
 
 
 class TransformersLoop(LoopedLM):
@@ -157,6 +160,48 @@ def build(config: TransformersModelConfig) -> TransformersLoop:
     check_count_fits(lambda: parameter_count(config), described, torch.device("cpu"))
     with quiet_transformers():
         network = model_class(architecture)(configuration)
+    return TransformersLoop(network, config.architecture)
+
+
+def from_checkpoint(config: TransformersModelConfig) -> TransformersLoop:
+    """The model of `config` with the weights of its checkpoint directory, on the CPU in
+    float32, loaded by the architecture's own `from_pretrained` (which converts the names and
+    layouts it saves under, streaming the shards into a model built without initialisation);
+    weights the checkpoint lacks, or holds in another shape, are refused in one line rather than
+    initialised at random."""
+    assert config.checkpoint is not None
+    directory = config.checkpoint
+    weight_files(directory)  # a missing or truncated shard is one line before anything loads
+    architecture = looped_architecture(config.architecture)
+    configuration = build_configuration(architecture, config.options)
+    described = f"transformers' {config.architecture}"
+    check_count_fits(lambda: parameter_count(config), described, torch.device("cpu"))
+    try:
+        with quiet_transformers():
+            network, info = model_class(architecture).from_pretrained(
+                directory,
+                config=configuration,
+                dtype=torch.float32,
+                local_files_only=True,
+                output_loading_info=True,
+            )
+    except (OSError, ValueError, RuntimeError, KeyError) as e:
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        raise UserError(
+            f"model.checkpoint = {shown(directory)}: transformers cannot load it "
+            f"({lines[0] if lines else type(e).__name__})"
+        ) from None
+    problems = [f"{k} missing" for k in sorted(info["missing_keys"])]
+    problems += [
+        f"{k[0] if isinstance(k, tuple) else k} of another shape"
+        for k in sorted(info["mismatched_keys"])
+    ]
+    if problems:
+        raise UserError(
+            f"model.checkpoint = {shown(directory)}: its weights do not fit the model its "
+            f"config.json describes ({'; '.join(problems[:3])}); transformers would initialise "
+            "them at random: copy the checkpoint again, or save it whole with save_pretrained"
+        )
     return TransformersLoop(network, config.architecture)
 
 

@@ -18,7 +18,7 @@ from fixedfirst.compute.plan import UNIFORM_REFERENCE
 from fixedfirst.compute.run_cost import run_plan
 from fixedfirst.config import SECTIONS, RunConfig, build_section, merge_tables, read_toml
 from fixedfirst.errors import UserError
-from fixedfirst.files.paths import resolve_data_path
+from fixedfirst.files.paths import resolve_paths
 from fixedfirst.studies.kit.claims import Claim
 from fixedfirst.studies.kit.runs import PlannedRun
 from fixedfirst.studies.kit.settings import distinct_seeds
@@ -114,13 +114,13 @@ def _base_dict(raw: dict[str, Any], path: Path) -> dict[str, Any]:
     if isinstance(base, str):
         base_path = Path(base) if Path(base).is_absolute() else path.parent / base
         try:
-            return resolve_data_path(read_toml(base_path), base_path.parent)
+            return resolve_paths(read_toml(base_path), base_path.parent)
         except UserError as e:
             raise UserError(f"{path}: base: {e}") from None
     if not isinstance(base, dict):
         raise UserError(f"{path}: base must be a file name or [base.SECTION] tables")
     _unknown(base, SECTION_NAMES, f"{path}: [base]", "section")
-    return resolve_data_path(base, path.parent)
+    return resolve_paths(base, path.parent)
 
 
 def _with_run_keys(base: dict[str, Any], run: dict[str, Any], where: str) -> dict[str, Any]:
@@ -191,7 +191,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
             _check_flops_of(entry["flops_of"], entry, entry_names, flops_of, where)
         for seed in entry_seeds[name]:
             run = name if seed is None else f"{name}-seed{seed}"
-            data = _with_run_keys(base, resolve_data_path(entry, path.parent), where)
+            data = _with_run_keys(base, resolve_paths(entry, path.parent), where)
             if seed is not None:
                 data.setdefault("train", {})["seed"] = seed
             if "flops_of" in entry:
