@@ -111,6 +111,8 @@ class Setup:
     accelerator table knows (what `fixedfirst plan` plans on), else the matmul rate measured."""
     peak_source: str
     work: Path
+    compile: bool
+    """Whether the parts' runs compile as their presets say (--no-compile: all eager)."""
 
     @property
     def cuda(self) -> bool:
@@ -121,7 +123,7 @@ class Setup:
         return MIN_STEPS["smoke" if self.smoke else "gpu"]
 
 
-def environment(report: Report, smoke: bool, work: Path) -> Setup:
+def environment(report: Report, smoke: bool, work: Path, compile: bool) -> Setup:
     part = "environment"
     cuda = torch.cuda.is_available() and not smoke
     device = torch.device("cuda" if cuda else "cpu")
@@ -159,7 +161,7 @@ def environment(report: Report, smoke: bool, work: Path) -> Setup:
             f"matmul {peak / 1e9:,.1f} GFLOP/s measured, what MFU below is a share of",
         )
     report.data["environment"] = {"device": name, "peak_flops": peak, "peak_source": source}
-    return Setup(device, smoke, name, memory, peak, source, work)
+    return Setup(device, smoke, name, memory, peak, source, work, compile)
 
 
 def timed_steps(context: StepContext, batch: Batch, depth: int, steps: int, cuda: bool) -> float:

@@ -23,17 +23,21 @@ row saying so:
 
 Before each part its model's training step is measured at depths 1, 4 and 16 (compiled when the
 part's runs compile, in the cache they share), and the part is planned on that MFU with the
-library's plan (`fixedfirst plan`'s table); the plan is printed before the part runs. Each row
-is printed as it is made; OUT/gpu-questions.json holds every row and number (rewritten after each
-row), OUT/gpu-questions.md is made from it alone (`markdown`), and each part's own report is copied
-beside them. The runs themselves live in --work (default: a temporary folder), not in OUT.
-`--smoke` runs every part on the CPU at toy size (make test runs it, tests/test_gpu_questions.py).
+library's plan (`fixedfirst plan`'s table); the plan is printed before the part runs
+(benchmarks/gpu_budget.py: the report, the budget, the warm-up and the plan). Each row is printed
+as it is made; OUT/gpu-questions.json holds every row and number (rewritten after each row),
+OUT/gpu-questions.md is made from it alone (`markdown`), and each part's own report is copied
+beside them: eight files, what the device tool brings back. The runs themselves live in --work
+(default: a temporary folder), not in OUT. `--no-compile` trains every run eagerly. `--smoke`
+runs every part on the CPU at toy size (make test runs it, tests/test_gpu_questions.py). Exit
+status 1 when a part failed (its row says why; the parts after it still run).
 """
 
 from __future__ import annotations
 
 import argparse
 import platform
+import resource
 import shutil
 import statistics
 import sys
@@ -144,7 +148,7 @@ def figure1(report: Report, s: Setup, budget: Budget) -> None:
     share = part_budget(report, part, budget, record)
     if share is None:
         return
-    smoke = SMOKE[part] if s.smoke else []
+    smoke = (SMOKE[part] if s.smoke else []) + ([] if s.compile else ["train.compile=false"])
     target = SMOKE_TARGET[part] if s.smoke else BiosStudy.load(str(BIOS_PRESET)).experiment.flops
     out = s.work / "bios"
 
@@ -252,7 +256,15 @@ def stdlib_data(report: Report, s: Setup, given: Path | None) -> Path:
     if given is not None:
         return given.resolve()
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    skip = {"site-packages", "test", "tests", "idle_test", "__pycache__", "ensurepip"}
+    skip = {
+        "site-packages",
+        "dist-packages",
+        "test",
+        "tests",
+        "idle_test",
+        "__pycache__",
+        "ensurepip",
+    }
     files = sorted(
         str(f)
         for f in stdlib.rglob("*.py")
@@ -297,6 +309,8 @@ def language_model(report: Report, s: Setup, budget: Budget, data: Path | None) 
             table = raw["sweep"] if section == "sweep" else raw["base"].setdefault(section, {})
             table.update(values)
     raw["base"]["train"]["device"] = s.device.type
+    if not s.compile:
+        raw["base"]["train"]["compile"] = False
     raw["base"]["data"]["path"] = str(stdlib_data(report, s, data))
     target = SMOKE_TARGET[part] if s.smoke else raw["base"]["train"]["tokens"]
     all_seeds = list(raw["sweep"]["seeds"])
@@ -450,7 +464,7 @@ def savings_config(s: Setup, schedule: dict, steps: int) -> RunConfig:
         "warmup": t["warmup"],
         "device": s.device.type,
         "precision": "fp32" if s.smoke else t["precision"],
-        "compile": t["compile"] and not s.smoke,
+        "compile": t["compile"] and s.compile and not s.smoke,
         "seed": 420,
         "log_every": 1000,
         "checkpoint_every": 1_000_000,
@@ -558,6 +572,12 @@ def savings(report: Report, s: Setup, budget: Budget) -> None:
     record["elapsed_s"] = time.monotonic() - started
 
 
+def cpu_seconds() -> float:
+    """This process's CPU time and its finished children's (side-by-side study workers)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 PART_RUNNERS: dict[str, Callable[..., None]] = {
     "figure 1": figure1,
     "language model": language_model,
@@ -574,6 +594,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="every part on the CPU, toy size")
     parser.add_argument("--work", type=Path, help="where the runs go (default: a temporary folder)")
     parser.add_argument("--data", type=Path, help="a prepared pystdlib folder (default: prepare)")
+    parser.add_argument("--no-compile", action="store_true", help="every run eager")
     args = parser.parse_args(argv)
     budget = Budget(args.budget)
     started = time.perf_counter()
@@ -583,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = (args.work or Path(tmp)).resolve()
         work.mkdir(parents=True, exist_ok=True)
-        s = environment(report, args.smoke, work)
+        s = environment(report, args.smoke, work, not args.no_compile)
         for part in PARTS:
             extra = (args.data,) if part == "language model" else ()
             try:
@@ -596,7 +617,8 @@ def main(argv: list[str] | None = None) -> int:
     report.row(
         "total",
         "wall-clock",
-        f"{time.perf_counter() - started:.0f} s of a {args.budget:.0f} s budget; "
+        f"{time.perf_counter() - started:.0f} s of a {args.budget:.0f} s budget "
+        f"({cpu_seconds():.0f} s of CPU); "
         + (f"failed: {', '.join(failed)}" if failed else "no part failed"),
     )
     return 1 if failed else 0
