@@ -397,6 +397,7 @@ def language_model(report: Report, s: Setup, budget: Budget, data: Path | None) 
                 f"{depth_gain(row['nll_by_depth']):.2%}",
             )
     assert results is not None
+    record["trained_s"] = sum(r["wall_s"] for r in record["runs"].values())
     gains = {
         str(r["seed"]): depth_gain(r["nll_by_depth"])
         for r in record["runs"].values()
@@ -560,6 +561,7 @@ def savings(report: Report, s: Setup, budget: Budget) -> None:
         }
         for key in ("wall_s", "whole_s")
     }
+    record["trained_s"] = sum(r["wall_s"] for r in record["runs"])
     record["measured"] = 1 - walls["wall_s"][ff] / walls["wall_s"][uniform]
     record["measured_whole"] = 1 - walls["whole_s"][ff] / walls["whole_s"][uniform]
     report.row(
