@@ -196,6 +196,9 @@ def measured_mfu(report: Report, part: str, config: RunConfig, s: Setup, cache: 
     compiled = t.compile and s.cuda
     with shared_cache(cache):
         if compiled:
+            # Each part's graphs from a clean slate: the parts before it compiled other shapes,
+            # which would count towards dynamo's limit of recompiles per function.
+            torch._dynamo.reset()
             model.compile_loop()
             started = time.perf_counter()
             warm_up.warm_up(context, max(MEASURED_DEPTHS), t.seq_len, [batch], compiled=True)
