@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import time
@@ -266,6 +267,20 @@ def training_seconds(report: Report, part: str, share: float, started: float) ->
         report.row(part, "skipped", f"no time left to train in its {share:.0f} s share")
         return None
     return seconds
+
+
+def too_short(report: Report, part: str, steps: int, s: Setup) -> bool:
+    """Whether the part's shortest run would take fewer than its minimum steps (then skipped)."""
+    if steps >= s.min_steps:
+        return False
+    report.row(part, "skipped", f"its shortest run would take {steps} steps (< {s.min_steps})")
+    return True
+
+
+def cpu_seconds() -> float:
+    """This process's CPU time and its finished children's (side-by-side study workers)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def copy_out(report: Report, files: dict[str, Path]) -> None:

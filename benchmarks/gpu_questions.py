@@ -9,17 +9,11 @@ The budget (seconds, default 480) is spent in this order, each part's share of w
 fixed in SHARES; a part, or the seeds and repeats of one, that would not fit is skipped with a
 row saying so:
 
-1. figure 1: the bios recall study of configs/gpu/bios-loop.toml (4000 people, d = 256, seeds
-   400..402, its three primary claims and Figure 1's contrast with fixed K = 4, committed before
-   any run), every run at the largest modeled FLOPs that lets fixed K = 4, uniform 1..16 and
-   fixed-first K0 = 2 run all three seeds; fixed-first K0 = 4 at 0.8 joins only if the four arms
-   then still reach the preset's target. Recall at serving depths 1..64.
-2. language model: configs/gpu/lm-code.toml on the Python standard library's source as bytes
-   (prepared here from this machine's Python unless --data names a prepared folder): uniform
-   1..16, fixed-first K0 = 4 and K0 = 2 at 0.67 at equal tokens, uniform at each fixed-first
-   run's compute; whether serving deeper than 4 gains at least 3% of uniform's NLL (GAIN_BAR).
-3. savings: fixed-first K0 = 2 at 0.67 against uniform 1..16, whole runs of lm-200m's model
-   (synthetic data) timed alternately, against the modeled savings and the plan's.
+1. figure 1: the bios recall study of configs/gpu/bios-loop.toml at the largest modeled FLOPs
+   that lets three arms run three seeds (fixed-first K0 = 4 at 0.8 too, if then at its target);
+2. language model: configs/gpu/lm-code.toml on this machine's Python standard library as bytes;
+   does serving deeper than 4 gain at least 3% of uniform's NLL (GAIN_BAR)?
+3. savings: fixed-first K0 = 2 at 0.67 against uniform 1..16, whole runs of lm-200m's model timed.
 
 Before each part its model's training step is measured at depths 1, 4 and 16 (compiled when the
 part's runs compile, in the cache they share), and the part is planned on that MFU with the
@@ -36,8 +30,8 @@ status 1 when a part failed (its row says why; the parts after it still run).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import platform
-import resource
 import shutil
 import statistics
 import sys
@@ -54,6 +48,7 @@ from gpu_budget import (  # benchmarks/, this script's own directory
     Report,
     Setup,
     copy_out,
+    cpu_seconds,
     environment,
     fewest_steps,
     fits_again,
@@ -61,13 +56,15 @@ from gpu_budget import (  # benchmarks/, this script's own directory
     measured_mfu,
     part_budget,
     print_plan,
+    too_short,
     training_seconds,
 )
 
 import fixedfirst.tasks  # noqa: F401  (registers the bios data kind)
 from fixedfirst.compute.plan import plan_run
-from fixedfirst.config import RunConfig, read_toml
+from fixedfirst.config import RunConfig, ScheduleConfig, read_toml
 from fixedfirst.machine.planning import plan_on_gpus
+from fixedfirst.studies.kit.presets import PAPER_SCHEDULES
 from fixedfirst.train.compilation import STUDY_CACHE, shared_cache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,21 +77,11 @@ GAIN_BAR = 0.03
 """Serving deeper than 4 should gain at least this share of uniform's NLL at depth 4."""
 K0_4 = "fixed-first-4-0.8"
 
+POOLS = "first_names middle_names last_names cities universities majors employers"
 SMOKE = {
     "figure 1": [
         "data.bios.people=12",
-        *(
-            f"data.bios.{pool}=16"
-            for pool in (
-                "first_names",
-                "middle_names",
-                "last_names",
-                "cities",
-                "universities",
-                "majors",
-                "employers",
-            )
-        ),
+        *(f"data.bios.{pool}=16" for pool in POOLS.split()),
         "experiment.depths=[1, 2, 4, 8, 16]",  # recall's cost is its deepest depth's
         "experiment.recall_people=12",
         "model.vocab_size=244",
@@ -149,15 +136,15 @@ def figure1(report: Report, s: Setup, budget: Budget) -> None:
     if share is None:
         return
     smoke = (SMOKE[part] if s.smoke else []) + ([] if s.compile else ["train.compile=false"])
-    target = SMOKE_TARGET[part] if s.smoke else BiosStudy.load(str(BIOS_PRESET)).experiment.flops
-    out = s.work / "bios"
+    preset = BiosStudy.load(str(BIOS_PRESET)).experiment
+    target = SMOKE_TARGET[part] if s.smoke else preset.flops
+    all_arms, out = preset.schedules, s.work / "bios"
 
     def study(flops: float, arms: list[str]) -> BiosStudy:
         listed = ", ".join(f'"{a}"' for a in arms)
         overrides = [*smoke, f"experiment.flops={flops!r}", f"experiment.schedules=[{listed}]"]
         return BiosStudy.load(str(BIOS_PRESET), overrides)
 
-    all_arms = list(BiosStudy.load(str(BIOS_PRESET)).experiment.schedules)
     first = study(target, all_arms)
     hardware = measured_mfu(report, part, first.runs()[0].config, s, out / STUDY_CACHE)
     seconds = training_seconds(report, part, share, started)
@@ -193,8 +180,7 @@ def figure1(report: Report, s: Setup, budget: Budget) -> None:
         f"target {target:.3g}); {len(arms)} arms x {len(chosen.experiment.seeds)} seeds"
         + (f"; {K0_4} left out: {record['left_out']['why']}" if "left_out" in record else ""),
     )
-    if steps < s.min_steps:
-        report.row(part, "skipped", f"its shortest run would take {steps} steps (< {s.min_steps})")
+    if too_short(report, part, steps, s):
         return
     record["planned_train_s"] = print_plan(report, part, configs(chosen), hardware)
     results = None
@@ -256,15 +242,8 @@ def stdlib_data(report: Report, s: Setup, given: Path | None) -> Path:
     if given is not None:
         return given.resolve()
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    skip = {
-        "site-packages",
-        "dist-packages",
-        "test",
-        "tests",
-        "idle_test",
-        "__pycache__",
-        "ensurepip",
-    }
+    skip = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
+    skip.add("ensurepip")  # scripts/fetch_pystdlib.sh's exclusions
     files = sorted(
         str(f)
         for f in stdlib.rglob("*.py")
@@ -361,8 +340,7 @@ def language_model(report: Report, s: Setup, budget: Budget, data: Path | None) 
         f"{tokens:,} tokens ({tokens / target:.2f} x the target {target:,}) for the equal-token "
         f"runs; {len(chosen.runs) // len(seeds)} entries x {len(seeds)} seed(s){left}",
     )
-    if steps < s.min_steps:
-        report.row(part, "skipped", f"its shortest run would take {steps} steps (< {s.min_steps})")
+    if too_short(report, part, steps, s):
         return
     record["planned_train_s"] = print_plan(report, part, configs(chosen), hardware)
     results = None
@@ -436,21 +414,14 @@ def language_model(report: Report, s: Setup, budget: Budget, data: Path | None) 
 # -- 3. Wall-clock savings ---------------------------------------------------------------------
 
 SAVINGS_SCHEDULES = {
-    "uniform 1..16": {"kind": "uniform", "k_min": 1, "k_max": 16},
-    "fixed-first K0=2 @0.67": {
-        "kind": "fixed-first",
-        "k0": 2,
-        "switch": 0.67,
-        "finish": "uniform",
-        "k_min": 1,
-        "k_max": 16,
-    },
+    "uniform 1..16": PAPER_SCHEDULES["uniform-1-16"],
+    "fixed-first K0=2 @0.67": PAPER_SCHEDULES["fixed-first-2-0.67"],
 }
 SAVINGS_STEPS = {"gpu": 100, "smoke": 16}
 """The nominal length of a timed run, which the part's share scales."""
 
 
-def savings_config(s: Setup, schedule: dict, steps: int) -> RunConfig:
+def savings_config(s: Setup, schedule: ScheduleConfig, steps: int) -> RunConfig:
     """lm-200m's model (a toy's with --smoke) on synthetic tokens, one micro-batch a step."""
     base = read_toml(LM_200M)
     model = {**base["model"], **SMOKE["savings"]} if s.smoke else base["model"]
@@ -473,7 +444,7 @@ def savings_config(s: Setup, schedule: dict, steps: int) -> RunConfig:
     return RunConfig.from_dict(
         {
             "model": model,
-            "schedule": schedule,
+            "schedule": dataclasses.asdict(schedule),
             "train": train,
             "data": {"kind": "synthetic"},
             "eval": {"depths": [1], "batches": 1},
@@ -520,8 +491,7 @@ def savings(report: Report, s: Setup, budget: Budget) -> None:
         scale = largest_scale(nominal, hardware, seconds, s.smoke)
     steps = int(scale * nominal_steps)
     record.update(steps=steps, repeats=repeats)
-    if steps < s.min_steps:
-        report.row(part, "skipped", f"a timed run would take {steps} steps (< {s.min_steps})")
+    if too_short(report, part, steps, s):
         return
     configs = {n: savings_config(s, sch, steps) for n, sch in SAVINGS_SCHEDULES.items()}
     record["planned_train_s"] = print_plan(report, part, configs, hardware)
@@ -572,12 +542,6 @@ def savings(report: Report, s: Setup, budget: Budget) -> None:
         f"the measured MFU {record['planned']:.1%} (paper: 26-39% measured)",
     )
     record["elapsed_s"] = time.monotonic() - started
-
-
-def cpu_seconds() -> float:
-    """This process's CPU time and its finished children's (side-by-side study workers)."""
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 PART_RUNNERS: dict[str, Callable[..., None]] = {
