@@ -16,6 +16,7 @@ LONGEST_MODULES = (
     "test_distributed.py",
     "test_foreign_training.py",
     "test_first_run.py",
+    "test_gpu_questions.py",
     "test_bios_experiment.py",
     "test_side_by_side.py",
     "test_foreign_lowrank.py",

@@ -158,8 +158,14 @@ def _run_name(entry: dict[str, Any], index: int, path: Path) -> str:
 
 def load_sweep(path: str | Path) -> SweepSpec:
     """Read and validate a sweep file; every run's configuration is built and checked."""
+    return parse_sweep(read_toml(path), path)
+
+
+def parse_sweep(raw: dict[str, Any], path: str | Path) -> SweepSpec:
+    """A sweep file's contents, validated as `load_sweep` does: what a script that changes a
+    committed sweep's budget before it runs (benchmarks/gpu_questions.py) hands over, with the
+    file's path for the messages and the relative data paths."""
     path = Path(path)
-    raw = read_toml(path)
     _unknown(raw, TOP_LEVEL_KEYS, str(path))
     base = _base_dict(raw, path)
     _build_config(base, f"{path}: base")
