@@ -51,6 +51,9 @@ class LoopedArchitecture:
     multimodal model holds one inside, whose configuration is its `text_config`."""
     loop_keys: tuple[str, str]
     """The keys of the first looped layer and the layer after the last: [start, end)."""
+    no_readout: str
+    """Why the architecture has no readout between its loop passes, which the exit rules and the
+    exit frontier read after every pass (docs/guides/serving.md, other looped models)."""
 
 
 ARCHITECTURES = {
@@ -64,6 +67,8 @@ ARCHITECTURES = {
         model_types=("inkling2_loop", "inkling2_loop_text"),
         text_model="Inkling2LoopTextModel",
         loop_keys=("loop_layer_index_start", "loop_layer_index_end"),
+        no_readout="its forward runs every loop pass before the layers after the loop and the "
+        "head, so a pass's prediction exists only as a whole forward at that depth",
     ),
 }
 

@@ -14,12 +14,16 @@ import torch
 
 from fixedfirst.config import ModelSection, TransformersModelConfig
 from fixedfirst.model import transformers_loop
-from fixedfirst.model.interface import LoopedLM
 from fixedfirst.model.looped import LoopedTransformer
 from fixedfirst.model.memory import check_fits
+from fixedfirst.model.transformers_loop import TransformersLoop
+
+LoopedModel = LoopedTransformer | TransformersLoop
+"""A model a run's [model] names: a `LoopedLM` to train and evaluate, a `LoopedDecoder` to
+serve (model/serving.py)."""
 
 
-def build_model(model: ModelSection) -> LoopedLM:
+def build_model(model: ModelSection) -> LoopedModel:
     """The model on the CPU, initialised from the global random state (seed it first; moved to
     a device after, its weights are the same everywhere), refused in one line when its weights
     alone would not fit in memory."""

@@ -19,7 +19,7 @@ from fixedfirst.data.source import BatchSource
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import absolute, shown
 from fixedfirst.model import LoopedLM, LoopedTransformer
-from fixedfirst.model.kinds import build_model
+from fixedfirst.model.kinds import LoopedModel, build_model
 from fixedfirst.model.memory import check_fits
 from fixedfirst.runs.checkpoint import Checkpoint, CheckpointManager, warn
 from fixedfirst.runs.directory import RunDir
@@ -130,9 +130,9 @@ def load_any_run(
     step: int | None = None,
     device: str | torch.device = "cpu",
     data: str | None = None,
-) -> LoadedRun[LoopedLM]:
-    """`load_run` for a run of any model its [model] names (model/kinds.py), as
-    evaluation by depth scores it."""
+) -> LoadedRun[LoopedModel]:
+    """`load_run` for a run of any model its [model] names (model/kinds.py), as evaluation by
+    depth scores it and serving decodes it."""
     config, ckpt = find_checkpoint(run, step, data=data)
     model = build_model(config.model)  # on the CPU; its initial weights are replaced
     ckpt.load_model(model)
