@@ -170,7 +170,7 @@ def inspect_run(args, depths, cache, text, indices, page: Path, picture: Path) -
     if isinstance(served.model, TransformersLoop):
         architecture = served.model.architecture
         if args.threshold or args.max_depth is not None:
-            raise no_readout_refusal("--threshold and --max-depth: the exit rules", architecture)
+            raise no_readout_refusal("an exit rule (--threshold, --max-depth)", architecture)
         modes = []
         rules = f"none: transformers' {architecture} has no readout between its passes"
     if text is not None:

@@ -107,9 +107,19 @@ OWN_FEATURES: tuple[tuple[str, str], ...] = (
         "not applied (a run's log says its memory is not estimated); `plan` refused",
     ),
     (
-        "`generate`, `inspect`, `export`, `diagnose`, `downstream`, `eval --task KIND`",
-        "refused: they serve fixedfirst's own model",
+        "`generate` (a fixed depth, `--prefill-depth`/`--decode-depth`, `--speculate`), "
+        "`inspect`, `downstream`, `eval --task KIND`, `export`",
+        "apply: decoding through the model's own cache, built for the deepest depth a decoding "
+        "uses, so that the depth may change between tokens (docs/guides/serving.md, other "
+        "looped models)",
     ),
+    (
+        "the exit rules (`generate --exit`, `inspect --threshold`), `frontier`, "
+        "`serving-economics`",
+        "refused: Inkling2Loop has no readout between its passes",
+    ),
+    ("`--cache bounded:S`, `--cache last`", "refused: one cache layer per loop pass"),
+    ("`diagnose`, `export --format hf`", "refused: they are fixedfirst's own model's"),
 )
 """Which of fixedfirst's own features a run of a transformers architecture has (the
 configuration reference prints it; each refusal is one line, config/run.py and
