@@ -82,6 +82,14 @@ def test_generate_at_a_fixed_depth_is_greedy_decoding_by_whole_forwards(inkling_
         )  # fmt: skip
         assert out == text_of(forward_tokens(model, PROMPT, 12, depth)) + "\n"
         assert f"depth {depth}, full cache" in err
+        # and transformers' own generate at the same passes
+        from transformers import GenerationConfig
+
+        model.handle.set_depth(depth)
+        config = GenerationConfig(max_new_tokens=12, do_sample=False, eos_token_id=None)
+        prompt = torch.tensor([[START, *PROMPT.encode()]])
+        generated = model.network.generate(input_ids=prompt, generation_config=config)
+        assert out == text_of(generated[0, prompt.shape[1] :].tolist()) + "\n"
 
 
 def test_generate_speculated_and_at_own_depths(inkling_run, capsys):
