@@ -177,6 +177,21 @@ def own_model(seed: int = 0) -> LoopedTransformer:
     return LoopedTransformer(tiny_model_config()).double().eval()
 
 
+@pytest.mark.parametrize("depth", [1, 2, 3, 4, 5, 6])
+def test_our_cached_decoding_equals_the_reference_at_fixed_depths(depth):
+    model = own_model(depth)
+    tokens = torch.randint(0, 61, (1, 16), generator=torch.Generator().manual_seed(depth))
+    calls = [(5, depth)] + [(1, depth)] * 11
+    cached = decode_calls(model, tokens, calls, depth)
+    reference = Reference(model, FULL_CACHE)
+    start, expected = 0, []
+    for count, call_depth in calls:
+        expected.append(reference.decode(tokens[0, start : start + count].tolist(), call_depth))
+        start += count
+    torch.testing.assert_close(cached[0], torch.cat(expected), atol=1e-10, rtol=0)
+    torch.testing.assert_close(cached, model(tokens, depth), atol=1e-10, rtol=0)
+
+
 @pytest.mark.parametrize("strategy", [FULL_CACHE, BoundedCache(2)], ids=["full", "bounded2"])
 @pytest.mark.parametrize("seed", range(3))
 def test_our_cached_decoding_equals_the_reference_across_changes_of_depth(seed, strategy):

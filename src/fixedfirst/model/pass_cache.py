@@ -103,6 +103,7 @@ class PassCache:
             for deeper in range(depth + 1, self.max_depth + 1):
                 _copy_columns(source, layers[self.layer_index(deeper, looped)], columns)
 
+    @torch.inference_mode()  # the steps fill the cache in inference mode (decode_step)
     def truncate(self, length: int) -> None:
         """Forget every column from `length` on; at the current length, trim what rollback
         recorded back to what the next step needs (a cache built with rollback=True)."""
