@@ -140,8 +140,9 @@ class TransformersLoop(LoopedLM):
         """Process the next tokens (B, T) after what `cache` holds, `depth` passes each; return
         their logits. A step below the cache's depth shows later tokens its last pass's entries
         at the passes it did not run (model/pass_cache.py). Inference mode, not only no_grad:
-        some 5-10% less per step on a CPU (benchmarks/any_loop_serving.py); the cache's tensors
-        are then inference tensors, which `PassCache.truncate` edits in inference mode too."""
+        the same steps under no_grad took 1.12-1.14x the CPU time (docs/log.md, 2026-12-07); the
+        cache's tensors are then inference tensors, which `PassCache.truncate` edits in
+        inference mode too."""
         cache.check_depth(depth)
         self.handle.set_depth(depth)
         inputs = cache.inputs(tokens.shape[1])
