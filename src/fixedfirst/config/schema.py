@@ -4,7 +4,10 @@ Every configuration section is a dataclass whose annotations say what each key a
 turns a raw TOML value into that type (a table into a section dataclass, so a list of them is an
 array of tables) or raises a one-line `UserError` naming the key, and
 `build_section` refuses unknown keys before the dataclass's own `__post_init__` checks what is
-possible. `field_docs` reads the attribute docstrings, which are the configuration reference.
+possible. A section built in Python (`ScheduleConfig(switch=0.7)`) is held to the same types:
+its `__post_init__` starts with `check_fields`, so a value the file would refuse (the string
+"0.7", a misspelt choice) is refused in code too, in the same words. `field_docs` reads the
+attribute docstrings, which are the configuration reference.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import math
 import types
 import typing
 from dataclasses import MISSING, Field, fields, is_dataclass
-from typing import Any, ClassVar, Literal, Protocol, Union
+from typing import Annotated, Any, ClassVar, Literal, Protocol, Union
 
 from fixedfirst.errors import UserError
 
@@ -41,10 +44,25 @@ def shown(value: Any) -> str:
     return repr(value)
 
 
+class Reader(Protocol):
+    """What reads a value of its own (`Annotated[T, reader]` on a section's field): a study's
+    claims, each study's table spelling the one claim type its own way."""
+
+    def read(self, raw: Any) -> Any: ...
+
+
 def coerce(value: Any, annotation: Any, key: str) -> Any:
     """Return `value` as the annotated type, or raise a UserError naming `key`."""
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is Annotated:
+        reader = next((a for a in args[1:] if callable(getattr(a, "read", None))), None)
+        if reader is None:
+            return coerce(value, args[0], key)
+        try:
+            return typing.cast(Reader, reader).read(value)
+        except UserError as e:
+            raise UserError(f"{key}: {e}") from None
     if origin in (Union, types.UnionType):
         is_none = value is None or (isinstance(value, str) and value.lower() == "none")
         if is_none and type(None) in args:
@@ -94,6 +112,8 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
             raise UserError(f"{key}: expected a string, got {shown(value)}")
         return value
     if is_dataclass(annotation) and hasattr(annotation, "SECTION"):  # a table, e.g. [[x.items]]
+        if isinstance(value, typing.cast(type, annotation)):  # built in code, checked then
+            return value
         if not isinstance(value, dict):
             raise UserError(f"{key}: expected a table of key = value lines, got {shown(value)}")
         try:
@@ -122,7 +142,7 @@ def describe(annotation: Any) -> str:
 def build_section(section_cls: type[Section], raw: dict[str, Any]) -> Any:
     """Build one section dataclass from a dict of raw values, checking keys and types."""
     name = section_cls.SECTION
-    hints = typing.get_type_hints(section_cls)
+    hints = typing.get_type_hints(section_cls, include_extras=True)
     known = {f.name: f for f in fields(section_cls)}
     for key in raw:
         if key not in known:
@@ -141,24 +161,54 @@ def build_section(section_cls: type[Section], raw: dict[str, Any]) -> Any:
     return section_cls(**values)
 
 
+FIELD_TYPES: dict[type, dict[str, Any]] = {}
+"""Every section's field annotations, resolved once per class (`field_types`)."""
+
+
+def field_types(section_cls: type) -> dict[str, Any]:
+    """The annotation of every field of a section."""
+    if section_cls not in FIELD_TYPES:
+        FIELD_TYPES[section_cls] = typing.get_type_hints(section_cls)
+    return FIELD_TYPES[section_cls]
+
+
+def check_fields(section: Any) -> None:
+    """Hold a section built in code to the types its file would be: each field coerced by its
+    annotation (an integer-valued float becomes the int, an int for a float the float) or
+    refused in one line naming `SECTION.field`, as `build_section` refuses a raw value."""
+    name = section.SECTION
+    for f in fields(section):
+        value = getattr(section, f.name)
+        checked = coerce(value, field_types(type(section))[f.name], f"{name}.{f.name}")
+        if checked is not value:
+            object.__setattr__(section, f.name, checked)
+
+
 def field_docs(section_cls: type[Section]) -> list[tuple[str, str, str]]:
-    """(name, default, docstring) for every field, read from the attribute docstrings."""
+    """(name, default, docstring) for every field, read from the attribute docstrings: the
+    class's own, or a base class's where it gives none (a study's [experiment] keeps the words
+    of the keys every study shares in their base)."""
     import ast
     import inspect
     import textwrap
 
-    tree = ast.parse(textwrap.dedent(inspect.getsource(section_cls)))
     docs: dict[str, str] = {}
-    (definition,) = tree.body
-    assert isinstance(definition, ast.ClassDef), "inspect.getsource of a class is its definition"
-    for node, nxt in itertools.pairwise(definition.body):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(nxt, ast.Expr)
-            and isinstance(nxt.value, ast.Constant)
-        ):
-            docs[node.target.id] = " ".join(str(nxt.value.value).split())
+    for klass in reversed(section_cls.__mro__[:-1]):  # a subclass's words win over its base's
+        if klass.__module__ in ("builtins", "abc", "typing"):
+            continue
+        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        (definition,) = tree.body
+        assert isinstance(definition, ast.ClassDef), (
+            "inspect.getsource of a class is its definition"
+        )
+        for node, nxt in itertools.pairwise(definition.body):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant)
+            ):
+                docs[node.target.id] = " ".join(str(nxt.value.value).split())
     out = []
     for f in fields(section_cls):
         if f.metadata.get("table"):  # a nested table (data.options = [data.KIND]), not a key

@@ -21,7 +21,8 @@ from fixedfirst.config.limits import (
     MAX_VOCAB,
     MAX_WIDTH,
 )
-from fixedfirst.config.schema import require
+from fixedfirst.config.lowrank import LowRankConfig
+from fixedfirst.config.schema import check_fields, require
 
 DEPTH_COST = "evaluation and training cost grow linearly with depth"
 
@@ -80,6 +81,7 @@ class ModelConfig:
     """Rotary position embedding base."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         s = self.SECTION
         require(self.vocab_size >= 2, f"{s}.vocab_size", f"must be >= 2, got {self.vocab_size}")
         require(self.d_model >= 2, f"{s}.d_model", f"must be >= 2, got {self.d_model}")
@@ -146,6 +148,7 @@ class TransformersModelConfig:
     is the schedule's and is not a key here."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         require(
             isinstance(self.architecture, str) and self.architecture.strip() != "",
             f"{self.SECTION}.architecture",
@@ -201,6 +204,7 @@ class ScheduleConfig:
     """`progressive`: ramp shape f(x) = x (`linear`) or 1 - sqrt(1 - x) (`sqrt`)."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         s = self.SECTION
         require(self.depth >= 1, f"{s}.depth", f"must be >= 1, got {self.depth}")
         require(self.k0 >= 1, f"{s}.k0", f"must be >= 1, got {self.k0}")
@@ -280,6 +284,14 @@ class ScheduleConfig:
         return self.kind == "fixed-first" and self.switch_fraction is None
 
     @property
+    def deepest_depth(self) -> int:
+        """The deepest depth a step of this schedule can draw (a Poisson-lognormal draw is clipped
+        at k_max; a fixed-first run's finish reaches k_max)."""
+        if self.kind == "fixed":
+            return self.depth
+        return max(self.k0, self.k_max) if self.kind == "fixed-first" else self.k_max
+
+    @property
     def mean_depth(self) -> float:
         """The Poisson-lognormal mean in use (explicit, or the uniform range's midpoint)."""
         return self.mean if self.mean is not None else (self.k_min + self.k_max) / 2
@@ -306,6 +318,7 @@ class FinishingLR:
     """`rewarm`: the fraction of the finishing steps spent warming up."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         s = self.SECTION
         require(self.start_step >= 1, f"{s}.start_step", f"must be >= 1, got {self.start_step}")
         require(0.0 < self.peak <= 1.0, f"{s}.peak", f"must be in (0, 1], got {self.peak}")
@@ -350,6 +363,9 @@ class TrainConfig:
     --finish` writes: `start_step` (the steps the original run trained, which keep its rate), `lr`
     (`constant` at the final rate, or `rewarm`), `peak` (0.3 of `lr`) and `warmup` (0.1 of the
     stage). Unset: the schedule above over the whole run."""
+    lowrank: LowRankConfig | None = None
+    """Low-rank adapters instead of full fine-tuning, the table `[train.lowrank]` (its keys
+    below; a transformers looped architecture only). Unset: every weight is trained."""
     beta1: float = 0.9
     """AdamW beta1."""
     beta2: float = 0.95
@@ -375,7 +391,8 @@ class TrainConfig:
     """Activation checkpointing per core iteration: keep only each iteration's input state and
     recompute the iteration in the backward. Memory then grows with depth by one (batch,
     seq_len, d_model) state per iteration instead of all of the core's activations, for about
-    one more forward of the core per step."""
+    one more forward of the core per step. A transformers architecture: its own activation
+    checkpointing, each decoder layer at every pass recomputed from its inputs."""
     check_memory: bool = True
     """Before the first step, estimate the memory a step needs at the deepest depth the schedule
     can draw (parameters, gradients, AdamW, activations at the micro-batch; docs/design.md §15)
@@ -407,6 +424,7 @@ class TrainConfig:
     FLOPs (in TensorBoard, whose steps are integers, counted in MFLOP)."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         s = self.SECTION
         require(self.tokens > 0, f"{s}.tokens", f"the token budget must be > 0, got {self.tokens}")
         if self.flops is not None:
@@ -493,6 +511,7 @@ class DataConfig:
     """The kind's own options: the table [data.KIND]."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         require(
             isinstance(self.kind, str) and self.kind != "",
             f"{self.SECTION}.kind",
@@ -527,6 +546,7 @@ class EvalConfig:
     """Validation batches per evaluation."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         s = self.SECTION
         require(len(self.depths) > 0, f"{s}.depths", "needs at least one depth")
         bad = [d for d in self.depths if d < 1]
