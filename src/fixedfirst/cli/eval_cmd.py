@@ -80,7 +80,7 @@ def task_metric(args: argparse.Namespace, depths: list[int], device) -> dict:
     """The task's own metric of a run on the task's data, printed as a table."""
     from fixedfirst.data.registry import data_kind
     from fixedfirst.errors import UserError
-    from fixedfirst.runs.opening import load_run
+    from fixedfirst.runs.opening import load_any_run
 
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit must be >= 1, got {args.limit}")
@@ -89,7 +89,7 @@ def task_metric(args: argparse.Namespace, depths: list[int], device) -> dict:
         raise UserError(
             f"--task {args.task}: the data kind {args.task!r} has no task metric; use --task nll"
         )
-    loaded = load_run(args.run_dir, args.checkpoint, device, data=args.data)
+    loaded = load_any_run(args.run_dir, args.checkpoint, device, data=args.data)
     if loaded.config.data.kind != args.task:
         raise UserError(
             f"--task {args.task} needs a run trained on [data] kind = {args.task!r}; "

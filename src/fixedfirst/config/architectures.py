@@ -51,6 +51,9 @@ class LoopedArchitecture:
     multimodal model holds one inside, whose configuration is its `text_config`."""
     loop_keys: tuple[str, str]
     """The keys of the first looped layer and the layer after the last: [start, end)."""
+    no_readout: str
+    """Why the architecture has no readout between its loop passes, which the exit rules and the
+    exit frontier read after every pass (docs/guides/serving.md, other looped models)."""
 
 
 ARCHITECTURES = {
@@ -64,6 +67,8 @@ ARCHITECTURES = {
         model_types=("inkling2_loop", "inkling2_loop_text"),
         text_model="Inkling2LoopTextModel",
         loop_keys=("loop_layer_index_start", "loop_layer_index_end"),
+        no_readout="its forward runs every loop pass before the layers after the loop and the "
+        "head, so a pass's prediction exists only as a whole forward at that depth",
     ),
 }
 
@@ -129,10 +134,19 @@ OWN_FEATURES: tuple[tuple[str, str], ...] = (
         "the same class (docs/guides/checkpoints.md)",
     ),
     (
-        "`generate`, `inspect`, `export` (fixedfirst's and the hf format), `diagnose`, "
-        "`downstream`, `eval --task KIND`",
-        "refused: they serve fixedfirst's own model",
+        "`generate` (a fixed depth, `--prefill-depth`/`--decode-depth`, `--speculate`), "
+        "`inspect`, `downstream`, `eval --task KIND`, `export`",
+        "apply: decoding through the model's own cache, built for the deepest depth a decoding "
+        "uses, so that the depth may change between tokens (docs/guides/serving.md, other "
+        "looped models)",
     ),
+    (
+        "the exit rules (`generate --exit`, `inspect --threshold`), `frontier`, "
+        "`serving-economics`",
+        "refused: Inkling2Loop has no readout between its passes",
+    ),
+    ("`--cache bounded:S`, `--cache last`", "refused: one cache layer per loop pass"),
+    ("`diagnose`, `export --format hf`", "refused: they are fixedfirst's own model's"),
 )
 """Which of fixedfirst's own features a run of a transformers architecture has (the
 configuration reference prints it; each refusal is one line, config/run.py and

@@ -14,15 +14,18 @@ import torch
 
 from fixedfirst.config import ModelSection, RunConfig, TransformersModelConfig
 from fixedfirst.model import transformers_loop
-from fixedfirst.model.interface import LoopedLM
 from fixedfirst.model.looped import LoopedTransformer
 from fixedfirst.model.lowrank import apply_lowrank
 from fixedfirst.model.memory import check_fits
 from fixedfirst.model.pretrained import load_own_export
 from fixedfirst.model.transformers_loop import TransformersLoop
 
+LoopedModel = LoopedTransformer | TransformersLoop
+"""A model a run's [model] names: a `LoopedLM` to train and evaluate, a `LoopedDecoder` to
+serve (model/serving.py)."""
 
-def build_model(model: ModelSection) -> LoopedLM:
+
+def build_model(model: ModelSection) -> LoopedModel:
     """The model on the CPU, initialised from the global random state (seed it first; moved to
     a device after, its weights are the same everywhere), refused in one line when its weights
     alone would not fit in memory. A checkpoint [model] names is not read: this is the shape
@@ -33,7 +36,7 @@ def build_model(model: ModelSection) -> LoopedLM:
     return LoopedTransformer(model)
 
 
-def initial_model(model: ModelSection) -> LoopedLM:
+def initial_model(model: ModelSection) -> LoopedModel:
     """The model a run starts from, on the CPU: with `checkpoint`, the weights of that
     directory (model/pretrained.py); otherwise `build_model`'s initialisation."""
     if model.checkpoint is None:
@@ -43,7 +46,7 @@ def initial_model(model: ModelSection) -> LoopedLM:
     return load_own_export(model)
 
 
-def build_run_model(config: RunConfig) -> LoopedLM:
+def build_run_model(config: RunConfig) -> LoopedModel:
     """The model a run trains, as its first step finds it: `initial_model` (the checkpoint
     [model] names, or weights initialised from `train.seed`: the same on every rank and in
     every process that rebuilds it), with low-rank adapters when `[train.lowrank]` asks for them

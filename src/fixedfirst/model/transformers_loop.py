@@ -40,9 +40,12 @@ from fixedfirst.files.paths import shown
 from fixedfirst.model.handles import depth_handle
 from fixedfirst.model.interface import LoopedLM
 from fixedfirst.model.keep_float32 import keep_float32
+from fixedfirst.model.kv_cache import FULL_CACHE, CacheStrategy
+from fixedfirst.model.looped import check_depth
 from fixedfirst.model.loss import next_token_loss
 from fixedfirst.model.lowrank import is_lowrank
 from fixedfirst.model.memory import check_count_fits
+from fixedfirst.model.pass_cache import PassCache
 from fixedfirst.model.pretrained import weight_files
 
 
@@ -149,6 +152,58 @@ class TransformersLoop(LoopedLM):
 
     def compile_loop(self) -> None:
         raise ValueError(f"{self.never_compiled}; the trainer runs it eagerly")
+
+    # -- serving (model/serving.py): decoding steps through a cache, at any depth -------------
+
+    @property
+    def max_seq_len(self) -> int:
+        return int(
+            getattr(self.network.config, looped_architecture(self.architecture).positions_key)
+        )
+
+    @property
+    def readout_between_passes(self) -> str:
+        """Why no exit rule can stop between this model's passes."""
+        return looped_architecture(self.architecture).no_readout
+
+    def new_cache(
+        self,
+        max_depth: int | None = None,
+        pad: torch.Tensor | None = None,
+        strategy: CacheStrategy = FULL_CACHE,
+        rollback: bool = False,
+    ) -> PassCache:
+        """A cache with every pass's layers up to `max_depth` (model/pass_cache.py), of a batch
+        left-padded by `pad`; `rollback`: it can drop its last columns (speculation)."""
+        if strategy != FULL_CACHE:
+            raise UserError(
+                f"--cache {strategy.name}: a cache strategy bounds the core entries of "
+                f"fixedfirst's own looped transformer; transformers' {self.architecture} keeps "
+                "one cache layer per loop pass (use --cache full)"
+            )
+        if max_depth is None:
+            raise ValueError("a transformers model's cache is built for a max_depth")
+        self.handle.set_depth(check_depth(max_depth))  # refuses a depth the model cannot run
+        architecture = looped_architecture(self.architecture)
+        return PassCache(self.network.config, architecture.loop_keys, max_depth, pad, rollback)
+
+    @torch.inference_mode()
+    def decode_step(self, tokens: torch.Tensor, depth: int, cache: PassCache) -> torch.Tensor:
+        """Process the next tokens (B, T) after what `cache` holds, `depth` passes each; return
+        their logits. A step below the cache's depth shows later tokens its last pass's entries
+        at the passes it did not run (model/pass_cache.py). Inference mode, not only no_grad:
+        the same steps under no_grad took 1.12-1.14x the CPU time (docs/log.md, 2026-12-07); the
+        cache's tensors are then inference tensors, which `PassCache.truncate` edits in
+        inference mode too."""
+        cache.check_depth(depth)
+        self.handle.set_depth(depth)
+        inputs = cache.inputs(tokens.shape[1])
+        logits = self.network(
+            input_ids=tokens, cache=cache.transformers_cache, use_cache=True, **inputs
+        ).logits
+        cache.carry_forward(depth, tokens.shape[1])
+        cache.length += tokens.shape[1]
+        return logits
 
 
 def build(config: TransformersModelConfig) -> TransformersLoop:

@@ -18,7 +18,7 @@ from fixedfirst.config.checkpoints import OWN_DEPTH_KEY, OWN_EXPORT_KEYS, OWN_MO
 from fixedfirst.errors import UserError
 from fixedfirst.export.hf.tokenizer import hf_tokenizer_files
 from fixedfirst.export.writer import check_out_dir, write_directory
-from fixedfirst.model import FULL_CACHE, BoundedCache, CacheStrategy
+from fixedfirst.model import FULL_CACHE, BoundedCache, CacheStrategy, LoopedTransformer
 from fixedfirst.runs.exported import is_export
 from fixedfirst.runs.served import load_served
 
@@ -110,6 +110,8 @@ def export_hf(
     served = load_served(run, step, require_tokenizer=False)
     assert served.run is not None
     loaded = served.run
+    own = loaded.config.own_model("fixedfirst export --format hf")
+    assert isinstance(loaded.model, LoopedTransformer)
     if served.tokenizer is None:
         raise UserError(
             f"--format hf needs a tokenizer, and this run trained on [data] kind = "
@@ -133,7 +135,7 @@ def export_hf(
     weights = {
         k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in aliases
     }
-    if loaded.config.own_model("fixedfirst export").state_init == "normal":
+    if own.state_init == "normal":
         weights["eval_state"] = model.eval_state.detach().cpu().contiguous()
     generation = {
         "bos_token_id": config["bos_token_id"],
