@@ -236,10 +236,16 @@ def test_the_rule_is_asked_once_a_boundary_and_the_probes_are_counted_in_the_sta
 
 def counted_step(model, loss, set_depth, depth) -> int:
     """Training FLOPs torch counts for one forward and backward at `depth` (independently of the
-    code under test: its own counter, its own depth setting)."""
+    code under test: its own counter, its own depth setting, and a mixture's experts computed
+    one by one, as plain matmuls torch's counter sees)."""
     set_depth(depth)
+    experts = getattr(model.config, "_experts_implementation", None)
+    if experts is not None:
+        model.set_experts_implementation("eager")
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         loss().backward()
+    if experts is not None:
+        model.set_experts_implementation(experts)
     model.zero_grad(set_to_none=True)
     return counter.get_total_flops()
 
@@ -412,3 +418,19 @@ def test_only_the_trainer_callback_needs_transformers():
     assert done.stdout.strip() == (
         "FixedFirstCallback needs transformers' Trainer: pip install 'fixedfirst[looped]'"
     )
+
+
+@needs_inkling
+def test_measured_flops_count_the_experts_as_one_by_one_matmuls_would():
+    """torch's counter has no formula for torch._grouped_mm (transformers' default for a
+    mixture's experts) and counts it as nothing; measure_flops counts it with ours. Reference:
+    the same model with its experts computed one by one ("eager"), which the counter sees as
+    plain matmuls: the two counts agree exactly, at every measured depth."""
+    x = batches(2, 16, 7)
+    counts = {}
+    for experts in ("grouped_mm", "eager"):
+        model = tiny_inkling()
+        model.set_experts_implementation(experts)
+        cost = measure_flops(model, lambda m=model: m(input_ids=x, labels=x).loss, x.numel())
+        counts[experts] = [(cost.train(k), cost.forward(k)) for k in (1, 2, 3)]
+    assert counts["grouped_mm"] == counts["eager"]
