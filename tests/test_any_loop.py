@@ -197,6 +197,34 @@ def test_a_schedulers_state_continues_a_loop_exactly():
     assert lost.switch_step != straight.switch_step
 
 
+def test_the_rule_is_asked_once_a_boundary_and_the_probes_are_counted_in_the_state():
+    """fixedfirst's trainer asks the rule at a boundary (`decide`) before its checkpoint there,
+    then begins the step: the rule is asked once. A scheduler resumed from the state saved after
+    `decide` asks again and answers the same; the state counts the probes (depth-gap's gains)."""
+    switch = SwitchConfig(rule="depth-gap", floor=0.3, ceiling=0.9, window=0.2, every=5)
+    plan = plan_schedule(AUTO, LINEAR, 64, steps=200, switch=switch)
+    scheduler = DepthScheduler(plan)
+    probed = [s for s in range(61) if scheduler.probe_due(s)]
+    assert probed == list(range(20, 61, 5))  # from one window (40 steps) before the floor (60)
+    for s in probed:
+        scheduler.observe(s, 1.0 - s / 20)  # still falling fast: the check at the floor holds
+    assert scheduler.decides_at(60) and not scheduler.decides_at(59)
+    check, decision = scheduler.decide(60)
+    assert check is not None and not check.fires and decision is None
+    assert not scheduler.decides_at(60) and scheduler.decide(60) == (None, None)
+    assert scheduler.begin(60).phase == "fixed"
+    state = json.loads(json.dumps(scheduler.state_dict()))
+    assert state["probes"] == len(probed) == 9
+    resumed = DepthScheduler(plan)
+    resumed.load_state_dict(state)
+    assert resumed.probes == 9 and resumed.decide(60) == (check, None)
+    resumed.observe(65, -8.0)
+    assert resumed.probes == 10
+    earlier = DepthScheduler(plan)  # a state saved before probes were counted counts none
+    earlier.load_state_dict({"switch": state["switch"]})
+    assert earlier.probes == 0 and earlier.decide(60) == (check, None)
+
+
 # -- the measured compute model ------------------------------------------------------------------
 
 

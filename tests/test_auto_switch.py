@@ -3,6 +3,7 @@ fixed-switch run at the step it chose, and kill -9 plus --resume switch at the s
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -17,7 +18,8 @@ import torch
 from fixedfirst.compute.plan import plan_run
 from fixedfirst.runs.checkpoint import CheckpointManager
 from fixedfirst.schedules import Schedule
-from fixedfirst.train.auto_switch import switch_summary
+from fixedfirst.scheduling.depth_scheduler import DepthScheduler
+from fixedfirst.train.auto_switch import checkpoint_schedule, scheduler_state, switch_summary
 from fixedfirst.train.counters import format_summary
 from fixedfirst.train.metrics import read_metrics
 from fixedfirst.train.trainer import Trainer
@@ -37,6 +39,10 @@ RULES = {  # thresholds at which both fire between floor and ceiling (plateau at
     "plateau": ("switch.rule=plateau", "switch.threshold=2.0"),
     "depth-gap": ("switch.rule=depth-gap", "switch.threshold=0.005"),
 }
+
+
+EARLIER = Path(__file__).parent / "fixtures" / "auto-switch-earlier"
+"""Checkpoints' meta.json as the trainer wrote them before it followed DepthScheduler."""
 
 
 def switch_records(run: Path) -> list[dict]:
@@ -79,7 +85,7 @@ def test_an_auto_run_is_the_fixed_run_at_the_step_it_chose(tmp_path, rule, reque
     assert [(r["step"], r["reason"], r["rule"]) for r in decided] == [(step, "rule", rule)]
     ckpt = CheckpointManager(auto.path / "checkpoints").with_tag("switch")
     assert ckpt.step == step and f"auto-{rule}" in ckpt.tags
-    assert ckpt.meta["auto_switch"]["policy"]["decision"]["step"] == step
+    assert ckpt.meta["depth_scheduler"]["switch"]["decision"]["step"] == step
     assert summary["phases"]["fixed"]["steps"] == step
     assert f"auto switch ({rule}) at step {step} (" in format_summary(summary)
     if rule == "depth-gap":
@@ -103,6 +109,53 @@ def test_resume_between_checks_switches_at_the_same_step(tmp_path, depth_gap_run
     straight = depth_gap_run.path
     assert switch_records(tmp_path / "paused") == switch_records(straight)
     assert comparable(train_records(tmp_path / "paused")) == comparable(train_records(straight))
+
+
+def in_earlier_form(meta: dict) -> dict:
+    """`meta` as the trainer wrote it before it followed DepthScheduler: the switch's state under
+    `auto_switch`, as the policy's state and the probe count (the fixtures in EARLIER)."""
+    state = meta.pop("depth_scheduler")
+    return {**meta, "auto_switch": {"policy": state["switch"], "probes": state["probes"]}}
+
+
+def test_a_run_checkpointed_in_the_earlier_form_resumes_exactly(tmp_path, depth_gap_run):
+    """Paused at step 36 (after a check of the rule, before the switch at 42) with its
+    checkpoints rewritten to the earlier form, the run resumes into the uninterrupted one: the
+    same probes, checks, switch step and weights, bit for bit; later checkpoints take the new
+    form."""
+    config = tiny_config(*AUTO, *RULES["depth-gap"])
+    run = tmp_path / "earlier"
+    Trainer(config, run, quiet=True).train(stop_after=36)
+    for path in (run / "checkpoints").glob("step-*/meta.json"):
+        path.write_text(json.dumps(in_earlier_form(json.loads(path.read_text()))))
+    ours = CheckpointManager(run / "checkpoints").at_step(36).meta
+    real = json.loads((EARLIER / "depth-gap-step-36.json").read_text())
+    assert ours.keys() == real.keys() and ours["tags"] == real["tags"]
+    mine, theirs = ours["auto_switch"], real["auto_switch"]
+    assert mine.keys() == theirs.keys() and mine["policy"].keys() == theirs["policy"].keys()
+    assert mine["probes"] == theirs["probes"] == 12 and mine["policy"]["decision"] is None
+    steps = [[s for s, _ in form["policy"]["observations"]] for form in (mine, theirs)]
+    assert steps[0] == steps[1]
+    Trainer(config, run, resume=True, quiet=True).train()
+    straight = depth_gap_run.path
+    assert switch_records(run) == switch_records(straight)
+    assert comparable(train_records(run)) == comparable(train_records(straight))
+    a, b = final_weights(run), final_weights(straight)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    newest = CheckpointManager(run / "checkpoints").all()[-1].meta
+    assert "auto_switch" not in newest and newest["depth_scheduler"]["probes"] > 12
+
+
+def test_the_earlier_form_reads_as_the_schedulers_state():
+    """The real checkpoints of EARLIER: the switch decided at 34 (plateau) and 12 probes made
+    without a decision (depth-gap), for a resume and for the diagnostic's schedule."""
+    for rule, step, probes, switched in (("plateau", 34, 0, 34), ("depth-gap", 36, 12, None)):
+        meta = json.loads((EARLIER / f"{rule}-step-{step}.json").read_text())
+        config = tiny_config(*AUTO, *RULES[rule])
+        scheduler = DepthScheduler(plan_run(config))
+        scheduler.load_state_dict(scheduler_state(meta))
+        assert (scheduler.switch_step, scheduler.probes) == (switched, probes)
+        assert checkpoint_schedule(config, meta).decided_switch_step == switched
 
 
 # Runs the CLI with every training step slowed down, so that a kill lands mid-run.
@@ -192,7 +245,7 @@ def test_the_summary_gives_the_learning_rate_at_the_switch_and_over_the_finish(l
             return 3e-4 + 2.7e-3 * (1 + math.cos(math.pi * (s - 4) / 35)) / 2
         return 3e-3 if s < 32 else 3e-3 - 2.7e-3 * (s - 31) / 8
 
-    switch = switch_summary(plan, None, config.train)
+    switch = switch_summary(DepthScheduler(plan), None, config.train)
     assert switch["step"] == 20 and switch["peak_lr"] == 3e-3
     assert switch["lr"] == pytest.approx(by_hand(20), rel=1e-12)
     expected_mean = sum(by_hand(s) for s in range(20, 40)) / 20

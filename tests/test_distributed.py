@@ -483,6 +483,13 @@ def test_world_from_torchrun_environment(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     world = World.from_env()
     assert (world.rank, world.world_size, world.local_rank, world.launched) == (1, 2, 1, True)
+    assert world.local_world_size == 1  # torchrun always sets it; a bare RANK means one here
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert World.from_env().local_world_size == 2
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "two")
+    with pytest.raises(UserError, match="LOCAL_WORLD_SIZE must be integers"):
+        World.from_env()
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     assert not world.is_main
     monkeypatch.setenv("RANK", "2")
     with pytest.raises(UserError, match="outside 0..WORLD_SIZE-1"):

@@ -72,8 +72,8 @@ def test_the_collector_runs_at_log_lines_and_checkpoints_only(tmp_path, monkeypa
     first = min(after)
     assert first in (0, 2)  # before step 0 (freezing), or the first log line
     boundaries = {s: g for s, g in after.items() if s > 0}
-    checkpoints = {4, 8, 12, run.switch_step}  # periodic, the switch's and the last
-    assert run.switch_step == 6 and set(boundaries) == {2, 4, 6, 8, 10, 12}
+    checkpoints = {4, 8, 12, run.scheduler.switch_step}  # periodic, the switch's and the last
+    assert run.scheduler.switch_step == 6 and set(boundaries) == {2, 4, 6, 8, 10, 12}
     assert boundaries == {s: [2] if s in checkpoints else [1] for s in boundaries}
 
 

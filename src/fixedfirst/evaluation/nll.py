@@ -34,6 +34,14 @@ def exact(device: torch.device, dtype: torch.dtype):
     return contextlib.nullcontext()
 
 
+def run_eval_dtypes(device: torch.device, dtype: torch.dtype) -> list[torch.dtype]:
+    """What a run's evaluations compute in: the run's precision; on a GPU a bf16 run's last
+    evaluation in fp32 too (`exact`), which is what a CPU scores."""
+    if device.type == "cuda" and dtype != torch.float32:
+        return [dtype, torch.float32]
+    return [dtype]
+
+
 @dataclass
 class HeldOutScores:
     """A held-out set scored at several depths: per scored token over the whole set, and (when

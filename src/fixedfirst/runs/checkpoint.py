@@ -275,6 +275,20 @@ class CheckpointManager:
             return ckpt
         return None
 
+    def resume_point(self, warn: Callable[[str], None] = warn) -> Checkpoint | None:
+        """The checkpoint a resumed run continues from: what an interrupted save left undone,
+        incomplete checkpoints moved aside, then the newest valid one (None: none was saved;
+        refused in one line when every one is corrupt)."""
+        self.recover_interrupted_writes()
+        self.set_aside_incomplete(warn=warn)
+        ckpt = self.latest_valid(warn=warn)
+        if ckpt is None and self.all():
+            raise UserError(
+                f"no loadable checkpoint in {self.directory}: every one is corrupt; start a new "
+                "run with another --out"
+            )
+        return ckpt
+
     def recover_interrupted_writes(self) -> None:
         """Undo what an interrupted save left: delete half-written checkpoints, and put back a
         checkpoint whose replacement by one of the same step did not complete (or delete it,

@@ -1,14 +1,19 @@
-"""A run's plan as someone else's training loop follows it, step by step.
+"""A run's plan as a training loop follows it, step by step: anyone's loop and fixedfirst's trainer.
 
 `DepthScheduler.begin(step)` is called before each optimizer step's forwards: it decides an auto
 switch due at that boundary, sets the model's depth through its handle and returns the step's
 depth and phase (every micro-batch of the step shares them). `observe(step, value)` hands the
 switch rule what it watches (the loop's loss for `plateau`, a probe's gain for `depth-gap`:
 docs/design.md §14). Depths are a pure function of (seed, step), so every rank draws the same
-ones; the switch decision, which each rank's own losses could put at different steps, is rank
-0's, broadcast through torch.distributed when it is initialised. The rule's state is
+ones; the switch decision, which each rank's own observations could put at different steps, is
+rank 0's, broadcast through torch.distributed when it is initialised. The rule's state is
 `state_dict`, for the loop's checkpoints; with it a resumed loop switches where an uninterrupted
 one does.
+
+A loop whose checkpoint at a boundary must hold the decision made there (fixedfirst's trainer
+tags its switch checkpoint) calls `decide(step)` before saving; the `begin(step)` after it does not
+ask the rule again. Resumed from such a checkpoint, `begin(step)` does ask again, and gets the same
+answer: the rule sees the same observations.
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ from typing import Any
 
 import torch.distributed as dist
 
+from fixedfirst.compute.memory import deepest_depth
 from fixedfirst.compute.plan import PlannedStep, RunPlan
 from fixedfirst.model.handles import DepthHandle
-from fixedfirst.switching.policy import Decision, SwitchPolicy
+from fixedfirst.switching.policy import Check, Decision, SwitchPolicy
 
 
 class DepthScheduler:
@@ -31,26 +37,53 @@ class DepthScheduler:
         self.handle = handle
         switch = plan.switch
         self.policy = None if switch is None else SwitchPolicy(switch, plan.total_steps)
+        self.probes = 0
+        """`depth-gap`: how many probe gains the rule was fed (what the probes cost is counted
+        from this)."""
+        self.decided_through = -1
+        """The last boundary at which this process asked the rule (-1: none yet)."""
         if handle is not None:  # a depth the model cannot run is refused before the first step
-            stages = plan.costed_schedule.stages(plan.total_steps)
-            handle.set_depth(max(stage.dist.max_depth for stage in stages))
+            handle.set_depth(deepest_depth(plan))
 
     def begin(self, step: int) -> PlannedStep:
         """Step `step` (0-based, every step in order) is about to train: decide an auto switch
         due here, set the model's depth, and return the step's depth and phase."""
-        if self.policy is not None and self.policy.checks_at(step):
-            self.adopt(shared_decision(self.policy.decide(step)[1]))
+        self.decide(step)
         planned = self.plan.at(step)
         if self.handle is not None:
             self.handle.set_depth(planned.depth)
         return planned
 
+    def decide(self, step: int) -> tuple[Check | None, Decision | None]:
+        """Ask the rule at boundary `step` (`step` steps done) if it is due there and this process
+        did not ask it there yet (`decides_at`): the check this rank made (None: none) and the
+        switch decided here (rank 0's decision, on every rank; None: no switch here)."""
+        if not self.decides_at(step):
+            return None, None
+        assert self.policy is not None
+        check, decision = self.policy.decide(step)
+        self.decided_through = step
+        decision = shared_decision(decision)
+        self.adopt(decision)
+        return check, decision
+
+    def decides_at(self, step: int) -> bool:
+        """Whether `decide(step)` (or `begin(step)`) asks the rule: a loop that brings its
+        values to the host only now and then observes them before such a boundary."""
+        return (
+            self.policy is not None and step > self.decided_through and self.policy.checks_at(step)
+        )
+
     def observe(self, step: int, value: float) -> None:
         """The value the switch rule watches after `step` steps: for `plateau` the loop's loss
         (every step, or at each log line), for `depth-gap` the gain NLL(K0) - NLL(deeper) of a
-        held-out probe, measured when `probe_due(step)`. Ignored without an auto switch."""
-        if self.policy is not None:
-            self.policy.observe(step, value)
+        held-out probe, measured when `probe_due(step)`. Ignored without an auto switch, and
+        once it has switched."""
+        if self.policy is None or self.policy.decision is not None:
+            return
+        self.policy.observe(step, value)
+        if self.rule == "depth-gap":
+            self.probes += 1
 
     def probe_due(self, step: int) -> bool:
         """`depth-gap`: whether the rule wants the gain from depth measured after `step` steps."""
@@ -72,12 +105,18 @@ class DepthScheduler:
             self.plan = self.plan.decided(decision.step)
 
     def state_dict(self) -> dict[str, Any]:
-        """The auto switch's state (JSON); empty without one."""
-        return {} if self.policy is None else {"switch": self.policy.state_dict()}
+        """The auto switch's state (JSON): the rule's observations and decision, and the probes
+        counted; empty without an auto switch."""
+        if self.policy is None:
+            return {}
+        return {"switch": self.policy.state_dict(), "probes": self.probes}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from `state_dict`'s state (one saved before probes were counted counts
+        none)."""
         if self.policy is not None:
             self.policy.load_state_dict(state["switch"])
+            self.probes = int(state.get("probes", 0))
             self.adopt(self.policy.decision)
 
 

@@ -43,6 +43,11 @@ class Counters:
         phases = {k: PhaseTotals(**v) for k, v in d.get("phases", {}).items()}
         return cls(int(d["step"]), int(d["tokens"]), float(d["flops"]), float(d["wall"]), phases)
 
+    def position(self) -> dict[str, Any]:
+        """Where the run is (steps, tokens and modeled FLOPs so far): the start of each record
+        made at a step boundary."""
+        return {"step": self.step, "tokens": self.tokens, "flops": self.flops}
+
     def add_step(self, phase: str, tokens: int, flops: float, seconds: float) -> None:
         """Count one finished optimizer step of `phase`."""
         self.step += 1

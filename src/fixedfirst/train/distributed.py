@@ -49,6 +49,8 @@ class World:
     local_rank: int = 0
     launched: bool = False
     """Started by torchrun: a process group is used (even with one process)."""
+    local_world_size: int = 1
+    """The run's processes on this machine (which share its cores)."""
 
     @property
     def is_main(self) -> bool:
@@ -63,13 +65,15 @@ class World:
             rank = int(os.environ["RANK"])
             world_size = int(os.environ["WORLD_SIZE"])
             local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+            local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
         except ValueError:
             raise UserError(
-                "RANK, WORLD_SIZE and LOCAL_RANK must be integers (they are set by torchrun)"
+                "RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE must be integers (they are set "
+                "by torchrun)"
             ) from None
         if not 0 <= rank < world_size:
             raise UserError(f"RANK = {rank} is outside 0..WORLD_SIZE-1 = {world_size - 1}")
-        return cls(rank, world_size, local_rank, launched=True)
+        return cls(rank, world_size, local_rank, launched=True, local_world_size=local_world_size)
 
 
 def process_device(world: World, device: torch.device) -> torch.device:

@@ -126,11 +126,11 @@ def explained(trainer: Any) -> Iterator[None]:
             raise
         t = trainer.config.train
         step = trainer.counters.step
-        depth = trainer.plan.depth(step)
+        depth = trainer.scheduler.plan.depth(step)
         micro = t.micro_batch(trainer.world_size)
         estimated = ""
         if isinstance(trainer.config.model, ModelConfig):
-            memory, _ = estimate(trainer.config, trainer.memory_placement, trainer.plan)
+            memory, _ = estimate(trainer.config, trainer.memory_placement, trainer.scheduler.plan)
             estimated = (
                 f"; the memory model estimated {memory.peak / GIB:,.1f} GiB per process for "
                 "the run's deepest step"

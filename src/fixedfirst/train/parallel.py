@@ -21,6 +21,8 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from fixedfirst.data.source import Batch
+from fixedfirst.evaluation.nll import validation_nll
 from fixedfirst.model import LoopedLM, LoopedTransformer
 from fixedfirst.runs.checkpoint import state_shapes, tied_aliases
 from fixedfirst.train.distributed import World, broadcast_object
@@ -44,6 +46,7 @@ class ParallelModel:
     ) -> None:
         self.module = model
         self.world = world
+        self.device = device
         self.strategy = strategy if world.launched else "single"
         self.train_module: nn.Module = model
         if self.strategy == "ddp":
@@ -133,6 +136,15 @@ class ParallelModel:
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
         full_tensor = getattr(norm, "full_tensor", None)  # a DTensor under FSDP2
         return full_tensor() if full_tensor is not None else norm
+
+    def evaluate(
+        self, batches: list[Batch], depths: list[int], dtype: torch.dtype
+    ) -> dict[int, float]:
+        """Held-out NLL at each of `depths` (`validation_nll`): on every rank alike, since FSDP2
+        gathers the weights from all of them, and the weights it gathered freed after."""
+        nll = validation_nll(self.module, batches, depths, self.device, dtype)
+        self.after_eval()
+        return nll
 
     def after_eval(self) -> None:
         """Free the weights evaluation gathered (FSDP2 keeps the root's after a forward)."""

@@ -1,8 +1,9 @@
 """A run's pre-flight: everything that can refuse it, checked before its directory is touched.
 
 `preflight(config)` resolves the configuration (the data kind's options written out), plans the
-budget, picks the device and precision, checks that a step fits in memory, builds the batch source
-and its validation batches, and sets up an auto switch; any of them raises a one-line `UserError`.
+budget, picks the device and precision, checks that a step fits in memory, builds the batch source,
+its validation batches and the probe of a `depth-gap` auto switch; any of them raises a one-line
+`UserError`.
 The `Preflight` it returns is what the trainer is built from, so a refused run leaves nothing
 behind and a started one never rebuilds these pieces.
 """
@@ -27,9 +28,9 @@ from fixedfirst.machine.device import (
     resolve_dtype,
 )
 from fixedfirst.train import compilation, distributed, memory_check
-from fixedfirst.train.auto_switch import AutoSwitch
 from fixedfirst.train.distributed import World
 from fixedfirst.train.sinks import check_packages
+from fixedfirst.train.switch_probe import DepthGapProbe
 
 
 @dataclass
@@ -46,8 +47,8 @@ class Preflight:
     """Where the step's memory was estimated (device, bf16, strategy, processes)."""
     source: BatchSource
     val_batches: list[Batch]
-    auto: AutoSwitch | None
-    """The auto switch of `schedule.switch = "auto"`, None for every other schedule."""
+    probe: DepthGapProbe | None
+    """The probe of an auto switch by the `depth-gap` rule, None for every other schedule."""
     given_peak: float | None
     """FIXEDFIRST_PEAK_FLOPS, read with the run's other settings (None: measured later)."""
 
@@ -74,9 +75,7 @@ def preflight(config: RunConfig, world: World | None = None) -> Preflight:
     if not world.launched:  # under torchrun once per machine, by the trainer
         source.check_training_data()
     val_batches = source.validation_batches(config.eval.batches, t.micro_batch())
-    auto = AutoSwitch.for_run(
-        config, plan.total_steps, plan.flop_model, source, world, device, dtype
-    )
+    probe = DepthGapProbe.for_run(config, plan.flop_model, source, dtype)
     check_packages(t.log_to)
     compilation.check_compiler(t.compile, device)
     given_peak = given_peak_flops()
@@ -87,5 +86,5 @@ def preflight(config: RunConfig, world: World | None = None) -> Preflight:
             f"whole micro-batches of {micro}"
         )
     return Preflight(
-        config, world, plan, device, dtype, memory, source, val_batches, auto, given_peak
+        config, world, plan, device, dtype, memory, source, val_batches, probe, given_peak
     )

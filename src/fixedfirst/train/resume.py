@@ -3,7 +3,8 @@
 
 Run on rank 0 before anything is broadcast, so that a checkpoint of another model, optimizer or
 data is refused in one line, naming what does not fit, instead of failing inside
-`load_state_dict` on every rank.
+`load_state_dict` on every rank. `load_full_state` then loads it, the trainer's way, into the
+trainer's model and the diagnostic's.
 """
 
 from __future__ import annotations
@@ -65,3 +66,18 @@ def check_trainer_state(
                     f"checkpoint {ckpt.path}: trainer state does not fit (optimizer {key} of "
                     f"{name} is {list(value.shape)}, the parameter {list(shapes[name])})"
                 )
+
+
+def load_full_state(
+    ckpt: Checkpoint,
+    parallel: ParallelModel,
+    optimizer: torch.optim.Optimizer,
+    weights: dict[str, torch.Tensor],
+    optimizer_state: dict[str, Any],
+) -> None:
+    """Load `ckpt`'s full weights and optimizer state (rank 0's; empty elsewhere) on every rank
+    (`ParallelModel.load_full_state`); state that does not fit is refused in one line."""
+    try:
+        parallel.load_full_state(optimizer, weights, optimizer_state)
+    except (KeyError, ValueError, RuntimeError, TypeError) as e:
+        raise UserError(f"checkpoint {ckpt.path}: state does not fit ({e})") from None

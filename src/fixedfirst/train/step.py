@@ -5,7 +5,8 @@ gradients of the loss, clips and takes an AdamW step; the diagnostic calls it wi
 alone and so takes exactly the steps the run took. The loss is the mean over the scored tokens
 of the whole global batch, and each row's initial state is drawn from (seed, step, row), so the
 gradient depends neither on the split into micro-batches and ranks nor on what ran before
-(docs/design.md §8).
+(docs/design.md §8). The loss and gradient norm a step returns stay on the device; `host_values`
+brings those of many steps to the host at once, the ranks' shares of each loss summed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from fixedfirst.config import TrainConfig
 from fixedfirst.data.source import Batch
 from fixedfirst.evaluation.nll import autocast
 from fixedfirst.model.loss import IGNORE_INDEX, next_token_loss
-from fixedfirst.train.distributed import all_sum
+from fixedfirst.train import distributed
+from fixedfirst.train.distributed import World, all_sum
 from fixedfirst.train.parallel import ParallelModel
 
 _STATE_NOISE_STREAM = 0x5EED_57A7E
@@ -95,6 +97,28 @@ def train_step(
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return total_loss, grad_norm
+
+
+def host_values(
+    world: World, steps: Sequence[tuple[torch.Tensor, torch.Tensor, int]]
+) -> list[tuple[float, float]]:
+    """(loss, gradient norm) of each of `steps`, given as (loss, gradient norm, depth) the way
+    `train_step` returned them on this rank: one device sync, one collective (the trainer's, at
+    a log line).
+
+    Each rank's loss is its share of the global batch's mean loss per scored token, so their sum
+    is the loss of the step, whatever the number of processes. The same collective checks that
+    every rank trained at the same depths.
+    """
+    values_here = torch.stack([torch.stack([loss, norm.float()]) for loss, norm, _ in steps])
+    depths = torch.tensor([float(d) for _, _, d in steps], device=values_here.device)
+    local = torch.cat([values_here, depths[:, None]], dim=1).double()
+    gathered = distributed.gather(world, local).cpu()  # (ranks, steps, 3)
+    if not torch.equal(gathered[:, :, 2], gathered[:1, :, 2].expand_as(gathered[:, :, 2])):
+        raise RuntimeError(f"ranks trained at different depths: {gathered[:, :, 2].tolist()}")
+    losses = gathered[:, :, 0].sum(dim=0).tolist()
+    grad_norms = gathered[0, :, 1].tolist()  # identical on every rank after the reduction
+    return list(zip(losses, grad_norms, strict=True))
 
 
 def forward_backward(

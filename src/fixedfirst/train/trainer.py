@@ -1,9 +1,10 @@
 """The training loop: one depth per optimizer step from the schedule, budgets, checkpoints, metrics.
 
 A run is planned before its first step (the budget fixes every step's depth, learning rate and
-phase); each step is `train.step`'s, and everything a resume needs is in each checkpoint, so a
-resumed run computes what the run straight through computes (docs/design.md §7-8, §14 for the
-auto switch). The loop (`_train`) reads in one glance: `_step` trains a step and returns its
+phase) and followed step by step through `DepthScheduler`, as any loop follows a plan, which also
+decides an auto switch (docs/design.md §14); each step is `train.step`'s, and everything a resume
+needs is in each checkpoint, so a resumed run computes what the run straight through computes
+(§7-8). The loop (`_train`) reads in one glance: `_step` trains a step and returns its
 record, `_boundary_after` says what is due after it (a log line, checkpoint tags, an evaluation,
 the auto switch's check, a stop), `_log` and `_cross` do it. Only rank 0 writes the run.
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -21,37 +21,33 @@ from typing import Any
 import torch
 
 from fixedfirst.compute.memory import deepest_depth
-from fixedfirst.compute.plan import RunPlan
 from fixedfirst.config import RunConfig
 from fixedfirst.data.prefetch import DeviceBatches
 from fixedfirst.data.source import BatchSource, rank_rows
 from fixedfirst.errors import UserError
-from fixedfirst.evaluation.nll import mean_serving_nll, validation_nll
+from fixedfirst.evaluation.nll import mean_serving_nll, run_eval_dtypes
 from fixedfirst.files.writing import write_json_atomic
-from fixedfirst.machine.device import (
-    choose_threads,
-    run_peak_flops,
-)
+from fixedfirst.machine.device import choose_threads, run_peak_flops
 from fixedfirst.model.kinds import build_model, foreign_model_note
-from fixedfirst.model.memory import GIB
 from fixedfirst.progress import Progress
 from fixedfirst.runs.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.runs.directory import RunDir, config_record
 from fixedfirst.schedules import describe
+from fixedfirst.scheduling.depth_scheduler import DepthScheduler
 from fixedfirst.train import compilation, distributed, memory_check, warm_up
-from fixedfirst.train.auto_switch import META_KEY, switch_summary
+from fixedfirst.train.auto_switch import META_KEY, decision_records, scheduler_state, switch_summary
 from fixedfirst.train.checkpoint_writes import CheckpointWrites, live_storages
 from fixedfirst.train.counters import Counters
-from fixedfirst.train.distributed import World, on_main
+from fixedfirst.train.distributed import on_main
 from fixedfirst.train.garbage import CollectAtBoundaries
 from fixedfirst.train.interrupt import Interrupt
 from fixedfirst.train.metrics import MetricsLog, read_metrics
 from fixedfirst.train.optim import build_optimizer, lr_at
 from fixedfirst.train.parallel import ParallelModel
 from fixedfirst.train.preflight import preflight
-from fixedfirst.train.resume import check_same_config, check_trainer_state
+from fixedfirst.train.resume import check_same_config, check_trainer_state, load_full_state
 from fixedfirst.train.sinks import open_sinks
-from fixedfirst.train.step import StepContext, state_seeds, train_step
+from fixedfirst.train.step import StepContext, host_values, state_seeds, train_step
 
 
 class Trainer:
@@ -71,7 +67,9 @@ class Trainer:
         self.world = checked.world
         self.rank, self.world_size = self.world.rank, self.world.world_size
         self.is_main = self.world.is_main
-        self.plan: RunPlan = checked.plan
+        # The run's plan, followed step by step, and its auto switch (no depth handle: our model
+        # takes the depth as `train_step`'s argument).
+        self.scheduler = DepthScheduler(checked.plan)
         self.device, self.dtype = checked.device, checked.dtype
         self.memory_placement = checked.memory
         self.source: BatchSource = checked.source
@@ -79,7 +77,7 @@ class Trainer:
             self.source, config.train.batch_size, self.rank, self.world_size, self.device
         )
         self.val_batches = checked.val_batches
-        self.auto = checked.auto
+        self.probe = checked.probe
         self.given_peak = checked.given_peak
 
         distributed.start(self.world, self.device)
@@ -101,8 +99,7 @@ class Trainer:
         """Build the model and optimizer; resume from a checkpoint or start (over) afresh."""
         config, t = self.config, self.config.train
         # Threads before anything is timed: the peak (and so MFU) is measured with them.
-        processes_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        self.threads, threads_why = choose_threads(t.threads, processes_here)
+        self.threads, threads_why = choose_threads(t.threads, self.world.local_world_size)
         torch.set_num_threads(self.threads)
         self.peak_per_process, self.peak_from = run_peak_flops(
             self.device.type, self.dtype, self.given_peak
@@ -111,15 +108,11 @@ class Trainer:
         torch.manual_seed(t.seed)  # the same initial weights on every rank
         model = build_model(config.model).to(self.device)
         self.compiled = compilation.decide(
-            t.compile, self.device, self.plan.flops, peak, model.never_compiled
+            t.compile, self.device, self.scheduler.plan.flops, peak, model.never_compiled
         )
         how = "compiled" if self.compiled.compile else "eager"
         self.precision = "bf16" if self.dtype == torch.bfloat16 else "fp32"
-        # Evaluations run in the run's precision; on a GPU a bf16 run's last one in fp32 too,
-        # TF32 off (evaluation/nll.py), which is what a CPU scores.
-        self.eval_dtypes = [self.dtype]
-        if self.device.type == "cuda" and self.dtype != torch.float32:
-            self.eval_dtypes.append(torch.float32)
+        self.eval_dtypes = run_eval_dtypes(self.device, self.dtype)
         note = foreign_model_note(config.model)
         if note is not None:
             self._say(note)
@@ -141,18 +134,15 @@ class Trainer:
         # GPU the deepest step measured and refused if it does not fit (train/warm_up.py).
         self.deepest = warm_up.warm_up(
             self.step_context,
-            deepest_depth(self.plan),
+            deepest_depth(self.scheduler.plan),
             t.seq_len,
-            [*self.val_batches, *(self.auto.probe_batches if self.auto is not None else [])],
+            [*self.val_batches, *(self.probe.batches if self.probe is not None else [])],
             self.eval_dtypes,
             compiled=self.compiled.compile,
             capacity=warm_up.capacity_to_measure(self.device),
         )
         if self.deepest is not None:
-            self._say(
-                f"before step 0: depth {self.deepest.depth} measured "
-                f"{self.deepest.peak / GIB:,.2f} GiB with AdamW's moments"
-            )
+            self._say(f"before step 0: {self.deepest}")
         self.checkpoints = CheckpointManager(self.run.checkpoints_path, t.keep_checkpoints)
         self.writes = CheckpointWrites(
             self.world, self.checkpoints, lambda: live_storages(self.model, self.optimizer)
@@ -160,10 +150,9 @@ class Trainer:
         self.metrics = MetricsLog(self.run.metrics_path)
         self.written_before = 0  # complete metrics records before a resume truncated the file
         self.counters = Counters()
-        self.switch_step = self.plan.switch_step  # a fixed switch (an auto one is tagged apart)
         # Snapshots are fractions of the FLOP budget when there is one, so compute-matched runs
         # keep their snapshots at the same FLOPs; otherwise of the run's own cost.
-        budget_flops = self.plan.flop_budget or self.plan.flops
+        budget_flops = self.scheduler.plan.flop_budget or self.scheduler.plan.flops
         self.snapshot_flops = sorted(f * budget_flops for f in t.snapshots)
 
         if resume:
@@ -197,16 +186,15 @@ class Trainer:
         def contents() -> tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:
             meta = {
                 **self.counters.to_dict(),
-                "total_steps": self.plan.total_steps,
+                "total_steps": self.scheduler.plan.total_steps,
                 "metrics_bytes": self.metrics.size(),
                 "world_size": self.world_size,
                 "schedule": describe(self.config.schedule),
                 **config_record(self.config),  # the run's fingerprint (identity.py)
                 # Also here (small JSON), so that eval can refuse other data without trainer.pt.
                 "data": self.batches.state_dict(),
+                META_KEY: self.scheduler.state_dict(),  # how it decides the switch
             }
-            if self.auto is not None:  # what a resume decides the switch from
-                meta[META_KEY] = self.auto.state_dict()
             state = {"optimizer": optimizer_state, "data": self.batches.state_dict()}
             return weights, state, meta
 
@@ -219,16 +207,9 @@ class Trainer:
         loaded: dict[str, Any] = {}
 
         def pick() -> Checkpoint | None:
-            self.checkpoints.recover_interrupted_writes()
-            self.checkpoints.set_aside_incomplete(warn=self._warn)
             self.written_before = self.metrics.complete_records()
-            ckpt = self.checkpoints.latest_valid(warn=self._warn)
+            ckpt = self.checkpoints.resume_point(warn=self._warn)
             if ckpt is None:
-                if self.checkpoints.all():
-                    raise UserError(
-                        f"no loadable checkpoint in {self.checkpoints.directory}: every one is "
-                        "corrupt; start a new run with another --out"
-                    )
                 self.metrics.truncate(0)  # nothing saved yet: start over cleanly
                 self._say(f"resume: {self.run.path} has no checkpoint yet; starting from step 0")
                 return None
@@ -242,19 +223,12 @@ class Trainer:
         ckpt = on_main(self.world, pick)
         if ckpt is None:
             return
-        try:
-            self.parallel.load_full_state(
-                self.optimizer, loaded.get("weights", {}), loaded.get("optimizer", {})
-            )
-        except (KeyError, ValueError, RuntimeError, TypeError) as e:
-            raise UserError(f"checkpoint {ckpt.path}: state does not fit ({e})") from None
+        weights, optimizer_state = loaded.get("weights", {}), loaded.get("optimizer", {})
+        load_full_state(ckpt, self.parallel, self.optimizer, weights, optimizer_state)
         data_state = distributed.broadcast_object(self.world, loaded.get("data", {}))
         self.batches.load_state_dict(data_state)
         self.counters = Counters.from_dict(ckpt.meta)
-        if self.auto is not None:
-            decided = self.auto.restore(ckpt.meta)
-            if decided is not None:
-                self.plan = self.plan.decided(decided)
+        self.scheduler.load_state_dict(scheduler_state(ckpt.meta))
         if self.is_main:
             lost = self.metrics.resume_at(int(ckpt.meta["metrics_bytes"]), ckpt.step)
             if lost is not None:
@@ -278,15 +252,15 @@ class Trainer:
             self.run.close()
 
     def _train(self, stop_after: int | None, interrupt: Interrupt) -> dict[str, Any]:
-        total = self.plan.total_steps
+        total = self.scheduler.plan.total_steps
         stop = total if stop_after is None else max(self.counters.step, min(stop_after, total))
-        if self.switch_step == 0 and self.counters.step == 0:
+        if self.scheduler.switch_step == 0 and self.counters.step == 0:
             self._save(["switch"])
         progress = Progress(
             total,
             self.counters.step,
             quiet=self.quiet or not self.is_main,
-            work_total=self.plan.flops,
+            work_total=self.scheduler.plan.flops,
             work_initial=self.counters.flops,
         )
         self.model.train()
@@ -312,8 +286,8 @@ class Trainer:
 
     def _step(self, step: int) -> StepRecord:
         """Train step `step` (0-based) at the schedule's depth and learning rate and count it."""
-        t, total = self.config.train, self.plan.total_steps
-        planned = self.plan.at(step)  # the depth and phase the plan gives this step
+        t, total = self.config.train, self.scheduler.plan.total_steps
+        planned = self.scheduler.begin(step)  # decided at a boundary before, if one was due
         depth, phase = planned.depth, planned.phase
         lr = lr_at(step, total, t)
         started = time.perf_counter()
@@ -324,7 +298,7 @@ class Trainer:
         if self.device.type == "cuda" and (step + 1) % t.log_every == 0:
             torch.cuda.synchronize(self.device)
         seconds = time.perf_counter() - started
-        step_flops = self.plan.step_flops(depth)
+        step_flops = self.scheduler.plan.step_flops(depth)
         c = self.counters
         flops_before = c.flops
         c.add_step(phase, t.tokens_per_step, step_flops, seconds)
@@ -345,25 +319,25 @@ class Trainer:
         self, record: StepRecord, stop: int, interrupt: Interrupt
     ) -> Boundary | None:
         """What is due after the step `record` finished: None when the run just goes on."""
-        done, total = record.step, self.plan.total_steps
+        done, total = record.step, self.scheduler.plan.total_steps
         every = self.config.eval.every
         tags = self._checkpoint_tags(record)
         if done == stop < total:
             tags.append("paused")
         evaluate = done == total or bool(every and done % every == 0)
-        auto_switch = self.auto is not None and self.auto.due(done)
-        log = done % self.config.train.log_every == 0 or bool(tags) or evaluate or auto_switch
+        switch = self.scheduler.probe_due(done) or self.scheduler.decides_at(done)
+        log = done % self.config.train.log_every == 0 or bool(tags) or evaluate or switch
         stop_signal = interrupt.agreed(self.world, log) if done < total else None
         if stop_signal is not None and "paused" not in tags:
             tags.append("paused")
         if not log and stop_signal is None:
             return None
-        return Boundary(tags, evaluate, auto_switch, stop_signal)
+        return Boundary(tags, evaluate, stop_signal)
 
     def _log(self, pending: list[StepRecord], seconds: float, progress: Progress) -> None:
         """Bring the pending steps' losses to the host (`host_values`), stop on a non-finite one,
         write their log lines (which the auto switch watches) and show the progress."""
-        values = host_values(self.world, pending)
+        values = host_values(self.world, [(p.loss, p.grad_norm, p.depth) for p in pending])
         for p, (loss, _) in zip(pending, values, strict=True):
             if not math.isfinite(loss):
                 with contextlib.suppress(UserError):  # the checkpoints on disk are named
@@ -373,7 +347,7 @@ class Trainer:
         seconds = max(seconds, 1e-9)
         tok_per_s = len(pending) * t.tokens_per_step / seconds
         mfu = sum(p.step_flops for p in pending) / seconds / self.peak_flops
-        records = [
+        records: list[dict[str, Any]] = [
             {
                 "kind": "train",
                 "step": p.step,
@@ -389,28 +363,28 @@ class Trainer:
                 "mfu": mfu,
             }
             for p, (loss, grad_norm) in zip(pending, values, strict=True)
-            if p.step % t.log_every == 0 or p.step == self.plan.total_steps
+            if p.step % t.log_every == 0 or p.step == self.scheduler.plan.total_steps
         ]
         if self.is_main:
             self.metrics.write(records)
-        if self.auto is not None:
-            self.auto.observe(records)
+        if self.scheduler.rule == "plateau":  # it watches the logged losses
+            for r in records:
+                self.scheduler.observe(r["step"], r["loss"])
         last = pending[-1]
         fields = {
             "phase": last.phase,
             "K": str(last.depth),
             "loss": f"{values[-1][0]:.3f}",
             "tok/s": f"{tok_per_s:,.0f}",
-            "FLOPs": f"{last.flops:.2e}/{self.plan.flops:.2e}",
+            "FLOPs": f"{last.flops:.2e}/{self.scheduler.plan.flops:.2e}",
         }
         progress.update(last.step, fields, work=last.flops)
 
     def _cross(self, boundary: Boundary, progress: Progress, interrupt: Interrupt) -> None:
-        """The auto switch's probe, the evaluation and the checkpoint due at this boundary; then
-        stop if a signal asked to."""
+        """The auto switch's probe and decision, the evaluation and the checkpoint due at this
+        boundary; then stop if a signal asked to."""
         tags = boundary.tags
-        if boundary.auto_switch:
-            tags += self._auto_switch(self.counters.step)
+        tags += self._auto_switch(self.counters.step)  # in place: the boundary saves a checkpoint
         if boundary.evaluate:
             nll = self._evaluate()
             shown = ", ".join(f"K={d}: {v:.3f}" for d, v in nll.items())
@@ -427,12 +401,12 @@ class Trainer:
         tags = []
         if t.checkpoint_every and done % t.checkpoint_every == 0:
             tags.append("periodic")
-        if self.switch_step is not None and done == self.switch_step:
+        if done == self.scheduler.switch_step:
             tags.append("switch")
         for fraction, threshold in zip(sorted(t.snapshots), self.snapshot_flops, strict=True):
             if record.flops_before < threshold <= record.flops:
                 tags.append(f"snapshot-{fraction:g}")
-        if done == self.plan.total_steps:
+        if done == self.scheduler.plan.total_steps:
             tags.append("final")
         return tags
 
@@ -440,38 +414,33 @@ class Trainer:
         depths = self.config.eval.depths
         # Every rank evaluates the same batches (FSDP2 needs all of them to gather the weights);
         # the result is the same everywhere and rank 0 writes it.
-        nll = validation_nll(self.model, self.val_batches, depths, self.device, self.dtype)
-        self.parallel.after_eval()
+        nll = self.parallel.evaluate(self.val_batches, depths, self.dtype)
         record = {
             "kind": "eval",
-            "step": self.counters.step,
-            "tokens": self.counters.tokens,
-            "flops": self.counters.flops,
+            **self.counters.position(),
             "nll_by_depth": {str(d): v for d, v in nll.items()},
         }
         mean = mean_serving_nll(nll)
         if mean is not None:
             record["mean_serving_nll"] = mean
-        if self.counters.step == self.plan.total_steps and len(self.eval_dtypes) > 1:
-            exact = validation_nll(
-                self.model, self.val_batches, depths, self.device, self.eval_dtypes[-1]
-            )
-            self.parallel.after_eval()
+        if self.counters.step == self.scheduler.plan.total_steps and len(self.eval_dtypes) > 1:
+            exact = self.parallel.evaluate(self.val_batches, depths, self.eval_dtypes[-1])
             record["nll_by_depth_fp32"] = {str(d): v for d, v in exact.items()}
         if self.is_main:
             self.metrics.write([record])
         return nll
 
     def _auto_switch(self, done: int) -> list[str]:
-        """Probe and check the auto switch at boundary `done`; the checkpoint tags of a switch."""
-        assert self.auto is not None
-        records, decision = self.auto.at_boundary(done, self.parallel, self.counters)
-        if self.is_main:
+        """Probe (`depth-gap`) and ask the rule at boundary `done` where due, before the
+        checkpoint there, which then holds the decision; the checkpoint tags of a switch here."""
+        where, records = self.counters.position(), []
+        if self.probe is not None and self.scheduler.probe_due(done):
+            records.append(self.probe.feed(self.scheduler, self.parallel, where))
+        check, decision = self.scheduler.decide(done)
+        records += decision_records(self.scheduler, self.probe, where, check, decision)
+        if self.is_main and records:
             self.metrics.write(records)
-        if decision is None:
-            return []
-        self.plan = self.plan.decided(decision.step)
-        return ["switch", decision.tag]
+        return [] if decision is None else ["switch", decision.tag]
 
     def _say(self, line: str) -> None:
         if self.is_main and not self.quiet:
@@ -483,7 +452,7 @@ class Trainer:
             print(line, file=sys.stderr, flush=True)
 
     def _summary(self) -> dict[str, Any]:
-        summary = self.counters.summary(describe(self.config.schedule), self.plan)
+        summary = self.counters.summary(describe(self.config.schedule), self.scheduler.plan)
         # How the arithmetic ran (docs/guides/study-speed.md): none of it defines the run.
         summary.update(
             threads=self.threads,
@@ -495,7 +464,7 @@ class Trainer:
         )
         summary["data"] = {"kind": self.config.data.kind, "about": self.source.describe()}
         summary["peak_flops"] = {"per_process": self.peak_per_process, "from": self.peak_from}
-        summary["switch"] = switch_summary(self.plan, self.auto, self.config.train)
+        summary["switch"] = switch_summary(self.scheduler, self.probe, self.config.train)
         if self.is_main:
             write_json_atomic(self.run.summary_path, summary)
         return summary
@@ -529,28 +498,8 @@ class Boundary:
     tags: list[str]
     """Tags of the checkpoint to save (none: no checkpoint)."""
     evaluate: bool
-    auto_switch: bool
-    """The auto switch probes and checks its rule here."""
     stop_signal: int | None
     """The stop signal the ranks agreed to stop on here."""
-
-
-def host_values(world: World, pending: list[StepRecord]) -> list[tuple[float, float]]:
-    """(loss, gradient norm) of every pending step: one device sync, one collective.
-
-    Each rank's loss is its share of the global batch's mean loss per scored token
-    (`train_step`), so their sum is the loss of the step, whatever the number of processes. The
-    same collective checks that every rank trained at the same depths.
-    """
-    values_here = torch.stack([torch.stack([p.loss, p.grad_norm.float()]) for p in pending])
-    depths = torch.tensor([float(p.depth) for p in pending], device=values_here.device)
-    local = torch.cat([values_here, depths[:, None]], dim=1).double()
-    gathered = distributed.gather(world, local).cpu()  # (ranks, steps, 3)
-    if not torch.equal(gathered[:, :, 2], gathered[:1, :, 2].expand_as(gathered[:, :, 2])):
-        raise RuntimeError(f"ranks trained at different depths: {gathered[:, :, 2].tolist()}")
-    losses = gathered[:, :, 0].sum(dim=0).tolist()
-    grad_norms = gathered[0, :, 1].tolist()  # identical on every rank after the reduction
-    return list(zip(losses, grad_norms, strict=True))
 
 
 class TrainingDiverged(UserError):

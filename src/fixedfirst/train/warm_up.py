@@ -52,6 +52,9 @@ class DeepestStep:
     def peak(self) -> int:
         return self.forward_backward + self.optimizer_state
 
+    def __str__(self) -> str:
+        return f"depth {self.depth} measured {self.peak / GIB:,.2f} GiB with AdamW's moments"
+
 
 def warm_up(
     context: StepContext,

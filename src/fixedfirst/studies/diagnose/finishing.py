@@ -30,6 +30,7 @@ from fixedfirst.train.auto_switch import checkpoint_schedule
 from fixedfirst.train.distributed import World
 from fixedfirst.train.optim import build_optimizer, lr_at
 from fixedfirst.train.parallel import ParallelModel
+from fixedfirst.train.resume import load_full_state
 from fixedfirst.train.step import StepContext, state_seeds, train_step
 
 SWITCH_TAG = "switch"
@@ -125,8 +126,8 @@ def open_run_state(
     parallel = ParallelModel(model, World(), config.train.strategy, dev, dtype)
     weights = ckpt.load_weights(parallel.parameter_shapes())
     source = build_source(config)
+    load_full_state(ckpt, parallel, optimizer, weights, optimizer_state)
     try:
-        parallel.load_full_state(optimizer, weights, optimizer_state)
         source.load_state_dict(state["data"])
     except (KeyError, ValueError, RuntimeError, TypeError) as e:
         raise UserError(f"checkpoint {ckpt.path}: trainer state does not fit ({e})") from None
