@@ -1,12 +1,15 @@
 """Bad input around a transformers looped architecture in a run's [model] (`kind =
 "transformers"`): a class without a depth handle, a depth the model cannot run, a transformers
 without the architecture, a feature of fixedfirst's own model asked of it, a command that serves
-only ours. Part of the bad-input table (tests/bad_input_cases.py, docs/reference/bad-input.md);
-each refusal comes before the model runs a forward."""
+only ours; low-rank adapters (`[train.lowrank]`) asked of our own model, without peft, on
+modules the model does not have, or resumed on other base weights. Part of the bad-input table
+(tests/bad_input_cases.py, docs/reference/bad-input.md); each refusal comes before the model
+runs a forward."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import sys
 import types
 from collections.abc import Iterator
@@ -16,6 +19,9 @@ from tests.bad_input_cases import Case
 from tests.inkling_helpers import HAS_INKLING, INKLING_TOML
 
 SKIP = None if HAS_INKLING else "needs transformers >= 5.24 (Inkling2LoopForCausalLM)"
+HAS_PEFT = importlib.util.find_spec("peft") is not None
+SKIP_PEFT = SKIP or (None if HAS_PEFT else "needs peft (the lowrank extra)")
+LOWRANK = "\n[train.lowrank]\nrank = 4\n"
 OUT = ["--out", "new-run"]
 
 
@@ -41,6 +47,52 @@ def transformers_5_17() -> Iterator[None]:
     finally:
         if saved is not None:
             sys.modules["transformers"] = saved
+
+
+@contextlib.contextmanager
+def without_peft() -> Iterator[None]:
+    """A machine without peft: importing it fails."""
+    saved = sys.modules.get("peft")
+    sys.modules["peft"] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if saved is not None:
+            sys.modules["peft"] = saved
+        else:
+            del sys.modules["peft"]
+
+
+def lowrank_run(work: Path) -> None:
+    """A low-rank run of the tiny Inkling2Loop model, paused after 2 steps."""
+    from fixedfirst.config import load_config
+    from fixedfirst.train.trainer import Trainer
+
+    (work / "lowrank.toml").write_text(INKLING_TOML + LOWRANK)
+    config = load_config(work / "lowrank.toml")
+    Trainer(config, work / "lowrank-run", quiet=True).train(stop_after=2)
+
+
+@contextlib.contextmanager
+def other_initialisation() -> Iterator[None]:
+    """transformers as a release that initialises Inkling2Loop's routers otherwise has it: the
+    same configuration builds other base weights."""
+    import torch
+    from transformers.models.inkling2_loop import modeling_inkling2_loop as modeling
+
+    cls = modeling.Inkling2LoopPreTrainedModel
+    original = cls._init_weights
+
+    def other(self, module):  # type: ignore[no-untyped-def]
+        original(self, module)
+        if isinstance(module, modeling.Inkling2LoopTopKRouter):
+            torch.nn.init.normal_(module.weight, std=0.5)
+
+    cls._init_weights = other  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        cls._init_weights = original  # type: ignore[method-assign]
 
 
 def inkling_run_config(work: Path) -> None:
@@ -122,24 +174,6 @@ FOREIGN_CASES: list[Case] = [
         skip=SKIP,
     ),
     Case(
-        "foreign-checkpoint-activations",
-        "transformers model",
-        "`--set train.checkpoint_activations=true` for an Inkling2Loop run",
-        ["train", "inkling.toml", *OUT, "--set", "train.checkpoint_activations=true"],
-        "activation checkpointing per core iteration is a feature of fixedfirst's own",
-        files=inkling(),
-        skip=SKIP,
-    ),
-    Case(
-        "foreign-fsdp",
-        "transformers model",
-        "`--set train.strategy=fsdp` for an Inkling2Loop run",
-        ["train", "inkling.toml", *OUT, "--set", "train.strategy=fsdp"],
-        "train.strategy = 'fsdp' shards fixedfirst's own looped transformer",
-        files=inkling(),
-        skip=SKIP,
-    ),
-    Case(
         "foreign-depth-key",
         "transformers model",
         "`loop_num_passes = 3` in [model.transformers] (the depth is the schedule's)",
@@ -187,5 +221,56 @@ FOREIGN_CASES: list[Case] = [
         "transformers' Inkling2LoopForCausalLM",
         setup=lambda work: inkling_run_config(work),
         skip=SKIP,
+    ),
+    Case(
+        "foreign-lowrank-own-model",
+        "transformers model",
+        "`--set train.lowrank.rank=4` (low-rank adapters) for a run of fixedfirst's own looped "
+        "transformer",
+        ["train", "tiny.toml", *OUT, "--set", "train.lowrank.rank=4"],
+        "train.lowrank: low-rank adapters are for a transformers looped architecture",
+        needs=("tiny.toml",),
+    ),
+    Case(
+        "foreign-lowrank-without-peft",
+        "transformers model",
+        "an Inkling2Loop run with [train.lowrank] on a machine without peft (stood in for by a "
+        "peft that cannot be imported)",
+        ["train", "inkling.toml", *OUT],
+        "train.lowrank (low-rank adapters) needs peft >= 0.18.0, which is not installed: pip "
+        "install 'fixedfirst[lowrank]'",
+        files={"inkling.toml": INKLING_TOML + LOWRANK},
+        stand_in=without_peft,
+        skip=SKIP,
+    ),
+    Case(
+        "foreign-lowrank-unknown-target",
+        "transformers model",
+        '`targets = ["q_projj"]` in [train.lowrank] (a module the model does not have)',
+        ["train", "inkling.toml", *OUT],
+        "train.lowrank.targets: 'q_projj' matches no module of Inkling2LoopForCausalLM",
+        files={"inkling.toml": INKLING_TOML + LOWRANK + 'targets = ["q_projj"]\n'},
+        skip=SKIP_PEFT,
+    ),
+    Case(
+        "foreign-lowrank-nothing-adapted",
+        "transformers model",
+        "`targets = []` and `parameters = []` in [train.lowrank]",
+        ["train", "inkling.toml", *OUT],
+        "train.lowrank: targets and parameters are both empty",
+        files={"inkling.toml": INKLING_TOML + LOWRANK + "targets = []\nparameters = []\n"},
+        skip=SKIP,
+    ),
+    Case(
+        "foreign-lowrank-other-base",
+        "transformers model",
+        "`--resume` of a low-rank run on a machine whose transformers initialises Inkling2Loop "
+        "otherwise (its routers drawn wider), so the same configuration builds other base "
+        "weights",
+        ["train", "--out", "lowrank-run", "--resume"],
+        "its adapters were trained on other base weights",
+        setup=lowrank_run,
+        stand_in=other_initialisation,
+        skip=SKIP_PEFT,
     ),
 ]

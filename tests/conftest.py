@@ -14,9 +14,11 @@ from fixedfirst.model import LoopedTransformer
 
 LONGEST_MODULES = (
     "test_distributed.py",
+    "test_foreign_training.py",
     "test_first_run.py",
     "test_bios_experiment.py",
     "test_side_by_side.py",
+    "test_foreign_lowrank.py",
     "test_warm_up.py",
     "test_hard_edges.py",
     "test_study_configs.py",

@@ -4,12 +4,12 @@ the least recall over deep serving depths, and the report's sentences from them.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 
 import pytest
 
-from fixedfirst.studies.bios.analysis import PrimaryComparison, analyse
+from fixedfirst.studies.bios.analysis import BIOS_CLAIMS, analyse
 from fixedfirst.studies.bios.report import findings, primary_findings
+from fixedfirst.studies.kit.claims import Claim
 
 CEILING = 40.0
 DEPTHS = [1, 2, 4, 8, 16, 64]
@@ -34,7 +34,7 @@ def results(bits: dict[tuple[str, int], dict[int, float]], primary=()) -> dict:
         "ceiling_bits": CEILING,
         "budget_fractions": [1.0],
         "depths": DEPTHS,
-        "primary": [asdict(p) for p in primary],
+        "primary": [BIOS_CLAIMS.write(p) for p in primary],
     }
 
 
@@ -95,14 +95,17 @@ def test_least_deep_recall_and_the_sentences():
     assert "least recall over serving depths 2..64 is 97% of the ceiling" in text
 
 
-def claims(bars: tuple[float, float, float]) -> list[PrimaryComparison]:
+def claim(name: str, arm: str, quantity: str, side: str, bar: float) -> Claim:
+    keys = {"name": name, "arm": arm, "quantity": quantity, "claim": side, "bar": bar}
+    return BIOS_CLAIMS.read(keys)
+
+
+def claims(bars: tuple[float, float, float]) -> list[Claim]:
     kept, uniform, ceiling = bars
     return [
-        PrimaryComparison("Fixed K = 4 keeps half", "fixed-4", "kept_of_depth_4", "at least", kept),
-        PrimaryComparison("Uniform barely", "uniform-1-16", "mean_of_ceiling", "below", uniform),
-        PrimaryComparison(
-            "At the ceiling", "fixed-first-4-0.8", "least_of_ceiling", "at least", ceiling
-        ),
+        claim("Fixed K = 4 keeps half", "fixed-4", "kept_of_depth_4", "at least", kept),
+        claim("Uniform barely", "uniform-1-16", "mean_of_ceiling", "below", uniform),
+        claim("At the ceiling", "fixed-first-4-0.8", "least_of_ceiling", "at least", ceiling),
     ]
 
 
@@ -197,9 +200,7 @@ def test_the_loop_preset_names_the_three_primary_claims_of_the_page():
     half of its depth-4 recall at depths 8..64."""
     from fixedfirst.studies.bios.experiment import load_preset
 
-    assert [
-        (p.arm, p.quantity, p.claim, p.bar) for p in load_preset("loop").experiment.primary
-    ] == [
+    assert [(p.a, p.of, p.side, p.bar) for p in load_preset("loop").experiment.primary] == [
         ("fixed-first-2-0.67", "least_of_ceiling", "at least", 0.95),
         ("uniform-1-16", "mean_of_ceiling", "below", 0.10),
         ("fixed-4", "kept_of_depth_4", "at least", 0.5),

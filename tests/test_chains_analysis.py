@@ -7,23 +7,26 @@ import math
 
 import pytest
 
-from fixedfirst.studies.chains.analysis import (
-    PrimaryComparison,
-    analyse,
-    chosen_depth,
-    solved_up_to,
-)
+from fixedfirst.studies.chains.analysis import analyse, chosen_depth, solved_up_to
 from fixedfirst.studies.chains.rerun import compare, rerun_markdown
+from fixedfirst.studies.kit.claims import Claim
 
 DEPTHS = [1, 4, 16, 64]
 MAX_OPS = 4  # bands 0..2 (easy), 3..4 (hard), 5..8 (near), 9..12 (far)
 BANDS = {"easy": (0, 2), "hard": (3, 4), "near": (5, 8), "far": (9, 12)}
 T_975_4 = 2.776445105
+
+
+def comparison(
+    name: str, band: str, a: str, a_depth: int, b: str, b_depth: int, bar: float | None = None
+) -> Claim:
+    """A primary comparison as a chains preset writes one."""
+    return Claim(name, a, b, band, a_depth, b_depth, bar=bar)
+
+
 PRIMARY = [
-    PrimaryComparison(
-        "Depth decides the answer", "hard", "uniform-1-16", 16, "uniform-1-16", 1, 0.4
-    ),
-    PrimaryComparison("Fixed serves shallow", "hard", "fixed-4", 1, "uniform-1-16", 1),
+    comparison("Depth decides the answer", "hard", "uniform-1-16", 16, "uniform-1-16", 1, 0.4),
+    comparison("Fixed serves shallow", "hard", "fixed-4", 1, "uniform-1-16", 1),
 ]
 """Two primary comparisons the hand-made runs below have (the presets' need five schedules)."""
 
@@ -197,8 +200,8 @@ def test_a_primary_comparison_is_decided_by_its_own_interval_by_hand(bar, verdic
     at or above 0.40 (meets), across 0.45, under 0.80 (below). Fixed K=4 minus uniform on the
     hard band at K=1: 0.05..0.25, 0.15 +- 2.776 * 0.0354 = [0.0518, 0.2482], above zero; on the
     near band at K=64, 0.2 in every seed."""
-    gain = PrimaryComparison(PRIMARY[0].name, "hard", "uniform-1-16", 16, "uniform-1-16", 1, bar)
-    near = PrimaryComparison("Fixed ahead on near", "near", "fixed-4", 64, "uniform-1-16", 64)
+    gain = comparison(PRIMARY[0].name, "hard", "uniform-1-16", 16, "uniform-1-16", 1, bar)
+    near = comparison("Fixed ahead on near", "near", "fixed-4", 64, "uniform-1-16", 64)
     a = analyse(split_seeds(), DEPTHS, MAX_OPS, [gain, PRIMARY[1], near])
     gain, shallow, near = a["primary"]
     assert gain["difference"]["mean"] == pytest.approx(0.6)
@@ -279,7 +282,7 @@ def test_the_family_is_corrected_step_down_with_p_values_from_the_t_table():
     """t = 8.610, 4.604, 3.747 at 4 degrees of freedom are two-sided p = 0.001, 0.01, 0.02:
     Holm rejects all three (0.001 <= 0.05/3, 0.01 <= 0.05/2, 0.02 <= 0.05), where Bonferroni
     (0.05/3 each) would keep the last; three at p = 0.02 are none of them rejected."""
-    from fixedfirst.studies.comparisons import correct_family
+    from fixedfirst.studies.kit.claims import correct_family
 
     family = differences_with_p([3.747, 8.610, 4.604])
     correct_family(family)
@@ -295,15 +298,14 @@ def test_the_default_preset_names_the_three_primary_comparisons_of_the_page():
     K=1 against 40 points; fixed-first K0=2 minus uniform on 5..8 at K=1 and K0=4 minus uniform
     on 9..16 at K=64, above zero."""
     from fixedfirst.data.registry import kind_options
-    from fixedfirst.studies.chains.analysis import ROLES
     from fixedfirst.studies.chains.experiment import load_preset
-    from fixedfirst.tasks.chains.bands import bands_of
+    from fixedfirst.tasks.chains.bands import ROLES, bands_of
 
     preset = load_preset("default")
     bands = bands_of(kind_options(preset.run_config("uniform-1-16", 0)))
     labels = dict(zip(ROLES, (b.label for b in bands), strict=True))
     assert [
-        (labels[p.band], p.a, p.a_depth, p.b, p.b_depth, p.bar) for p in preset.experiment.primary
+        (labels[p.of], p.a, p.a_depth, p.b, p.b_depth, p.bar) for p in preset.experiment.primary
     ] == [
         ("5..8", "uniform-1-16", 16, "uniform-1-16", 1, 0.40),
         ("5..8", "fixed-first-2-0.67", 1, "uniform-1-16", 1, None),

@@ -14,7 +14,7 @@ from fixedfirst.schedules import Schedule
 from fixedfirst.studies.chains.experiment import load_preset
 from fixedfirst.studies.chains.figure import FIGURES
 from fixedfirst.studies.chains.report import primary_findings, report_markdown
-from fixedfirst.studies.presets import PAPER_SCHEDULES
+from fixedfirst.studies.kit.presets import PAPER_SCHEDULES
 from tests.report_checks import assert_report_remade
 
 SMOKE_SETTINGS = ["experiment.flops=2e9"]

@@ -53,21 +53,23 @@ def test_config_reference_lists_every_key(capsys):
     assert "**[data.bios]**" in out
     for f in fields(BiosOptions):
         assert f"`{f.name}`" in out
+    from fixedfirst.studies.bios.analysis import BIOS_CLAIMS
     from fixedfirst.studies.bios.experiment import ExperimentConfig as Bios
     from fixedfirst.studies.chains.experiment import ExperimentConfig as Chains
-    from fixedfirst.studies.sweep.claims import ClaimSpec
+    from fixedfirst.studies.kit.depth_arms import BAND_CLAIMS
+    from fixedfirst.studies.sweep.claims import CLAIMS
     from fixedfirst.studies.sweep.factors import GapSpec
     from fixedfirst.studies.sweep.settings import SweepSettings
 
-    for title, experiment in (
-        ("[experiment] (bios)", Bios),
-        ("[experiment] (chains)", Chains),
-        ("[sweep] (a sweep file)", SweepSettings),
-        ("[[claims]] (a sweep file)", ClaimSpec),
-        ("[[gaps]] (a sweep file)", GapSpec),
+    for title, keys in (
+        ("[experiment] (bios)", [f.name for f in fields(Bios)]),
+        ("[[experiment.primary]] (bios)", list(BIOS_CLAIMS.keys)),
+        ("[experiment] (chains)", [f.name for f in fields(Chains)]),
+        ("[[experiment.primary]] (chains)", list(BAND_CLAIMS.keys)),
+        ("[sweep] (a sweep file)", [f.name for f in fields(SweepSettings)]),
+        ("[[claims]] (a sweep file)", list(CLAIMS.keys)),
+        ("[[gaps]] (a sweep file)", [f.name for f in fields(GapSpec)]),
     ):
         section = out[out.index(f"**{title}**") :]
         section = section[: section.index("\n\n", section.index("| --- |"))]
-        assert [f"`{f.name}`" in section for f in fields(experiment)] == [True] * len(
-            fields(experiment)
-        )
+        assert [f"`{key}`" in section for key in keys] == [True] * len(keys)

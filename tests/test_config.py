@@ -24,6 +24,11 @@ BAD_CONFIGS = [
         "schedule.k0: 20 exceeds k_max = 16",
     ),
     ("[schedule]\nswitch = 1.5\n", "schedule.switch: must be in [0, 1]"),
+    ("[train.lowrank]\nrank = 0\n", "train.lowrank: rank must be in 1..65536, got 0"),
+    (
+        '[train.lowrank]\ntargets = ["q_proj.linear", "q_proj.linear"]\n',
+        "train.lowrank: targets: 'q_proj.linear' is listed twice",
+    ),
     ("[schedule]\nswitch = -0.1\n", "schedule.switch: must be in [0, 1]"),
     ('[schedule]\nkind = "fixed"\ndepth = 0\n', "schedule.depth: must be >= 1"),
     ('[schedule]\nkind = "fixed"\ndepth = -3\n', "schedule.depth: must be >= 1"),

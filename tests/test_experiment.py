@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fixedfirst.errors import UserError
-from fixedfirst.studies.training import PlannedRun, run_all
+from fixedfirst.studies.kit.runs import PlannedRun, run_all
 from fixedfirst.train.trainer import Trainer
 from tests.trainer_helpers import tiny_config
 

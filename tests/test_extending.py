@@ -1,6 +1,7 @@
 """The contributor's recipes of docs/development/extending.md work as written: a task and an
 exit rule added in a package of their own (a temporary one on sys.path, outside fixedfirst) run
-through the public API. A recipe that needs an edit the docs do not mention fails here."""
+through the public API, as does a toy study on the study kit (tests/fixtures/toy_study.py). A
+recipe that needs an edit the docs do not mention fails here."""
 
 from __future__ import annotations
 
@@ -294,3 +295,50 @@ def test_a_schedule_added_as_the_docs_say_trains(tmp_path):
     steps = [r for r in records if r.get("kind") == "train"]
     assert [(r["depth"], r["phase"]) for r in steps] == [(1, "low")] * 5 + [(6, "high")] * 5
     assert json.loads((run / "summary.json").read_text())["schedule"] == "two-step 1, 6"
+
+
+TOY_STUDY = Path(__file__).parent / "fixtures" / "toy_study.py"
+"""docs/development/extending.md's recipe for a study, followed: a toy one on the study kit."""
+TOY_PRESET = """
+[experiment]
+flops = 2e8
+
+[[experiment.primary]]
+name = "Uniform serves deeper"
+a = "uniform-1-4"
+b = "fixed-2"
+depth = 4
+""" + TINY_TOML.replace('[schedule]\nkind = "fixed-first"\nk0 = 2\nswitch = 0.5\nk_max = 6\n', "")
+
+
+def test_a_study_on_the_kit_alone_trains_reports_and_reuses(tmp_path):
+    """A study in at most 150 lines that imports, of the studies, only the kit runs through
+    `conduct`: every run trained, its evaluation made, results.json, report.json and report.md
+    (remade from report.json alone) written; invoked again it reuses every run."""
+    import ast
+
+    from fixedfirst.studies.kit.conduct import conduct
+    from tests.fixtures.toy_study import ToyStudy, report_markdown
+
+    source = TOY_STUDY.read_text()
+    assert len(source.splitlines()) <= 150
+    imported = {n.module for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom)}
+    studies = {m for m in imported if m and m.startswith("fixedfirst.studies")}
+    assert studies and all(m.startswith("fixedfirst.studies.kit.") for m in studies)
+    preset = tmp_path / "toy.toml"
+    preset.write_text(TOY_PRESET)
+    out = tmp_path / "toy"
+    done = conduct(ToyStudy.load(str(preset)), out, quiet=True, jobs=1)
+    runs = ["fixed-2-seed0", "fixed-2-seed1", "uniform-1-4-seed0", "uniform-1-4-seed1"]
+    assert (done.trained, done.reused) == (runs, [])
+    assert done.files == [out / "results.json", out / "report.json", out / "report.md"]
+    report = (out / "report.md").read_text()
+    assert report == report_markdown(json.loads((out / "report.json").read_text()))
+    sentence = next(line for line in report.splitlines() if "Uniform serves deeper" in line)
+    assert sentence.endswith(("below zero: lower.", "below zero: higher.", ": cannot tell."))
+    assert all(f"| {run} |" in report for run in runs)
+    again = conduct(ToyStudy.load(str(preset)), out, quiet=True, jobs=1)
+    assert (again.trained, again.reused) == ([], runs)
+    preset.write_text(TOY_PRESET.replace("depth = 4", "depth = 3"))
+    with pytest.raises(UserError, match=r"experiment.primary\[0\]: primary.depth: 3 "):
+        ToyStudy.load(str(preset))

@@ -289,3 +289,43 @@ def test_public_functions_take_at_most_seven_parameters():
         if (found := wide_functions(ast.parse(path.read_text())))
     }
     assert wide == {}
+
+
+KIT = "fixedfirst.studies.kit"
+COMPOSED = {"fixedfirst.studies.ablation": {"fixedfirst.studies.bios", "fixedfirst.studies.chains"}}
+"""A study that stands on other studies: the ablation trains bios's or chains's preset."""
+
+
+def study_of(name: str) -> str | None:
+    """The unit directly under fixedfirst.studies that holds module `name` (a study package, the
+    kit, or a module of its own); None outside the studies layer or for the layer itself."""
+    parts = name.split(".")
+    if parts[:2] != ["fixedfirst", "studies"] or len(parts) < 3:
+        return None
+    return ".".join(parts[:3])
+
+
+def test_the_study_kit_imports_no_study():
+    """Everything a study stands on is below it: the kit imports the library and the tasks."""
+    found = [
+        f"{name} imports {dep}"
+        for name, deps in graph().items()
+        if study_of(name) == KIT
+        for dep in deps
+        if study_of(dep) not in (None, KIT)
+    ]
+    assert found == []
+
+
+def test_every_study_is_a_leaf_on_the_kit():
+    """Of the studies layer a study imports only itself and the kit (the ablation also the
+    studies it composes), so a study is read, changed or removed without the others."""
+    found = [
+        f"{name} imports {dep}"
+        for name, deps in graph().items()
+        if (study := study_of(name)) not in (None, KIT)
+        for dep in deps
+        if study_of(dep) not in (None, KIT, study, *COMPOSED.get(study or "", ()))
+    ]
+    assert found == []
+    assert {study_of(name) for name in modules()} >= {KIT, *COMPOSED}, "a unit was renamed"

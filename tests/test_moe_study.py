@@ -13,6 +13,7 @@ from fixedfirst.cli.main import main
 from fixedfirst.config import read_toml
 from fixedfirst.runs.directory import RunDir
 from fixedfirst.studies.finishing import report as finishing_report
+from fixedfirst.studies.kit.depth_tables import FIGURE
 from fixedfirst.studies.moe import report as moe_report
 from fixedfirst.studies.moe.router_analysis import total_variation
 from tests.inkling_helpers import needs_inkling
@@ -68,7 +69,7 @@ def test_moe_study_scores_every_arm_by_depth_and_measures_its_router(tmp_path, c
     assert results["router"]["uniform-1-6"]["1"]["switch_change"] is None
     numbers = json.loads((out / "report.json").read_text())
     assert moe_report.report_markdown(numbers) == (out / "report.md").read_text()
-    assert (out / moe_report.FIGURE).stat().st_size > 0
+    assert (out / FIGURE).stat().st_size > 0
     capsys.readouterr()
     assert cli(*args) == 0
     assert "trained 0 run(s), reused 4" in capsys.readouterr().out

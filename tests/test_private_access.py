@@ -40,6 +40,10 @@ THIRD_PARTY: dict[tuple[str, str], str] = {
         "fixedfirst/data/documents.py",
         "_fingerprint",
     ): "a datasets.Dataset's content hash: the only way to tell a changed dataset from the same",
+    (
+        "fixedfirst/model/keep_float32.py",
+        "_keep_in_fp32_modules_strict",
+    ): "transformers' declaration of the weights a model keeps in float32; no public spelling",
 }
 """(file under src/, private name) -> why that member of another library is used."""
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fixedfirst.studies.presets import PAPER_SCHEDULES
+from fixedfirst.studies.kit.presets import PAPER_SCHEDULES
 from fixedfirst.studies.serving.comparison import analyse
 from fixedfirst.studies.serving.report import report_markdown
 from fixedfirst.studies.serving.settings import load_economics
@@ -149,7 +149,7 @@ def test_the_committed_config_names_the_fresh_studies_and_their_arms():
     }
     assert set(lm.arms.values()) <= entries
     assert chains.run_path("fixed K=4", 100) == Path("runs/fresh-chains/runs/fixed-4-seed100")
-    assert [(p.study, p.a, p.b) for p in config.primary] == [
+    assert [(p.within, p.a, p.b) for p in config.primary] == [
         ("chains", "fixed-first K0=2", "uniform"),
         ("chains", "fixed-first K0=4", "uniform"),
         ("language model", "fixed-first K0=2", "uniform"),

@@ -18,17 +18,16 @@ from fixedfirst.data.registry import KINDS, DataKind, data_kind
 from fixedfirst.errors import UserError
 from fixedfirst.files.writing import write_json_atomic
 from fixedfirst.runs.directory import RunDir
-from fixedfirst.studies.side_by_side import (
+from fixedfirst.studies.kit.conduct import Study, conduct
+from fixedfirst.studies.kit.runs import PlannedRun, RunOutcome
+from fixedfirst.studies.kit.workers import (
     Job,
-    Study,
     WorkerPool,
-    conduct,
     once_finished,
     plan_workers,
     run_jobs,
     run_progress,
 )
-from fixedfirst.studies.training import PlannedRun, RunOutcome
 from fixedfirst.train.trainer import Trainer
 from tests.bad_input_edges import HOLDER
 from tests.trainer_helpers import tiny_config, train_records
@@ -145,7 +144,7 @@ def preempt_the_parent(path: str) -> None:
 
 PREEMPTED = """
 import sys
-from fixedfirst.studies.side_by_side import Job, run_jobs
+from fixedfirst.studies.kit.workers import Job, run_jobs
 from fixedfirst.train.interrupt import TrainingInterrupted
 from tests.test_side_by_side import preempt_the_parent
 try:
@@ -358,7 +357,7 @@ STOPPED_STUDY = """
 import sys, time
 from pathlib import Path
 import fixedfirst.train.trainer as trainer
-from fixedfirst.studies.side_by_side import conduct
+from fixedfirst.studies.kit.conduct import conduct
 from fixedfirst.train.interrupt import TrainingInterrupted
 from tests.test_side_by_side import ToyStudy, toy_runs
 original = trainer.train_step

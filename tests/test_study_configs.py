@@ -385,7 +385,7 @@ def test_the_fresh_language_model_study_is_the_factor_studys_headline_on_new_see
         (g.name, g.a, g.b, g.primary) for g in factors.gaps
     ]
     assert not fresh.factors and len(fresh.runs) == 30
-    primary = [(c.a, c.b, c.bound) for c in fresh.claims if c.primary]
+    primary = [(c.a, c.b, c.bar) for c in fresh.claims if c.primary]
     assert primary == [
         ("ff-k4-s0.67-uniform", "uniform-matched-ff-k4-s0.67", 0.0),
         ("ff-k2-s0.67-uniform", "uniform-matched-ff-k2-s0.67", 0.0),

@@ -306,7 +306,7 @@ BAD_SWEEPS = {
     "run without a name": (BASE + SETTINGS + "[[runs]]\nschedule.k0 = 1\n", ["has no name"]),
     "seeds repeated": (
         BASE + SETTINGS + "seeds = [0, 0]\n" + RUNS,
-        ["sweep.seeds: must be a list of distinct integers >= 0"],
+        ["sweep.seeds: distinct seeds >= 0, at least one"],
     ),
     "matched to an auto switch": (
         BASE + SETTINGS + RUNS + 'schedule.switch = "auto"\nswitch.window = 0.5\n'

@@ -14,7 +14,8 @@ from fixedfirst.data.synthetic import SyntheticSource
 from fixedfirst.evaluation.cached import HeldOut, cached_evaluation
 from fixedfirst.evaluation.nll import EVAL_DEPTHS
 from fixedfirst.stats.evidence import paired_relative
-from fixedfirst.studies.sweep.claims import ClaimSpec, claims_markdown, evaluate_claims
+from fixedfirst.studies.kit.claims import Claim
+from fixedfirst.studies.sweep.claims import CLAIMS, claims_markdown, evaluate_claims
 from fixedfirst.studies.sweep.results import table_markdown
 from fixedfirst.studies.sweep.seed_table import seed_groups, seed_table_markdown
 from tests.test_sweep import BASE, assert_one_line_error, run_cli
@@ -264,12 +265,13 @@ def test_seed_table_against_hand_computed_intervals():
     )
 
 
-def claim(**keys) -> ClaimSpec:
+def claim(**keys) -> Claim:
+    """A [[claims]] table as a sweep file writes one."""
     values = dict(
         text="t", a="ff", b="uniform", metric="mean", measure="relative", claim="below", bound=0.05
     )
     values.update(keys)
-    return ClaimSpec(**values)
+    return CLAIMS.read(values)
 
 
 def test_claims_get_their_verdicts_from_hand_computed_intervals():

@@ -29,7 +29,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.studies.ablation.experiment import load_ablation
     from fixedfirst.studies.ablation.report import findings
-    from fixedfirst.studies.side_by_side import conduct
+    from fixedfirst.studies.kit.conduct import conduct
 
     study = load_ablation(args.task, args.preset, args.overrides, args.depth, _ints(args.seeds))
     conducted = conduct(study, Path(args.out), args.quiet, args.jobs)

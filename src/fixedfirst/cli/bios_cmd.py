@@ -20,7 +20,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.studies.bios.experiment import load_preset
     from fixedfirst.studies.bios.report import findings, primary_findings
-    from fixedfirst.studies.side_by_side import conduct
+    from fixedfirst.studies.kit.conduct import conduct
 
     study = load_preset(args.preset, args.overrides)
     conducted = conduct(study, Path(args.out), args.quiet, args.jobs)

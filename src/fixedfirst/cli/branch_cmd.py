@@ -87,7 +87,7 @@ def finishing_config(source: RunDir, args: argparse.Namespace) -> RunConfig:
     to the end), then the --set overrides (e.g. train.finishing.peak)."""
     from fixedfirst.config import RunConfig, apply_overrides
     from fixedfirst.errors import UserError
-    from fixedfirst.studies.training import finished_summary
+    from fixedfirst.studies.kit.runs import finished_summary
     from fixedfirst.train.finishing_stage import finishing_stage
 
     if args.finish_k_max is None:

@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from fixedfirst.studies.chains.experiment import load_preset
     from fixedfirst.studies.chains.report import findings, primary_findings
     from fixedfirst.studies.chains.rerun import compare, rerun_markdown
-    from fixedfirst.studies.side_by_side import conduct
+    from fixedfirst.studies.kit.conduct import conduct
 
     study = load_preset(args.preset, args.overrides)
     out = Path(args.out)

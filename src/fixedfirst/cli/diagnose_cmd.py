@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
     from fixedfirst.studies.diagnose.figure import plot_figure4
     from fixedfirst.studies.diagnose.report import report_markdown, report_numbers
     from fixedfirst.studies.diagnose.runner import DiagnoseOptions, run_diagnostic
-    from fixedfirst.studies.report_files import write_numbers_and_report
+    from fixedfirst.studies.kit.report_files import write_numbers_and_report
 
     if not Path(args.run_dir).is_dir():
         raise UserError(f"run directory {args.run_dir} does not exist")

@@ -7,8 +7,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fixedfirst.files import locks
-
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -30,20 +28,14 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fixedfirst.errors import UserError
-    from fixedfirst.studies.serving.runner import conduct
+    from fixedfirst.studies.kit.conduct import conduct
+    from fixedfirst.studies.serving.runner import EconomicsStudy
     from fixedfirst.studies.serving.settings import load_economics
 
     config = load_economics(args.config)  # refused before anything is read
-    if args.jobs < 1:
-        raise UserError(f"--jobs must be >= 1, got {args.jobs}")
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out}: exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
-    with locks.holding(out, "serving-economics"):
-        files = conduct(config, out, args.quiet, args.jobs)
+    conducted = conduct(EconomicsStudy(config, out, args.jobs), out, args.quiet, args.jobs)
     if not args.quiet:
-        for path in files:
+        for path in conducted.files:
             print(f"wrote {path}")
     return 0

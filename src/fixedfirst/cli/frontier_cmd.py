@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
 def measure(args: argparse.Namespace, settings, out: Path) -> int:
     from fixedfirst.files.writing import write_text_atomic
     from fixedfirst.machine.device import resolve_device
-    from fixedfirst.studies.report_files import numbers_json
+    from fixedfirst.studies.kit.report_files import numbers_json
     from fixedfirst.studies.serving.frontier import measure_frontier, open_subject
     from fixedfirst.studies.serving.frontier_figure import plot_frontier
     from fixedfirst.studies.serving.frontier_report import frontier_markdown, short

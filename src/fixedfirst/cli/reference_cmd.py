@@ -7,7 +7,14 @@ from __future__ import annotations
 import argparse
 from dataclasses import MISSING, fields
 
-from fixedfirst.config import SECTIONS, ModelConfig, TransformersModelConfig, field_docs
+from fixedfirst.config import (
+    SECTIONS,
+    LowRankConfig,
+    ModelConfig,
+    TrainConfig,
+    TransformersModelConfig,
+    field_docs,
+)
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -47,13 +54,13 @@ def _print_transformers_model(markdown: bool) -> None:
     print()
 
 
-def _study_sections() -> list[tuple[str, str, type]]:
-    """(title, what it is, its dataclass) for the tables the studies read beside run sections."""
-    from fixedfirst.studies.bios.analysis import PrimaryComparison as BiosPrimary
+def _study_sections() -> list[tuple[str, str, list[tuple[str, str, str]]]]:
+    """(title, what it is, its keys) for the tables the studies read beside run sections."""
+    from fixedfirst.studies.bios.analysis import BIOS_CLAIMS
     from fixedfirst.studies.bios.experiment import ExperimentConfig as BiosExperiment
-    from fixedfirst.studies.chains.analysis import PrimaryComparison as ChainsPrimary
     from fixedfirst.studies.chains.experiment import ExperimentConfig as ChainsExperiment
-    from fixedfirst.studies.sweep.claims import ClaimSpec
+    from fixedfirst.studies.kit.depth_arms import BAND_CLAIMS
+    from fixedfirst.studies.sweep.claims import CLAIMS
     from fixedfirst.studies.sweep.factors import FactorSpec, GapSpec
     from fixedfirst.studies.sweep.settings import SweepSettings
 
@@ -61,22 +68,18 @@ def _study_sections() -> list[tuple[str, str, type]]:
         "A `fixedfirst {}` preset's own section (`--preset FILE`, or "
         "`--set experiment.KEY=VALUE`); its other sections are a run's, without [schedule]."
     )
-    sweep_tables: list[tuple[str, type]] = [("[sweep]", SweepSettings)]
-    sweep_tables += [(f"[[{s.SECTION}]]", s) for s in (ClaimSpec, GapSpec, FactorSpec)]
+    sweep = " (a sweep file)"
     return [
-        ("[experiment] (bios)", preset.format("bios"), BiosExperiment),
-        (
-            "[[experiment.primary]] (bios)",
-            _summary(BiosPrimary) + _required(BiosPrimary),
-            BiosPrimary,
+        ("[experiment] (bios)", preset.format("bios"), field_docs(BiosExperiment)),
+        ("[[experiment.primary]] (bios)", BIOS_CLAIMS.summary(), BIOS_CLAIMS.docs()),
+        ("[experiment] (chains)", preset.format("chains"), field_docs(ChainsExperiment)),
+        ("[[experiment.primary]] (chains)", BAND_CLAIMS.summary(), BAND_CLAIMS.docs()),
+        ("[sweep]" + sweep, _summary(SweepSettings), field_docs(SweepSettings)),
+        ("[[claims]]" + sweep, CLAIMS.summary(), CLAIMS.docs()),
+        *(
+            (f"[[{s.SECTION}]]{sweep}", _summary(s) + _required(s), field_docs(s))
+            for s in (GapSpec, FactorSpec)
         ),
-        ("[experiment] (chains)", preset.format("chains"), ChainsExperiment),
-        (
-            "[[experiment.primary]] (chains)",
-            _summary(ChainsPrimary) + _required(ChainsPrimary),
-            ChainsPrimary,
-        ),
-        *((f"{name} (a sweep file)", _summary(s) + _required(s), s) for name, s in sweep_tables),
     ]
 
 
@@ -101,13 +104,20 @@ def run(args: argparse.Namespace) -> int:
         _print_table(f"[{section.SECTION}]", _summary(section), field_docs(section), args.markdown)
         if section is ModelConfig:
             _print_transformers_model(args.markdown)
+        if section is TrainConfig:
+            _print_table(
+                f"[{LowRankConfig.SECTION}]",
+                _summary(LowRankConfig),
+                field_docs(LowRankConfig),
+                args.markdown,
+            )
     for name in KINDS:
         kind = data_kind(name)
         if kind.options is not None:
             doc = f'Options of `[data] kind = "{name}"`: {kind.summary}.'
             _print_table(f"[data.{name}]", doc, field_docs(kind.options), args.markdown)
-    for title, doc, section in _study_sections():
-        _print_table(title, doc, field_docs(section), args.markdown)
+    for title, doc, rows in _study_sections():
+        _print_table(title, doc, rows, args.markdown)
     if args.markdown:
         print("Data kinds (`[data] kind`):\n")
         print("\n".join(f"- `{n}`: {data_kind(n).summary}" for n in KINDS))

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from fixedfirst.cli.arguments import add_set_argument
 
 if TYPE_CHECKING:
-    from fixedfirst.studies.presets import PresetStudy
-    from fixedfirst.studies.side_by_side import Conducted
+    from fixedfirst.studies.kit.conduct import Conducted
+    from fixedfirst.studies.kit.presets import PresetStudy
 
 
 def add_study_arguments(
@@ -55,10 +55,10 @@ def print_conducted(
 def conduct_depth_arms(
     load_preset: Callable[[str, list[str]], PresetStudy], args: argparse.Namespace
 ) -> int:
-    """Run a study whose analysis is studies/depth_arms.py's (moe, finishing) and print its
+    """Run a study whose analysis is studies/kit/depth_arms.py's (moe, finishing) and print its
     primary comparisons' verdicts."""
-    from fixedfirst.studies.depth_tables import points
-    from fixedfirst.studies.side_by_side import conduct
+    from fixedfirst.studies.kit.conduct import conduct
+    from fixedfirst.studies.kit.depth_tables import points
 
     study = load_preset(args.preset, args.overrides)
     conducted = conduct(study, Path(args.out), args.quiet, args.jobs)

@@ -13,6 +13,7 @@ measured here once per process and configuration (`measured_cost`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 from collections.abc import Callable, Iterable
@@ -23,10 +24,11 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from fixedfirst.config import TransformersModelConfig
+from fixedfirst.config import LowRankConfig, TransformersModelConfig
 from fixedfirst.errors import UserError
 from fixedfirst.model.handles import DepthHandle, ForwardDepth, depth_handle
 from fixedfirst.model.loss import next_token_loss
+from fixedfirst.model.lowrank import apply_lowrank
 from fixedfirst.model.transformers_loop import build
 
 MEASURED_DEPTHS = (1, 2, 3)
@@ -166,20 +168,30 @@ def fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
     return mean_y - slope * mean_x, slope
 
 
-def measured_cost(config: TransformersModelConfig, seq_len: int) -> MeasuredFlops:
+def measured_cost(
+    config: TransformersModelConfig, seq_len: int, lowrank: LowRankConfig | None = None
+) -> MeasuredFlops:
     """The compute model of a transformers looped architecture at the training sequence length:
-    one sequence counted at MEASURED_DEPTHS on the CPU."""
-    return cached_cost(config.architecture, json.dumps(config.options, sort_keys=True), seq_len)
+    one sequence counted at MEASURED_DEPTHS on the CPU. With `lowrank`, the model as a low-rank
+    run trains it: its adapters' work counted, and no gradient of the frozen weights (a
+    training step then costs about two forwards, not three)."""
+    options = json.dumps(config.options, sort_keys=True)
+    adapters = None if lowrank is None else json.dumps(dataclasses.asdict(lowrank))
+    return cached_cost(config.architecture, options, seq_len, adapters)
 
 
 @functools.cache
-def cached_cost(architecture: str, options: str, seq_len: int) -> MeasuredFlops:
+def cached_cost(
+    architecture: str, options: str, seq_len: int, lowrank: str | None = None
+) -> MeasuredFlops:
     """`measured_cost`, keyed by hashable values."""
     section = TransformersModelConfig("transformers", architecture, json.loads(options))
     # A draw of weights and tokens of its own: the caller's random state is left as it was.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = build(section)
+        if lowrank is not None:
+            model.network = apply_lowrank(model.network, LowRankConfig(**json.loads(lowrank)))
         model.handle.set_depth(max(MEASURED_DEPTHS))  # one that cannot run: refused, unrun
         tokens = torch.randint(0, section.vocab_size, (1, seq_len + 1))
         inputs, targets = tokens[:, :-1], tokens[:, 1:]

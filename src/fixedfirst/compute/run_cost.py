@@ -14,7 +14,7 @@ def run_cost(config: RunConfig) -> RunCost:
     """The compute model of the run's model at its training sequence length."""
     model, seq_len = config.model, config.train.seq_len
     if isinstance(model, TransformersModelConfig):
-        return measured_cost(model, seq_len)
+        return measured_cost(model, seq_len, config.train.lowrank)
     return flop_model(model, seq_len)
 
 

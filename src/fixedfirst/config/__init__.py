@@ -2,6 +2,7 @@
 
 sections.py   [model] [schedule] [train] [data] [eval]: fields, docstrings, checks
 architectures.py  [model] kind = "transformers": the looped architectures, checked and completed
+lowrank.py    [train.lowrank]: low-rank adapters instead of full fine-tuning
 switch.py     [switch]: how `schedule.switch = "auto"` decides
 run.py        RunConfig: all sections, to and from TOML-shaped dicts
 schema.py     raw values checked against the annotations (one-line errors naming the key)
@@ -16,6 +17,7 @@ from fixedfirst.config.files import (
     read_toml,
     to_toml,
 )
+from fixedfirst.config.lowrank import LowRankConfig
 from fixedfirst.config.run import SECTIONS, ModelSection, RunConfig, section_names
 from fixedfirst.config.schema import Section, build_section, field_docs, require
 from fixedfirst.config.sections import (
@@ -34,6 +36,7 @@ __all__ = [
     "DataConfig",
     "EvalConfig",
     "FinishingLR",
+    "LowRankConfig",
     "ModelConfig",
     "ModelSection",
     "RunConfig",

@@ -85,6 +85,28 @@ OWN_FEATURES: tuple[tuple[str, str], ...] = (
         "apply; DDP finds the parameters a step leaves without gradient (Inkling2Loop's "
         "message gates at one pass; its experts are one tensor per layer, used by every step)",
     ),
+    (
+        '`train.strategy = "fsdp"` (FSDP2)',
+        "applies: each layer outside the loop is a unit of its own, the looped layers stay with "
+        "the root (they run at every pass); weights gathered in float32, bf16 from autocast",
+    ),
+    (
+        "`train.checkpoint_activations`",
+        "applies, through the model's own activation checkpointing (non-reentrant): each "
+        "decoder layer, at every pass, keeps its inputs and runs again in the backward",
+    ),
+    (
+        '`train.precision = "bf16"`',
+        "applies (autocast); the modules the architecture declares float32 "
+        "(`_keep_in_fp32_modules_strict`: Inkling2Loop's routers, convolutions, attention "
+        "residuals, message gates' output projections) compute in float32",
+    ),
+    (
+        "`[train.lowrank]` (low-rank adapters, peft)",
+        "for transformers architectures only: LoRA on the named modules and expert tensors, the "
+        "base frozen; a looped layer's adapters shared by its passes; checkpoints hold the "
+        "adapters and the base's SHA-256",
+    ),
     ("`train.grad_depth` (truncated backprop)", "refused: full backprop"),
     (
         "`model.state_init` and every other key of the looped transformer's [model]",
@@ -95,8 +117,6 @@ OWN_FEATURES: tuple[tuple[str, str], ...] = (
         "`true` refused: Inkling2Loop declares it cannot compile as one graph; `auto` trains "
         "eagerly",
     ),
-    ("`train.checkpoint_activations`", "refused"),
-    ('`train.strategy = "fsdp"`', "refused: `ddp`"),
     (
         "the memory model: `train.check_memory`, `fixedfirst plan`",
         "not applied (a run's log says its memory is not estimated); `plan` refused",

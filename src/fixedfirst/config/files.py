@@ -58,14 +58,14 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         table = merged.setdefault(section, {})
         if "." in key:  # a nested table: data.KIND.option, model.transformers.key
             sub, key = key.split(".", 1)
-            if section not in ("data", "model") or "." in key:
+            if section not in ("data", "model", "train") or "." in key:
                 raise UserError(
-                    f"--set {text!r}: only [data] and [model] have nested tables "
-                    "(data.KIND.option, model.transformers.key)"
+                    f"--set {text!r}: only [data], [model] and [train] have nested tables "
+                    "(data.KIND.option, model.transformers.key, train.lowrank.key)"
                 )
             nested = table.setdefault(sub, {})
             if not isinstance(nested, dict):
-                raise UserError(f"--set {text!r}: data.{sub} is not a table")
+                raise UserError(f"--set {text!r}: {section}.{sub} is not a table")
             nested[key] = value
         else:
             table[key] = value

@@ -65,6 +65,12 @@ class RunConfig:
             refused = foreign_refusals(self.model, self.train)
             if refused:
                 raise UserError(refused[0])
+        elif self.train.lowrank is not None:
+            raise UserError(
+                "train.lowrank: low-rank adapters are for a transformers looped architecture "
+                '([model] kind = "transformers"); fixedfirst\'s own looped transformer trains '
+                "every weight: remove [train.lowrank]"
+            )
         if self.schedule.auto_switch and self.switch.rule == "depth-gap":
             deep = self.switch.probe_depth(self.schedule.k_max)
             require(
@@ -179,16 +185,6 @@ def foreign_refusals(model: TransformersModelConfig, train: TrainConfig) -> list
         refused.append(
             f"train.grad_depth: truncated backprop is a feature of fixedfirst's own looped "
             f"transformer; {name} trains with full backprop: leave train.grad_depth out"
-        )
-    if train.checkpoint_activations:
-        refused.append(
-            "train.checkpoint_activations: activation checkpointing per core iteration is a "
-            f"feature of fixedfirst's own looped transformer, not of {name}; set it to false"
-        )
-    if train.strategy == "fsdp":
-        refused.append(
-            "train.strategy = 'fsdp' shards fixedfirst's own looped transformer block by "
-            f"block; train {name} with 'ddp'"
         )
     if train.compile is True:
         why = (

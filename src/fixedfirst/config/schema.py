@@ -15,7 +15,7 @@ import math
 import types
 import typing
 from dataclasses import MISSING, Field, fields, is_dataclass
-from typing import Any, ClassVar, Literal, Protocol, Union
+from typing import Annotated, Any, ClassVar, Literal, Protocol, Union
 
 from fixedfirst.errors import UserError
 
@@ -41,10 +41,25 @@ def shown(value: Any) -> str:
     return repr(value)
 
 
+class Reader(Protocol):
+    """What reads a value of its own (`Annotated[T, reader]` on a section's field): a study's
+    claims, each study's table spelling the one claim type its own way."""
+
+    def read(self, raw: Any) -> Any: ...
+
+
 def coerce(value: Any, annotation: Any, key: str) -> Any:
     """Return `value` as the annotated type, or raise a UserError naming `key`."""
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is Annotated:
+        reader = next((a for a in args[1:] if callable(getattr(a, "read", None))), None)
+        if reader is None:
+            return coerce(value, args[0], key)
+        try:
+            return typing.cast(Reader, reader).read(value)
+        except UserError as e:
+            raise UserError(f"{key}: {e}") from None
     if origin in (Union, types.UnionType):
         is_none = value is None or (isinstance(value, str) and value.lower() == "none")
         if is_none and type(None) in args:
@@ -122,7 +137,7 @@ def describe(annotation: Any) -> str:
 def build_section(section_cls: type[Section], raw: dict[str, Any]) -> Any:
     """Build one section dataclass from a dict of raw values, checking keys and types."""
     name = section_cls.SECTION
-    hints = typing.get_type_hints(section_cls)
+    hints = typing.get_type_hints(section_cls, include_extras=True)
     known = {f.name: f for f in fields(section_cls)}
     for key in raw:
         if key not in known:
@@ -142,23 +157,30 @@ def build_section(section_cls: type[Section], raw: dict[str, Any]) -> Any:
 
 
 def field_docs(section_cls: type[Section]) -> list[tuple[str, str, str]]:
-    """(name, default, docstring) for every field, read from the attribute docstrings."""
+    """(name, default, docstring) for every field, read from the attribute docstrings: the
+    class's own, or a base class's where it gives none (a study's [experiment] keeps the words
+    of the keys every study shares in their base)."""
     import ast
     import inspect
     import textwrap
 
-    tree = ast.parse(textwrap.dedent(inspect.getsource(section_cls)))
     docs: dict[str, str] = {}
-    (definition,) = tree.body
-    assert isinstance(definition, ast.ClassDef), "inspect.getsource of a class is its definition"
-    for node, nxt in itertools.pairwise(definition.body):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(nxt, ast.Expr)
-            and isinstance(nxt.value, ast.Constant)
-        ):
-            docs[node.target.id] = " ".join(str(nxt.value.value).split())
+    for klass in reversed(section_cls.__mro__[:-1]):  # a subclass's words win over its base's
+        if klass.__module__ in ("builtins", "abc", "typing"):
+            continue
+        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        (definition,) = tree.body
+        assert isinstance(definition, ast.ClassDef), (
+            "inspect.getsource of a class is its definition"
+        )
+        for node, nxt in itertools.pairwise(definition.body):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant)
+            ):
+                docs[node.target.id] = " ".join(str(nxt.value.value).split())
     out = []
     for f in fields(section_cls):
         if f.metadata.get("table"):  # a nested table (data.options = [data.KIND]), not a key

@@ -21,6 +21,7 @@ from fixedfirst.config.limits import (
     MAX_VOCAB,
     MAX_WIDTH,
 )
+from fixedfirst.config.lowrank import LowRankConfig
 from fixedfirst.config.schema import require
 
 DEPTH_COST = "evaluation and training cost grow linearly with depth"
@@ -350,6 +351,9 @@ class TrainConfig:
     --finish` writes: `start_step` (the steps the original run trained, which keep its rate), `lr`
     (`constant` at the final rate, or `rewarm`), `peak` (0.3 of `lr`) and `warmup` (0.1 of the
     stage). Unset: the schedule above over the whole run."""
+    lowrank: LowRankConfig | None = None
+    """Low-rank adapters instead of full fine-tuning, the table `[train.lowrank]` (its keys
+    below; a transformers looped architecture only). Unset: every weight is trained."""
     beta1: float = 0.9
     """AdamW beta1."""
     beta2: float = 0.95
@@ -375,7 +379,8 @@ class TrainConfig:
     """Activation checkpointing per core iteration: keep only each iteration's input state and
     recompute the iteration in the backward. Memory then grows with depth by one (batch,
     seq_len, d_model) state per iteration instead of all of the core's activations, for about
-    one more forward of the core per step."""
+    one more forward of the core per step. A transformers architecture: its own activation
+    checkpointing, each decoder layer at every pass recomputed from its inputs."""
     check_memory: bool = True
     """Before the first step, estimate the memory a step needs at the deepest depth the schedule
     can draw (parameters, gradients, AdamW, activations at the micro-batch; docs/design.md §15)

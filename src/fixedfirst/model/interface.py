@@ -22,6 +22,9 @@ class LoopedLM(nn.Module):
     leaves_parameters_unused: bool = False
     """True when a step may give some parameters no gradient (Inkling2Loop's message gates at one
     pass): DDP then finds them each step (`find_unused_parameters`)."""
+    gathers_in_bf16: bool = True
+    """Whether FSDP2 may gather the weights in bf16 for a bf16 run (False: some modules must
+    compute in float32, so the weights are gathered in float32 and autocast computes in bf16)."""
     never_compiled: str | None = None
     """Why `train.compile` never compiles this model (None: `compile_loop` compiles it)."""
     vocab_size: int
@@ -35,9 +38,10 @@ class LoopedLM(nn.Module):
         state_seeds: Sequence[int] | None = None,
         checkpoint: bool = False,
     ) -> torch.Tensor:
-        """Logits (B, T, vocab) of `tokens` (B, T) after `depth` loop passes. The last three
-        are features of our own model (truncated backprop, per-row initial states, activation
-        checkpointing), which a run of another refuses before it starts."""
+        """Logits (B, T, vocab) of `tokens` (B, T) after `depth` loop passes. Truncated backprop
+        and per-row initial states are features of our own model (a run of another refuses the
+        first before it starts, and has no random state for the second); `checkpoint` is
+        activation checkpointing, each model's own."""
         raise NotImplementedError
 
     def nll_by_depth(
@@ -56,6 +60,11 @@ class LoopedLM(nn.Module):
         self, tokens: torch.Tensor, depths: Iterable[int]
     ) -> Iterator[tuple[int, torch.Tensor]]:
         """(depth, logits) for every requested depth, ascending (task metrics by depth)."""
+        raise NotImplementedError
+
+    def once_per_forward(self) -> list[nn.Module]:
+        """The blocks a forward runs once (FSDP2 makes each a unit of its own, gathered just
+        before it runs); what runs at every loop pass stays with the root unit."""
         raise NotImplementedError
 
     def compile_loop(self) -> None:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import torch
 
-from fixedfirst.config import ModelSection, TransformersModelConfig
+from fixedfirst.config import ModelSection, RunConfig, TransformersModelConfig
 from fixedfirst.model import transformers_loop
 from fixedfirst.model.interface import LoopedLM
 from fixedfirst.model.looped import LoopedTransformer
+from fixedfirst.model.lowrank import apply_lowrank
 from fixedfirst.model.memory import check_fits
+from fixedfirst.model.transformers_loop import TransformersLoop
 
 
 def build_model(model: ModelSection) -> LoopedLM:
@@ -27,6 +29,19 @@ def build_model(model: ModelSection) -> LoopedLM:
         return transformers_loop.build(model)
     check_fits(model, torch.device("cpu"))
     return LoopedTransformer(model)
+
+
+def build_run_model(config: RunConfig) -> LoopedLM:
+    """The model a run trains, as its first step finds it: initialised from `train.seed` (the
+    same weights on every rank and in every process that rebuilds it), with low-rank adapters
+    when `[train.lowrank]` asks for them (model/lowrank.py; the base weights then frozen)."""
+    torch.manual_seed(config.train.seed)
+    model = build_model(config.model)
+    if config.train.lowrank is not None:
+        if not isinstance(model, TransformersLoop):  # refused with the configuration
+            raise ValueError("low-rank adapters are for a transformers looped architecture")
+        model.network = apply_lowrank(model.network, config.train.lowrank)
+    return model
 
 
 def parameter_counts(model: ModelSection) -> dict[str, int]:

@@ -226,6 +226,10 @@ class LoopedTransformer(LoopedLM):
             x = x.gather(1, positions.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
         return self.head(self.out_norm(x))
 
+    def once_per_forward(self) -> list[nn.Module]:
+        """The prelude and coda blocks (the adapter and the core run at every iteration)."""
+        return [*self.prelude, *self.coda]
+
     def compile_loop(self) -> None:
         """torch.compile in place what a training or evaluation forward runs: each prelude and
         coda block, and a core iteration (the injection's matmul-add and every core block) as

@@ -4,12 +4,16 @@
 configuration. `build` makes the model and wraps it as a `LoopedLM`, the shape our trainer and
 evaluation call: `forward(tokens, depth)` sets the depth through the model's depth handle
 (model/handles.py) and returns its logits, and scoring several depths is one forward per depth,
-since the model has no readout between its passes. Two declarations follow from the architecture: a
-step may leave parameters without a gradient (at one pass, Inkling2Loop's message gates and
-the query that reads the previous pass), so DDP looks for them; and it is never compiled
-(Inkling2Loop declares it cannot compile as one graph, and fixedfirst compiles only its own
-model's loop). Its compute
-model is measured (compute/measured.py).
+since the model has no readout between its passes. What follows from the architecture: a step
+may leave parameters without a gradient (at one pass, Inkling2Loop's message gates and the query
+that reads the previous pass), so DDP looks for them; it is never compiled (Inkling2Loop
+declares it cannot compile as one graph, and fixedfirst compiles only its own model's loop); the
+modules it declares float32 stay float32 under bf16 autocast (model/keep_float32.py), so FSDP2
+gathers its weights in float32 and autocast alone computes in bf16; activation checkpointing is
+the model's own (each decoder layer recomputed in the backward); and under FSDP2 each layer
+outside the loop is a unit of its own, the looped layers staying with the root as our core
+does. Low-rank adapters replace `network` by peft's wrapper of it (model/lowrank.py). Its
+compute model is measured (compute/measured.py).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from torch import nn
 
 from fixedfirst.config import TransformersModelConfig
 from fixedfirst.config.architectures import (
+    architecture_module,
     build_configuration,
     compiles_as_one_graph,
     looped_architecture,
@@ -32,7 +37,9 @@ from fixedfirst.config.architectures import (
 )
 from fixedfirst.model.handles import depth_handle
 from fixedfirst.model.interface import LoopedLM
+from fixedfirst.model.keep_float32 import keep_float32
 from fixedfirst.model.loss import next_token_loss
+from fixedfirst.model.lowrank import is_lowrank
 from fixedfirst.model.memory import check_count_fits
 
 
@@ -47,10 +54,13 @@ class TransformersLoop(LoopedLM):
         configuration: Any = network.config  # a transformers PretrainedConfig
         self.vocab_size = int(configuration.vocab_size)
         self.leaves_parameters_unused = True
+        self.gathers_in_bf16 = False
         why = "declares it cannot compile as one graph"
         if compiles_as_one_graph(architecture):
             why = "is not one of fixedfirst's own models, whose loop alone it compiles"
         self.never_compiled = f"transformers' {architecture} {why}"
+        self.float32_hooks = keep_float32(network)
+        self.checkpointing = False
 
     def forward(
         self,
@@ -61,12 +71,52 @@ class TransformersLoop(LoopedLM):
         checkpoint: bool = False,
     ) -> torch.Tensor:
         """Logits after `depth` loop passes. The model has no random initial state, so
-        `state_seeds` changes nothing; truncated backprop and activation checkpointing are
-        refused with the configuration (config/run.py), never reach here."""
-        if grad_depth is not None or checkpoint:
-            raise ValueError("truncated backprop and activation checkpointing are ours only")
+        `state_seeds` changes nothing; truncated backprop is refused with the configuration
+        (config/run.py), never reaches here. `checkpoint`: the model's own activation
+        checkpointing, in training (`set_checkpointing`)."""
+        if grad_depth is not None:
+            raise ValueError("truncated backprop is a feature of fixedfirst's own model")
+        if checkpoint != self.checkpointing:
+            self.set_checkpointing(checkpoint)
         self.handle.set_depth(depth)
         return self.network(input_ids=tokens, use_cache=False).logits
+
+    @property
+    def transformers_model(self) -> nn.Module:
+        """The transformers model itself (inside peft's wrapper when adapters train)."""
+        if is_lowrank(self.network):
+            return self.network.get_base_model()  # type: ignore[operator]
+        return self.network
+
+    def set_checkpointing(self, enabled: bool) -> None:
+        """Activation checkpointing through the model's own switch (non-reentrant): in a
+        training forward each decoder layer keeps its inputs only and runs again in the
+        backward, every pass of a looped layer a checkpointed call of its own."""
+        model: Any = self.transformers_model
+        # transformers 5.25 renamed gradient_checkpointing_* (kept as deprecated aliases)
+        if enabled:
+            enable = getattr(model, "activation_checkpointing_enable", None)
+            if enable is not None:
+                enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable({"use_reentrant": False})
+        else:
+            disable = getattr(model, "activation_checkpointing_disable", None)
+            (disable if disable is not None else model.gradient_checkpointing_disable)()
+        self.checkpointing = enabled
+
+    def once_per_forward(self) -> list[nn.Module]:
+        """The decoder layers outside the loop: each runs once per forward (the looped layers
+        run at every pass)."""
+        architecture = looped_architecture(self.architecture)
+        text_class = getattr(architecture_module(architecture), architecture.text_model)
+        start_key, end_key = architecture.loop_keys
+        blocks: list[nn.Module] = []
+        for text in self.network.modules():
+            if isinstance(text, text_class):
+                start, end = getattr(text.config, start_key), getattr(text.config, end_key)
+                blocks += [b for i, b in enumerate(text.layers) if not start <= i < end]
+        return blocks
 
     @torch.no_grad()
     def row_nll_by_depth(

@@ -29,9 +29,15 @@ from torch import nn
 
 from fixedfirst.errors import UserError
 from fixedfirst.files.writing import os_error_behind, readable_like_the_rest, remedy
+from fixedfirst.model.lowrank import base_identity, frozen_names
 
 FORMAT_VERSION = 1
 MODEL_FILE, TRAINER_FILE, META_FILE = "model.safetensors", "trainer.pt", "meta.json"
+BASE_KEY = "base_weights"
+"""meta.json's key for the SHA-256 of the frozen base weights of a low-rank run's checkpoint."""
+SWITCH_TAG = "switch"
+"""The tag of the checkpoint a fixed-first run writes at its switch (the trainer's), which the
+update diagnostic starts from and the looped mixture-of-experts study reads the router at."""
 TMP, REPLACED = ".tmp-", ".replaced-"
 """Prefixes of a checkpoint directory being written, and of one being replaced by a new
 checkpoint of the same step."""
@@ -112,17 +118,37 @@ class Checkpoint:
 
     def load_model(self, model: nn.Module) -> None:
         """Load the weights into `model` (a plain, unsharded one); a model of another shape is a
-        UserError naming the first mismatched tensors."""
+        UserError naming the first mismatched tensors. A low-rank run's checkpoint holds the
+        trained weights only: `model`'s frozen ones must be those it names (`check_base`)."""
+        self.check_base(base_identity(model))
         weights = self.load_weights(state_shapes(model))
         for alias, canonical in tied_aliases(model).items():
             weights[alias] = weights[canonical]
         try:
-            model.load_state_dict(weights)
+            model.load_state_dict(weights, strict=not frozen_names(model))
         except RuntimeError as e:
             first = str(e).strip().splitlines()[0]
             raise UserError(
                 f"checkpoint {self.path}: weights do not fit this model ({first})"
             ) from None
+
+    def check_base(self, identity: str | None) -> None:
+        """Refuse frozen base weights (their `base_identity`) other than those this checkpoint's
+        adapters were trained on: a resume or an evaluation would compute something else."""
+        saved = self.meta.get(BASE_KEY)
+        if saved == identity:
+            return
+        if saved is None or identity is None:
+            which = "trained every weight" if saved is None else "trained low-rank adapters"
+            raise UserError(
+                f"checkpoint {self.path}: {which}, and this run's configuration does not "
+                "([train.lowrank]); open it with the configuration it was written with"
+            )
+        raise UserError(
+            f"checkpoint {self.path}: its adapters were trained on other base weights (SHA-256 "
+            f"{saved[:12]}... in the checkpoint, {identity[:12]}... now): give the run's [model] "
+            "the base it trained on (the same train.seed, or the same checkpoint to load)"
+        )
 
     def load_weights(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
         """The weights as a dict, checked against the model's parameter names and `shapes`."""
@@ -160,11 +186,12 @@ class Checkpoint:
 
 
 def state_shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
-    """Name -> (full) shape of every tensor a checkpoint holds of `model`: its parameters and
-    persistent buffers (a transformers model's router biases; ours has none), each tied tensor
-    once, under its canonical name."""
-    aliases = tied_aliases(model)
-    return {name: tuple(t.shape) for name, t in model.state_dict().items() if name not in aliases}
+    """Name -> (full) shape of every tensor a checkpoint holds of `model`: its trained parameters
+    (all of them, but in a low-rank run, whose frozen base the checkpoint names by its SHA-256)
+    and persistent buffers (a transformers model's router biases; ours has none), each tied
+    tensor once, under its canonical name."""
+    left_out = tied_aliases(model).keys() | frozen_names(model)
+    return {name: tuple(t.shape) for name, t in model.state_dict().items() if name not in left_out}
 
 
 def tied_aliases(model: nn.Module) -> dict[str, str]:

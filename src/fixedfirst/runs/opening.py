@@ -19,7 +19,7 @@ from fixedfirst.data.source import BatchSource
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import absolute, shown
 from fixedfirst.model import LoopedLM, LoopedTransformer
-from fixedfirst.model.kinds import build_model
+from fixedfirst.model.kinds import build_run_model
 from fixedfirst.model.memory import check_fits
 from fixedfirst.runs.checkpoint import Checkpoint, CheckpointManager, warn
 from fixedfirst.runs.directory import RunDir
@@ -134,6 +134,9 @@ def load_any_run(
     """`load_run` for a run of any model its [model] names (model/kinds.py), as
     evaluation by depth scores it."""
     config, ckpt = find_checkpoint(run, step, data=data)
-    model = build_model(config.model)  # on the CPU; its initial weights are replaced
+    # On the CPU; its trained weights are replaced (a low-rank run's frozen base is rebuilt as
+    # the run built it, and checked against the checkpoint).
+    with torch.random.fork_rng(devices=[]):  # the caller's random state is left as it was
+        model = build_run_model(config)
     ckpt.load_model(model)
     return LoadedRun(Path(run), config, model.to(device).eval(), ckpt)

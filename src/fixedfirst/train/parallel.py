@@ -24,7 +24,8 @@ from torch import nn
 from fixedfirst.data.source import Batch
 from fixedfirst.evaluation.nll import validation_nll
 from fixedfirst.model import LoopedLM, LoopedTransformer
-from fixedfirst.runs.checkpoint import state_shapes, tied_aliases
+from fixedfirst.model.lowrank import base_identity, frozen_names
+from fixedfirst.runs.checkpoint import BASE_KEY, state_shapes, tied_aliases
 from fixedfirst.train.distributed import World, broadcast_object
 
 
@@ -47,13 +48,14 @@ class ParallelModel:
         self.module = model
         self.world = world
         self.device = device
+        # What a low-rank run's checkpoints name their frozen base by: hashed on rank 0, which
+        # writes and checks them, from the full weights (before FSDP2 shards them).
+        self.base_identity = base_identity(model) if world.is_main else None
         self.strategy = strategy if world.launched else "single"
         self.train_module: nn.Module = model
         if self.strategy == "ddp":
             self.train_module = self._ddp(model, device)
         elif self.strategy == "fsdp":
-            if not isinstance(model, LoopedTransformer):  # refused with the configuration
-                raise ValueError("FSDP2 shards fixedfirst's own model block by block")
             self._fully_shard(model, world, device, dtype)
 
     @classmethod
@@ -88,7 +90,7 @@ class ParallelModel:
 
     @staticmethod
     def _fully_shard(
-        model: LoopedTransformer, world: World, device: torch.device, dtype: torch.dtype
+        model: LoopedLM, world: World, device: torch.device, dtype: torch.dtype
     ) -> None:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import (
@@ -99,22 +101,29 @@ class ParallelModel:
 
         mesh = init_device_mesh(device.type, (world.world_size,))
         policy = MixedPrecisionPolicy()
-        if dtype == torch.bfloat16:
+        if dtype == torch.bfloat16 and model.gathers_in_bf16:
             policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        # One FSDP unit per prelude and coda block: each runs once per forward, so its weights
-        # are gathered just before use and freed right after. The adapter and the core blocks are
-        # NOT separate units but stay with the root: the core runs K times per forward and K
-        # times per backward, so its own unit would all-gather it 2K times a step, and FSDP2's
-        # post-backward hook fires after each application's backward, before autograd has summed
-        # the shared weights' gradient over all K applications. The core is needed from the first
-        # iteration to the last anyway, so keeping it gathered for the step costs no peak memory.
-        for block in (*model.prelude, *model.coda):
+        # One FSDP unit per block that runs once per forward (our prelude and coda blocks, a
+        # transformers looped model's layers outside the loop): its weights are gathered just
+        # before use and freed right after. What runs at every iteration (our adapter and core,
+        # the looped layers) is NOT a separate unit but stays with the root: the core runs K
+        # times per forward and K times per backward, so its own unit would all-gather it 2K
+        # times a step, and FSDP2's post-backward hook fires after each application's backward,
+        # before autograd has summed the shared weights' gradient over all K applications. The
+        # core is needed from the first iteration to the last anyway, so keeping it gathered for
+        # the step costs no peak memory. A model whose modules must compute in float32 is
+        # gathered in float32 (`gathers_in_bf16`): autocast computes the rest in bf16.
+        for block in model.once_per_forward():
             fully_shard(block, mesh=mesh, mp_policy=policy)
         fully_shard(model, mesh=mesh, mp_policy=policy)
         # Evaluation calls nll_by_depth (or row_nll_by_depth), not forward: it must gather the
         # root's weights too.
         register_fsdp_forward_method(model, "nll_by_depth")
         register_fsdp_forward_method(model, "row_nll_by_depth")
+
+    def base_record(self) -> dict[str, str]:
+        """What a checkpoint's meta.json says of the frozen base (nothing when all trains)."""
+        return {} if self.base_identity is None else {BASE_KEY: self.base_identity}
 
     def gradient_sync(self, enabled: bool) -> contextlib.AbstractContextManager[None]:
         """Around one micro-batch's forward and backward: reduce gradients across ranks only on
@@ -182,7 +191,10 @@ class ParallelModel:
             get_optimizer_state_dict,
         )
 
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        # A low-rank run's frozen base is not saved (its checkpoints name it by base_identity).
+        options = StateDictOptions(
+            full_state_dict=True, cpu_offload=True, ignore_frozen_params=True
+        )
         # torch types the values as any state (DTensors, nested dicts); full_state_dict makes
         # the model's plain tensors
         weights = cast(dict[str, torch.Tensor], get_model_state_dict(self.module, options=options))
@@ -212,7 +224,11 @@ class ParallelModel:
         if self.world.is_main:
             for alias, canonical in tied_aliases(self.module).items():
                 state[alias] = state[canonical]
-        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=self.world.launched)
+        options = StateDictOptions(
+            full_state_dict=True,
+            broadcast_from_rank0=self.world.launched,
+            strict=not frozen_names(self.module),  # a low-rank run's frozen base is not loaded
+        )
         set_model_state_dict(self.module, state, options=options)
         # A parameter no step has given a gradient yet (a transformers looped model's message
         # gates through a fixed stage at one pass) has no AdamW state, in the checkpoint as in

@@ -27,6 +27,7 @@ from fixedfirst.machine.device import (
     resolve_device,
     resolve_dtype,
 )
+from fixedfirst.model.lowrank import require_peft
 from fixedfirst.train import compilation, distributed, memory_check
 from fixedfirst.train.distributed import World
 from fixedfirst.train.sinks import check_packages
@@ -60,6 +61,8 @@ def preflight(config: RunConfig, world: World | None = None) -> Preflight:
     config = resolve_data(config)
     world = world if world is not None else World.from_env()
     t = config.train
+    if t.lowrank is not None:  # peft, or one line naming the extra
+        require_peft()
     plan = run_plan(config)
     device = distributed.process_device(world, resolve_device(t.device))
     cuda_settings(device)  # before anything is allocated there

@@ -38,7 +38,9 @@ def check_trainer_state(
     parallel: ParallelModel,
     optimizer: torch.optim.Optimizer,
 ) -> None:
-    """Refuse (on rank 0, before any broadcast) trainer state that does not fit this run."""
+    """Refuse (on rank 0, before any broadcast) trainer state that does not fit this run: a
+    low-rank run's adapters on other base weights included."""
+    ckpt.check_base(parallel.base_identity)
     try:
         groups = [g["params"] for g in state["optimizer"]["param_groups"]]
         moments = state["optimizer"]["state"]

@@ -28,9 +28,9 @@ from fixedfirst.errors import UserError
 from fixedfirst.evaluation.nll import mean_serving_nll, run_eval_dtypes
 from fixedfirst.files.writing import write_json_atomic
 from fixedfirst.machine.device import choose_threads, run_peak_flops
-from fixedfirst.model.kinds import build_model, foreign_model_note
+from fixedfirst.model.kinds import build_run_model, foreign_model_note
 from fixedfirst.progress import Progress
-from fixedfirst.runs.checkpoint import Checkpoint, CheckpointManager
+from fixedfirst.runs.checkpoint import SWITCH_TAG, Checkpoint, CheckpointManager
 from fixedfirst.runs.directory import RunDir, config_record
 from fixedfirst.schedules import describe
 from fixedfirst.scheduling.depth_scheduler import DepthScheduler
@@ -105,8 +105,7 @@ class Trainer:
             self.device.type, self.dtype, self.given_peak
         )
         peak = self.peak_flops = self.peak_per_process * self.world_size
-        torch.manual_seed(t.seed)  # the same initial weights on every rank
-        model = build_model(config.model).to(self.device)
+        model = build_run_model(config).to(self.device)  # the same weights on every rank
         self.compiled = compilation.decide(
             t.compile, self.device, self.scheduler.plan.flops, peak, model.never_compiled
         )
@@ -191,6 +190,7 @@ class Trainer:
                 "world_size": self.world_size,
                 "schedule": describe(self.config.schedule),
                 **config_record(self.config),  # the run's fingerprint (identity.py)
+                **self.parallel.base_record(),  # a low-rank run's frozen base, by its SHA-256
                 # Also here (small JSON), so that eval can refuse other data without trainer.pt.
                 "data": self.batches.state_dict(),
                 META_KEY: self.scheduler.state_dict(),  # how it decides the switch
@@ -255,7 +255,7 @@ class Trainer:
         total = self.scheduler.plan.total_steps
         stop = total if stop_after is None else max(self.counters.step, min(stop_after, total))
         if self.scheduler.switch_step == 0 and self.counters.step == 0:
-            self._save(["switch"])
+            self._save([SWITCH_TAG])
         progress = Progress(
             total,
             self.counters.step,
@@ -402,7 +402,7 @@ class Trainer:
         if t.checkpoint_every and done % t.checkpoint_every == 0:
             tags.append("periodic")
         if done == self.scheduler.switch_step:
-            tags.append("switch")
+            tags.append(SWITCH_TAG)
         for fraction, threshold in zip(sorted(t.snapshots), self.snapshot_flops, strict=True):
             if record.flops_before < threshold <= record.flops:
                 tags.append(f"snapshot-{fraction:g}")
@@ -440,7 +440,7 @@ class Trainer:
         records += decision_records(self.scheduler, self.probe, where, check, decision)
         if self.is_main and records:
             self.metrics.write(records)
-        return [] if decision is None else ["switch", decision.tag]
+        return [] if decision is None else [SWITCH_TAG, decision.tag]
 
     def _say(self, line: str) -> None:
         if self.is_main and not self.quiet:

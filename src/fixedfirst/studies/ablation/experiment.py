@@ -18,7 +18,6 @@ with --jobs the runs train side by side, each scored as soon as it has finished.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +26,11 @@ from fixedfirst.errors import UserError
 from fixedfirst.evaluation.task import cached_task_evaluation
 from fixedfirst.studies.bios.experiment import BiosStudy
 from fixedfirst.studies.chains.experiment import ChainsStudy
-from fixedfirst.studies.presets import Arm, Evaluated, PresetStudy
-from fixedfirst.studies.side_by_side import Job, once_finished
-from fixedfirst.studies.training import PlannedRun
+from fixedfirst.studies.kit.presets import Arm, Evaluated, PresetStudy
+from fixedfirst.studies.kit.results import print_scores
+from fixedfirst.studies.kit.runs import PlannedRun
+from fixedfirst.studies.kit.settings import check_seeds
+from fixedfirst.studies.kit.workers import Job, once_finished
 
 TASKS: dict[str, type[PresetStudy[Any]]] = {"bios": BiosStudy, "chains": ChainsStudy}
 """Task -> the study whose preset gives the model, data, training settings and budget."""
@@ -83,7 +84,9 @@ class AblationStudy(PresetStudy[AblationConfig]):
         return arms
 
     def evaluations(self, planned: PlannedRun, run: Path) -> list[Job]:
-        say = partial(print_scores, planned.name)
+        def say(scored: tuple[str, dict[str, float]], seconds: float) -> None:
+            print_scores(planned.name, "", scored[1], seconds, percent=False)
+
         depths = self.experiment.depths
         return [once_finished(f"score {planned.name}", run, task_scores, depths, say=say)]
 
@@ -131,8 +134,7 @@ def load_ablation(
         raise UserError(f"--task {task!r}: choose one of {', '.join(TASKS)}")
     if not 1 <= depth <= 64:
         raise UserError(f"--depth must be in 1..64 (16x of it is scored), got {depth}")
-    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
-        raise UserError(f"--seeds: distinct seeds >= 0, at least one, got {seeds}")
+    check_seeds(seeds, "--seeds")
     loaded = TASKS[task].load(preset, overrides)
     settings = AblationConfig(task, depth, seeds, loaded.experiment.flops)
     ablation = AblationStudy(preset, loaded.base, settings)
@@ -145,8 +147,3 @@ def task_scores(run: Path, depths: list[int]) -> tuple[str, dict[str, float]]:
     library's task evaluation, cached beside the run like any other; a worker's job."""
     result, _ = cached_task_evaluation(run, depths)
     return result["score_name"], result["scores"]
-
-
-def print_scores(name: str, scored: tuple[str, dict[str, float]], seconds: float) -> None:
-    shown = ", ".join(f"K={d} {v:.3g}" for d, v in scored[1].items())
-    print(f"  scored {name}: {shown}", flush=True)

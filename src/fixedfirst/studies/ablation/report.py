@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from fixedfirst.stats.evidence import common_seeds, paired, sign
-from fixedfirst.studies.report_files import write_numbers_and_report
+from fixedfirst.studies.kit.report_files import write_numbers_and_report
 
 NUMBERS_FORMAT = "fixedfirst-ablation-report"
 SETUP_FIELDS = (

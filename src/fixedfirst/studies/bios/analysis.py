@@ -4,26 +4,32 @@ Every arm trains once per seed; a cell is recalled bits per person at one (arm, 
 serving depth) with its 95% t-interval over seeds, cut at 0 and the ceiling (recall cannot leave
 them; `evidence.over_seeds`). The rules (the regime, collapse, same-seed comparisons, the least
 recall over deep serving depths against the ceiling) are docs/design.md §5, "bios: where recall
-runs through the loop"; their bars are the constants below. The preset's primary comparisons
-(`PrimaryComparison`) are each decided by their own interval; every same-seed difference (every
+runs through the loop"; their bars are the constants below. The preset's primary claims
+(`BIOS_CLAIMS`) are each decided by their own interval; every same-seed difference (every
 pair of arms, every budget fraction: recall averaged over serving depths, averaged off depth
 over 8..64 where Figure 1 contrasts fixed-first with fixed K = 4, and at depths 4 and the
 deepest) is exploratory, its verdict corrected over all of them by Holm's method
-(`studies/comparisons.py`).
+(`kit/claims.py`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from operator import itemgetter
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
 from fixedfirst.config.schema import require
-from fixedfirst.stats.evidence import over_seeds, paired, sign
-from fixedfirst.studies.comparisons import bar_verdict, correct_family
+from fixedfirst.stats.evidence import over_seeds
+from fixedfirst.studies.kit.claims import (
+    Claim,
+    ClaimTable,
+    bar_verdict,
+    correct_family,
+    family_counts,
+    same_seed_difference,
+)
 
 T = TypeVar("T")
 
@@ -48,7 +54,6 @@ COMPARISONS = (
 fixed-first before fixed before uniform (the first six are the ones the first reports had)."""
 FIXED = "fixed-4"
 """The fixed-depth arm Figure 1 contrasts every fixed-first arm with, off its depth."""
-Quantity = Literal["least_of_ceiling", "mean_of_ceiling", "kept_of_depth_4"]
 QUANTITY_WORDS = {
     "least_of_ceiling": "least recall over serving depths {deep} as a share of the ceiling",
     "mean_of_ceiling": "recall averaged over serving depths as a share of the ceiling",
@@ -64,56 +69,48 @@ QUANTITY_BOUNDS: dict[str, tuple[float, float]] = {
 """The range each quantity cannot leave; its interval over seeds is cut there (`over_seeds`)."""
 
 
-@dataclass(frozen=True)
-class PrimaryComparison:
-    """A `[[experiment.primary]]` table of a bios preset: one arm's recall at the full budget,
-    seed by seed, claimed against a bar, named before the runs and decided by its own 95%
-    interval over seeds (outside the exploratory family)."""
+BIOS_CLAIMS = ClaimTable(
+    "primary",
+    "A `[[experiment.primary]]` table of a bios preset: one arm's recall at the full budget, seed "
+    "by seed, claimed against a bar, named before the runs and decided by its own 95% interval "
+    "over seeds (outside the exploratory family).",
+    {"name": "name", "arm": "a", "quantity": "of", "claim": "side", "bar": "bar"},
+    required=("name", "arm", "quantity", "claim", "bar"),
+    choices={"quantity": tuple(QUANTITY_WORDS), "claim": ("at least", "below")},
+    meaning={
+        "quantity": "least_of_ceiling: the arm's least recall over serving depths 2..64 as a "
+        "share of the ceiling; mean_of_ceiling: its recall averaged over serving depths, a share "
+        "of the ceiling; kept_of_depth_4: its least recall over depths 8..64 as a share of its "
+        "recall at depth 4 (seeds recalling under 10% of the ceiling at depth 4 left out, as the "
+        "collapse rule does).",
+        "claim": "The side of `bar` claimed: holds when the interval lies wholly on it (at or "
+        'above the bar for "at least", under it for "below"), does not hold when wholly on the '
+        "other side, else cannot tell.",
+        "bar": "The bar, a share (0.95 for 95%).",
+    },
+)
 
-    SECTION: ClassVar[str] = "primary"
 
-    name: str
-    """The claim in a few words, e.g. "Fixed-first at the ceiling from depth 2 to 64"."""
-    arm: str
-    """The arm it is about (one of experiment.schedules)."""
-    quantity: Quantity
-    """least_of_ceiling: the arm's least recall over serving depths 2..64 as a share of the
-    ceiling; mean_of_ceiling: its recall averaged over serving depths, a share of the ceiling;
-    kept_of_depth_4: its least recall over depths 8..64 as a share of its recall at depth 4
-    (seeds recalling under 10% of the ceiling at depth 4 left out, as the collapse rule does)."""
-    claim: Literal["at least", "below"]
-    """The side of `bar` claimed: holds when the interval lies wholly on it (at or above the bar
-    for "at least", under it for "below"), does not hold when wholly on the other side, else
-    cannot tell."""
-    bar: float
-    """The bar, a share (0.95 for 95%)."""
-
-    def __post_init__(self) -> None:
-        s = self.SECTION
-        require(bool(self.name.strip()), f"{s}.name", "must name the claim in a few words")
-        require(0 < self.bar <= 1, f"{s}.bar", f"a share in (0, 1], got {self.bar}")
-
-    def check(self, schedules: list[str], depths: list[int]) -> None:
-        """Refuse an arm the experiment does not train, or depths its quantity cannot read."""
-        s = self.SECTION
-        require(
-            self.arm in schedules,
-            f"{s}.arm",
-            f"{self.arm!r} ({self.name}) is not one of experiment.schedules {schedules}; add "
-            "it, or drop the claim (--set experiment.primary=[] drops them all)",
-        )
-        needs = {
-            "least_of_ceiling": any(d >= 2 for d in depths),
-            "mean_of_ceiling": True,
-            "kept_of_depth_4": 4 in depths and any(d in COLLAPSE_DEPTHS for d in depths),
-        }
-        require(
-            needs[self.quantity],
-            f"{s}.quantity",
-            f"{self.quantity} ({self.name}) needs serving depths "
-            + ("4 and one in 8..64" if self.quantity == "kept_of_depth_4" else "of 2 or more")
-            + f" in experiment.depths, got {depths}",
-        )
+def check_claim(claim: Claim, depths: list[int]) -> None:
+    """Refuse a bar that is no share, or depths the claim's quantity cannot read."""
+    s = BIOS_CLAIMS.section
+    require(
+        claim.bar is not None and 0 < claim.bar <= 1,
+        f"{s}.bar",
+        f"a share in (0, 1], got {claim.bar}",
+    )
+    needs = {
+        "least_of_ceiling": any(d >= 2 for d in depths),
+        "mean_of_ceiling": True,
+        "kept_of_depth_4": 4 in depths and any(d in COLLAPSE_DEPTHS for d in depths),
+    }
+    require(
+        needs[claim.of],
+        f"{s}.quantity",
+        f"{claim.of} ({claim.name}) needs serving depths "
+        + ("4 and one in 8..64" if claim.of == "kept_of_depth_4" else "of 2 or more")
+        + f" in experiment.depths, got {depths}",
+    )
 
 
 def bits_table(results: dict[str, Any]) -> dict[tuple[str, float, int], dict[int, float]]:
@@ -123,13 +120,6 @@ def bits_table(results: dict[str, Any]) -> dict[tuple[str, float, int], dict[int
         key = (r["schedule"], r["budget_fraction"], r["seed"])
         table.setdefault(key, {})[r["depth"]] = r["bits_per_person"]
     return table
-
-
-def _difference(a: dict[int, float], b: dict[int, float]) -> dict[str, Any] | None:
-    if len(set(a) & set(b)) < 2:
-        return None
-    interval = paired(a, b)
-    return {**interval.to_dict(), "sign": sign(interval)}
 
 
 def analyse(results: dict[str, Any]) -> dict[str, Any]:
@@ -202,7 +192,7 @@ def analyse(results: dict[str, Any]) -> dict[str, Any]:
                     what == "mean_off_depth" and not off_depth
                 ):
                     continue
-                entry[what] = _difference(
+                entry[what] = same_seed_difference(
                     per_seed(a, fraction, value), per_seed(b, fraction, value)
                 )
             out["comparisons"].append(entry)
@@ -231,8 +221,8 @@ def analyse(results: dict[str, Any]) -> dict[str, Any]:
             int(s): k["kept"] for s, k in out["collapse"][arm]["per_seed"].items()
         },
     }
-    for p in (PrimaryComparison(**p) for p in results["primary"]):
-        out["primary"].append(_primary(p, quantities[p.quantity](p.arm), depths))
+    for p in (BIOS_CLAIMS.read(p) for p in results["primary"]):
+        out["primary"].append(_primary(p, quantities[p.of](p.a), depths))
     out["off_depth"] = [min(off_depth), max(off_depth)] if off_depth else None
     family = [
         d
@@ -241,11 +231,7 @@ def analyse(results: dict[str, Any]) -> dict[str, Any]:
         if key not in ("a", "b", "fraction") and d is not None
     ]
     correct_family(family)
-    out["exploratory"] = {
-        "size": len(family),
-        "uncorrected": sum(d["sign"] != "cannot tell" for d in family),
-        "corrected": sum(d["holm"] != "cannot tell" for d in family),
-    }
+    out["exploratory"] = family_counts(family)
     for name, run in results["runs"].items():
         switch = run.get("switch") or {}
         if "lr" in switch:
@@ -258,19 +244,20 @@ def analyse(results: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _primary(p: PrimaryComparison, values: dict[int, float], depths: list[int]) -> dict[str, Any]:
+def _primary(p: Claim, values: dict[int, float], depths: list[int]) -> dict[str, Any]:
     """The claim's quantity over seeds and its verdict (None with fewer than two seeds)."""
     deep = [d for d in depths if d >= 2]
     collapse = [d for d in depths if d in COLLAPSE_DEPTHS]
-    words = QUANTITY_WORDS[p.quantity].format(
+    words = QUANTITY_WORDS[p.of].format(
         deep=f"{min(deep, default=0)}..{max(deep, default=0)}",
         collapse=f"{min(collapse, default=0)}..{max(collapse, default=0)}",
     )
-    scored = over_seeds(values, bounds=QUANTITY_BOUNDS[p.quantity]) if values else None
+    scored = over_seeds(values, bounds=QUANTITY_BOUNDS[p.of]) if values else None
     verdict = None
     if scored is not None and scored.low is not None and scored.high is not None:
+        assert p.bar is not None
         side = bar_verdict(scored.low, scored.high, p.bar)
-        claimed = "meets the bar" if p.claim == "at least" else "below the bar"
+        claimed = "meets the bar" if p.side == "at least" else "below the bar"
         verdict = (
             "cannot tell"
             if side == "cannot tell"
@@ -279,7 +266,7 @@ def _primary(p: PrimaryComparison, values: dict[int, float], depths: list[int]) 
             else "does not hold"
         )
     return {
-        **asdict(p),
+        **BIOS_CLAIMS.write(p),
         "quantity_words": words,
         "over_seeds": None if scored is None else scored.to_dict(),
         "verdict": verdict,

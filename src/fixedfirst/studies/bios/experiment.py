@@ -10,17 +10,17 @@ seeds' recall into intervals and verdicts.
 
 A preset is a TOML file: the run sections (`[model]`, `[data]`, `[train]`, `[eval]`) shared by
 the three runs, plus an `[experiment]` section (budget, snapshots, serving depths, recall sample).
-Runs live in `DIR/runs/NAME/` (see `fixedfirst.studies.training`), and each checkpoint's recall is
+Runs live in `DIR/runs/NAME/` (see `fixedfirst.studies.kit.runs`), and each checkpoint's recall is
 cached beside it, so a second invocation with the same DIR reuses everything already done.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any
 
 from fixedfirst.config import RunConfig
 from fixedfirst.errors import UserError
@@ -28,10 +28,13 @@ from fixedfirst.files.writing import write_json_atomic
 from fixedfirst.runs.checkpoint import Checkpoint, CheckpointManager
 from fixedfirst.runs.directory import RunDir
 from fixedfirst.schedules import describe
-from fixedfirst.studies.bios.analysis import PrimaryComparison
-from fixedfirst.studies.presets import PAPER_SCHEDULES, Arm, Evaluated, PresetStudy
-from fixedfirst.studies.side_by_side import Job
-from fixedfirst.studies.training import PlannedRun, finished_summary
+from fixedfirst.studies.bios.analysis import BIOS_CLAIMS, check_claim
+from fixedfirst.studies.kit.claims import Claim, ClaimTable
+from fixedfirst.studies.kit.presets import PAPER_SCHEDULES, Arm, Evaluated, PresetStudy
+from fixedfirst.studies.kit.results import cost
+from fixedfirst.studies.kit.runs import PlannedRun, finished_summary
+from fixedfirst.studies.kit.settings import StudySettings
+from fixedfirst.studies.kit.workers import Job
 
 FIGURE1 = ("fixed-4", "uniform-1-16", "fixed-first-4-0.8")
 """The paper's three schedules of Figure 1."""
@@ -47,17 +50,13 @@ stage 13-20% of the peak learning rate; this one starts it at the peak)."""
 
 
 @dataclass
-class ExperimentConfig:
+class ExperimentConfig(StudySettings):
     """The `[experiment]` section of a bios preset."""
 
-    SECTION: ClassVar[str] = "experiment"
-
     flops: float = 1e15
-    """Modeled training-FLOP budget of every run (compute-matched)."""
     snapshots: list[float] = field(default_factory=lambda: [0.15, 0.45])
     """Fractions of the budget evaluated besides the end of the run."""
     depths: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64])
-    """Serving depths at which recall is measured."""
     recall_people: int | None = None
     """People scored by recall (the first n, an unbiased sample); default all."""
     recall_batch: int = 512
@@ -68,42 +67,32 @@ class ExperimentConfig:
     schedules: list[str] = field(default_factory=lambda: list(FIGURE1))
     """Arms to train: fixed-4, uniform-1-16, fixed-first-4-0.8 (Figure 1), fixed-first-2-0.67,
     fixed-first-4-0.8-wsd."""
-    primary: list[PrimaryComparison] = field(default_factory=list)
+    primary: list[Annotated[Claim, BIOS_CLAIMS]] = field(default_factory=list)
     """The primary claims, `[[experiment.primary]]` tables named before the runs, each decided
     by its own 95% interval over seeds; every same-seed difference the report computes is
     exploratory, its verdict corrected over all of them by Holm's method. The loop preset names
     three (docs/studies/figure1.md)."""
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
         s = self.SECTION
-        if self.flops <= 0:
-            raise UserError(f"{s}.flops: the FLOP budget must be > 0, got {self.flops}")
         if not self.snapshots or any(not 0 < f < 1 for f in self.snapshots):
             raise UserError(
                 f"{s}.snapshots: fractions must be in (0, 1), got {self.snapshots} "
                 "(the end of each run, 1, is always evaluated)"
             )
-        if not self.depths or any(d < 1 for d in self.depths):
-            raise UserError(f"{s}.depths: depths must be >= 1, got {self.depths}")
         if self.recall_people is not None and self.recall_people < 1:
             raise UserError(f"{s}.recall_people: must be >= 1, got {self.recall_people}")
         if self.recall_batch < 1:
             raise UserError(f"{s}.recall_batch: must be >= 1, got {self.recall_batch}")
-        if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
-            raise UserError(f"{s}.seeds: distinct seeds >= 0, at least one, got {self.seeds}")
         unknown = [n for n in self.schedules if n not in SCHEDULES]
         if not self.schedules or unknown or len(set(self.schedules)) != len(self.schedules):
             raise UserError(
                 f"{s}.schedules: distinct names from {', '.join(SCHEDULES)}, got {self.schedules}"
             )
-        names = [p.name for p in self.primary]
-        if len(set(names)) != len(names):
-            raise UserError(f"{s}.primary: every claim needs its own name, got {names}")
-        for i, p in enumerate(self.primary):
-            try:
-                p.check(self.schedules, self.depths)
-            except UserError as e:
-                raise UserError(f"{s}.primary[{i}]: {e}") from None
+
+    def check_claim(self, claim: Claim, table: ClaimTable) -> None:
+        super().check_claim(claim, table)
+        check_claim(claim, self.depths)
 
     @property
     def fractions(self) -> list[float]:
@@ -236,10 +225,7 @@ class BiosStudy(PresetStudy[ExperimentConfig]):
                 "lr_schedule": run.config.train.lr_schedule,
                 "switch": s.get("switch"),
                 "path": str(run.outcome.path),
-                "steps": s["steps"],
-                "tokens": s["tokens"],
-                "flops": s["flops"],
-                "wall_s": s["wall"],
+                **cost(s),
                 "precision": s.get("precision"),
                 "phases": s["phases"],
             }
@@ -256,8 +242,8 @@ class BiosStudy(PresetStudy[ExperimentConfig]):
             "recall_people": e.recall_people or options.people,
             "depths": sorted(e.depths),
             "budget_fractions": e.fractions,
-            "primary": [asdict(p) for p in e.primary],
-            "experiment": asdict(e),
+            "primary": [BIOS_CLAIMS.write(p) for p in e.primary],
+            "experiment": e.to_dict(),
             "runs": runs,
             "recall": records,
         }

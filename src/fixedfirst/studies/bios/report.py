@@ -16,7 +16,16 @@ from typing import Any
 
 from fixedfirst.studies.bios.analysis import COLLAPSE, FIXED, NOTHING, analyse
 from fixedfirst.studies.bios.figure import label
-from fixedfirst.studies.report_files import write_numbers_and_report
+from fixedfirst.studies.kit.paragraphs import (
+    claimed,
+    exploratory_section,
+    kept_by_holm,
+    primary_section,
+    produced_by,
+    runs_section,
+    table,
+)
+from fixedfirst.studies.kit.report_files import write_numbers_and_report
 
 NUMBERS_FORMAT = "fixedfirst-bios-report"
 RUN_FIELDS = ("schedule", "description", "steps", "tokens", "flops", "wall_s")
@@ -69,10 +78,8 @@ def primary_findings(results: dict[str, Any]) -> list[str]:
                 f"{100 * c['mean']:.1f}% [{100 * c['low']:.1f}, {100 * c['high']:.1f}], mean over "
                 f"{c['n']} seeds [95% interval]"
             )
-        out.append(
-            f"{p['name']}: {label(p['arm'])} at the full budget, {p['quantity_words']}: {value}; "
-            f"claimed {p['claim']} {100 * p['bar']:.0f}%: {p['verdict'] or 'no verdict'}."
-        )
+        what = f"{label(p['arm'])} at the full budget, {p['quantity_words']}"
+        out.append(claimed(p, what, value, f"{p['claim']} {100 * p['bar']:.0f}%"))
     return out
 
 
@@ -100,8 +107,7 @@ def findings(results: dict[str, Any]) -> list[str]:
             f"computes ({which}, at every budget fraction: recall averaged over serving "
             f"depths{off_words}, and at single depths; it lists the averages), each keeps its "
             "uncorrected 95% interval and its word is corrected over all of them by Holm's "
-            f"method: {family['uncorrected']} exclude zero uncorrected, {family['corrected']} "
-            "after the correction."
+            f"method: {kept_by_holm(family)}."
         )
     for fraction in fractions:
         cells = {
@@ -278,42 +284,29 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         f"depths it draws to end within one step below the budget of {budget:.3g} modeled "
         "training FLOPs (the runs table gives each run's realised FLOPs and their share of the "
         "budget; a snapshot is the first checkpoint at or past its fraction of the budget). "
-        f"Produced by `fixedfirst bios --preset {results['preset']}`.",
+        + produced_by(f"bios --preset {results['preset']}"),
         "",
-        "## Primary claims (named before the runs)",
-        "",
-        *([f"- {s}" for s in primary_findings(results)] or ["None named in this preset."]),
-        "",
-        "## What else the numbers show: exploratory"
-        + (f" (Holm over {a['exploratory']['size']})" if a["exploratory"]["size"] else ""),
-        "",
-        *[f"- {s}" for s in findings(results)],
-        "",
+        *primary_section("claims", primary_findings(results)),
+        *exploratory_section(a["exploratory"], findings(results)),
         "## Recalled bits per person by serving depth",
         "",
         "Mean over seeds [its 95% interval over seeds, cut at 0 and the ceiling].",
         "",
-        "| arm | budget | " + " | ".join(f"K={d}" for d in depths) + " |",
-        "| --- | --- | " + " | ".join("---" for _ in depths) + " |",
+        *table(["arm", "budget", *(f"K={d}" for d in depths)], recall_rows(results)),
+        "",
+        *runs_section(results["runs"], budget, False, "training wall-clock s"),
     ]
+    return "\n".join(lines)
+
+
+def recall_rows(results: dict[str, Any]) -> list[list[str]]:
+    """(arm, budget fraction, recall at each serving depth) of every cell the arms reached."""
+    a = results["analysis"]
+    rows = []
     for fraction in results["budget_fractions"]:
         for arm in a["arms"]:
             cell = a["cells"][arm].get(f"{fraction:g}")
             if cell is not None:
-                row = " | ".join(bits(cell["by_depth"][str(d)]) for d in depths)
-                lines.append(f"| {label(arm)} | {fraction:.0%} | {row} |")
-    lines += [
-        "",
-        "## Runs",
-        "",
-        "| run | schedule | steps | tokens | modeled FLOPs | of the budget | "
-        "training wall-clock s |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for name, r in results["runs"].items():
-        lines.append(
-            f"| {name} | {r['description']} | {r['steps']} | {r['tokens']:,} | "
-            f"{r['flops']:.4e} | {100 * r['flops'] / budget:.2f}% | {r['wall_s']:.0f} |"
-        )
-    lines.append("")
-    return "\n".join(lines)
+                by_depth = [bits(cell["by_depth"][str(d)]) for d in results["depths"]]
+                rows.append([label(arm), f"{fraction:.0%}", *by_depth])
+    return rows

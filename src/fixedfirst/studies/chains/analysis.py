@@ -6,21 +6,27 @@ the same-seed difference with its interval, "cannot tell" when it contains zero.
 (bands, depth decides the answer, extrapolation, matched FLOPs, extrapolates best, solved up to
 d, collapse, the KL exit rule) are docs/design.md §5, "chains: the rules"; their bars are the
 constants below, but for the 40 points of depth deciding the answer, which is the default
-preset's first primary comparison. The preset's primary comparisons (`PrimaryComparison`) are
-each decided by their own interval; every other same-seed difference computed here is
-exploratory, its verdict corrected over all of them by Holm's method (`studies/comparisons.py`).
+preset's first primary comparison. The preset's primary comparisons (claims of the table
+`kit.depth_arms.BAND_CLAIMS`) are each decided by their own interval; every other same-seed
+difference computed here is exploratory, its verdict corrected over all of them by Holm's method
+(`kit/claims.py`).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, ClassVar, Literal, get_args
+from typing import Any
 
 import numpy as np
 
-from fixedfirst.config.schema import require
-from fixedfirst.stats.evidence import over_seeds, paired, sign
-from fixedfirst.studies.comparisons import correct_family, primary_verdict
+from fixedfirst.stats.evidence import over_seeds
+from fixedfirst.studies.kit.claims import (
+    Claim,
+    correct_family,
+    primary_verdict,
+    same_seed_difference,
+)
+from fixedfirst.studies.kit.depth_arms import ACCURACY, BAND_CLAIMS
+from fixedfirst.tasks.chains.bands import band_roles
 from fixedfirst.tasks.chains.sets import STANDARD
 
 SOLVED = 0.9
@@ -29,12 +35,8 @@ TRAINING_DEPTH = 16
 """The deepest depth the paper's schedules train at (uniform 1..16 and the finishes)."""
 REFERENCE = "uniform-1-16"
 """The schedule every other is compared with at matched FLOPs."""
-Band = Literal["easy", "hard", "near", "far"]
-ROLES: tuple[str, ...] = get_args(Band)
 COMPARISONS = (("hard", 1), ("hard", TRAINING_DEPTH), ("near", None), ("far", None))
 """(band, depth) cells of the matched-FLOP comparison; None is the deepest serving depth."""
-ACCURACY = (0.0, 1.0)
-"""An accuracy's range: its interval over seeds is cut there (`evidence.over_seeds`)."""
 COLLAPSE_FROM = 4
 COLLAPSE_DEPTHS = (8, 12, 16, 24, 32, 48, 64)
 
@@ -47,82 +49,6 @@ round."""
 def difference_key(set_name: str, role: str, a: tuple[str, int], b: tuple[str, int]) -> Key:
     first, second = sorted((a, b))
     return (set_name, role, first, second)
-
-
-@dataclass(frozen=True)
-class PrimaryComparison:
-    """A `[[experiment.primary]]` table of a chains preset: a comparison named before the runs and
-    decided by its own 95% interval over seeds, outside the exploratory family. Its quantity is,
-    seed by seed, schedule a's accuracy at a_depth minus schedule b's at b_depth on one band of
-    the standard set (at matched FLOPs, as every run of the experiment is)."""
-
-    SECTION: ClassVar[str] = "primary"
-
-    name: str
-    """The comparison in a few words, e.g. "Depth decides the answer"."""
-    band: Band
-    """The band of the standard set, by role: easy or hard (the halves of the training range),
-    near (up to twice it), far (beyond)."""
-    a: str
-    """The schedule whose accuracy is compared (one of experiment.schedules)."""
-    a_depth: int
-    """Its serving depth (one of experiment.depths)."""
-    b: str
-    """The schedule subtracted; a itself compares two depths of one schedule."""
-    b_depth: int
-    """Its serving depth."""
-    bar: float | None = None
-    """Unset: claimed above zero, decided by the interval's side (higher, lower, cannot tell).
-    A number: claimed at least that (accuracy as a fraction, 0.40 for 40 points): meets the bar
-    when the interval's lower end is at or above it, below the bar when its upper end is under
-    it, otherwise cannot tell."""
-
-    def __post_init__(self) -> None:
-        s = self.SECTION
-        require(bool(self.name.strip()), f"{s}.name", "must name the comparison in a few words")
-        require(
-            (self.a, self.a_depth) != (self.b, self.b_depth),
-            f"{s}.b_depth",
-            f"a and b are {self.a} at depth {self.a_depth}; compare two schedules or two depths",
-        )
-        require(
-            self.bar is None or -1 < self.bar <= 1,
-            f"{s}.bar",
-            f"an accuracy difference is in (-1, 1]; got {self.bar}",
-        )
-
-    def check(
-        self, schedules: list[str], depths: list[int], listed: str = "experiment.schedules"
-    ) -> None:
-        """Refuse schedules (the arms `listed` names) and depths the experiment does not run."""
-        for key in ("a", "b"):
-            value = getattr(self, key)
-            require(
-                value in schedules,
-                f"{self.SECTION}.{key}",
-                f"{value!r} ({self.name}) is not one of the arms {schedules} (from {listed}); "
-                "add it, or drop the comparison (--set experiment.primary=[] drops them all)",
-            )
-        for key in ("a_depth", "b_depth"):
-            value = getattr(self, key)
-            require(
-                value in depths,
-                f"{self.SECTION}.{key}",
-                f"{value} ({self.name}) is not one of experiment.depths {depths}; add it, or "
-                "drop the comparison (--set experiment.primary=[] drops them all)",
-            )
-
-    @property
-    def key(self) -> Key:
-        return difference_key(STANDARD, self.band, (self.a, self.a_depth), (self.b, self.b_depth))
-
-
-def band_roles(bands: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """role -> band label, from the order `bands.py` writes them in (in range, then beyond)."""
-    labels = list(bands)
-    in_range = [b for b in labels if bands[b]["in_range"]]
-    beyond = [b for b in labels if not bands[b]["in_range"]]
-    return dict(zip(ROLES, [*in_range, *beyond], strict=False))
 
 
 def _accuracy(run: dict[str, Any], set_name: str, role: str, depth: int) -> float:
@@ -180,19 +106,11 @@ def analysed_scores(scores: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _interval(values_a: dict[int, float], values_b: dict[int, float]) -> dict[str, Any] | None:
-    """The same-seed difference a - b with its sign, or None with fewer than two seeds."""
-    if len(set(values_a) & set(values_b)) < 2:
-        return None
-    interval = paired(values_a, values_b)
-    return {**interval.to_dict(), "sign": sign(interval)}
-
-
 def analyse(
     runs: dict[str, dict[str, Any]],
     depths: list[int],
     max_ops: int,
-    primary: list[PrimaryComparison],
+    primary: list[Claim],
 ) -> dict[str, Any]:
     """Every score, difference and rule of the report; `primary` are the preset's primary
     comparisons, and every other difference is corrected as one exploratory family."""
@@ -211,7 +129,9 @@ def analyse(
         set_name: str, role: str, a: tuple[str, int], b: tuple[str, int]
     ) -> dict[str, Any] | None:
         """a's accuracy minus b's, (schedule, depth) each, same seed; kept in the family."""
-        d = _interval(values(a[0], set_name, role, a[1]), values(b[0], set_name, role, b[1]))
+        d = same_seed_difference(
+            values(a[0], set_name, role, a[1]), values(b[0], set_name, role, b[1])
+        )
         if d is not None:
             family.setdefault(difference_key(set_name, role, a, b), []).append(d)
         return d
@@ -288,7 +208,7 @@ def analyse(
         out["kl_exit"][s] = _kl_exit(seeds[s], first["sets"]["standard"]["bands"])
     out["extrapolates_best"] = _best(out, difference, deepest)
     out["primary"] = [_primary(p, values) for p in primary]
-    out["exploratory"] = _correct(family, {p.key: p.name for p in primary})
+    out["exploratory"] = _correct(family, {claim_key(p): p.name for p in primary})
     if out["extrapolates_best"] is not None:
         against = out["extrapolates_best"]["against"].values()
         out["extrapolates_best"]["holds"] = all(
@@ -303,12 +223,19 @@ def decided(d: dict[str, Any]) -> str:
     return d["holm"] if "holm" in d else d["sign"]
 
 
-def _primary(p: PrimaryComparison, values) -> dict[str, Any]:
-    d = _interval(
-        values(p.a, STANDARD, p.band, p.a_depth), values(p.b, STANDARD, p.band, p.b_depth)
+def claim_key(p: Claim) -> Key:
+    """The difference a primary claim decides (on the standard set), as the family keys it."""
+    assert p.b is not None and p.a_depth is not None and p.b_depth is not None
+    return difference_key(STANDARD, p.of, (p.a, p.a_depth), (p.b, p.b_depth))
+
+
+def _primary(p: Claim, values) -> dict[str, Any]:
+    assert p.b is not None
+    d = same_seed_difference(
+        values(p.a, STANDARD, p.of, p.a_depth), values(p.b, STANDARD, p.of, p.b_depth)
     )
     verdict = None if d is None else primary_verdict(d["low"], d["high"], p.bar)
-    return {**asdict(p), "difference": d, "verdict": verdict}
+    return {**BAND_CLAIMS.write(p), "difference": d, "verdict": verdict}
 
 
 def _correct(family: dict[Key, list[dict[str, Any]]], primary: dict[Key, str]) -> dict[str, Any]:

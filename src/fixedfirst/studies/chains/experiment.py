@@ -13,36 +13,34 @@ beside them, so invoking the experiment again reuses everything already done.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from fixedfirst.errors import UserError
 from fixedfirst.schedules import describe
 from fixedfirst.serve.adaptive import KLExit
-from fixedfirst.studies.chains.analysis import PrimaryComparison
-from fixedfirst.studies.presets import PAPER_SCHEDULES, Arm, Evaluated, PresetStudy
-from fixedfirst.studies.side_by_side import Job, once_finished
-from fixedfirst.studies.training import PlannedRun
+from fixedfirst.studies.kit.claims import Claim
+from fixedfirst.studies.kit.depth_arms import BAND_CLAIMS
+from fixedfirst.studies.kit.presets import PAPER_SCHEDULES, Arm, Evaluated, PresetStudy
+from fixedfirst.studies.kit.results import cost, scoring
+from fixedfirst.studies.kit.runs import PlannedRun
+from fixedfirst.studies.kit.settings import StudySettings
+from fixedfirst.studies.kit.workers import Job
 from fixedfirst.tasks.chains.sets import SETS, STANDARD
 
 
 @dataclass
-class ExperimentConfig:
+class ExperimentConfig(StudySettings):
     """The `[experiment]` section of a chains preset."""
 
-    SECTION: ClassVar[str] = "experiment"
+    SEQUENCES: ClassVar[tuple[str, ...]] = ("sequences", "set_sequences")
 
     flops: float = 3e12
-    """Modeled training-FLOP budget of every run (compute-matched)."""
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
-    """Training seeds (model initialisation, data order and the draw of evaluation sequences);
-    every schedule runs with each."""
     schedules: list[str] = field(default_factory=lambda: list(PAPER_SCHEDULES))
     """Which of the paper's schedules to train: fixed-4, uniform-1-16, fixed-first-4-0.8,
     fixed-first-2-0.67, progressive."""
     depths: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64])
-    """Serving depths at which accuracy is measured (one pass of the recurrence)."""
     sequences: int = 256
     """Sequences of the standard evaluation set and of the selection set (each has one label of
     every difficulty 0..eval_ops)."""
@@ -55,29 +53,19 @@ class ExperimentConfig:
     """The KL exit rule's threshold (Huginn's default)."""
     kl_max_depth: int = 64
     """The KL exit rule's deepest iteration."""
-    primary: list[PrimaryComparison] = field(default_factory=list)
+    primary: list[Annotated[Claim, BAND_CLAIMS]] = field(default_factory=list)
     """The primary comparisons, `[[experiment.primary]]` tables named before the runs, each
     decided by its own 95% interval over seeds; every other difference the report computes is
     exploratory, its verdict corrected over all of them by Holm's method. The default preset
     names three (docs/studies/chains.md)."""
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
         s = self.SECTION
-        if self.flops <= 0:
-            raise UserError(f"{s}.flops: the FLOP budget must be > 0, got {self.flops}")
-        if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
-            raise UserError(f"{s}.seeds: distinct seeds >= 0, at least one, got {self.seeds}")
         unknown = [n for n in self.schedules if n not in PAPER_SCHEDULES]
         if not self.schedules or unknown:
             raise UserError(
                 f"{s}.schedules: choose from {', '.join(PAPER_SCHEDULES)}, got {self.schedules}"
             )
-        if not self.depths or min(self.depths) < 1 or max(self.depths) > 1024:
-            raise UserError(f"{s}.depths: depths must be in 1..1024, got {self.depths}")
-        if not 2 <= self.sequences <= 100_000:
-            raise UserError(f"{s}.sequences: must be in 2..100000, got {self.sequences}")
-        if not 2 <= self.set_sequences <= 100_000:
-            raise UserError(f"{s}.set_sequences: must be in 2..100000, got {self.set_sequences}")
         unknown_sets = [n for n in self.sets if n not in SETS]
         if STANDARD not in self.sets or unknown_sets or len(set(self.sets)) != len(self.sets):
             raise UserError(
@@ -88,14 +76,6 @@ class ExperimentConfig:
             raise UserError(f"{s}.kl_threshold: must be in [0, 10], got {self.kl_threshold}")
         if not 1 <= self.kl_max_depth <= 1024:
             raise UserError(f"{s}.kl_max_depth: must be in 1..1024, got {self.kl_max_depth}")
-        names = [p.name for p in self.primary]
-        if len(set(names)) != len(names):
-            raise UserError(f"{s}.primary: every comparison needs its own name, got {names}")
-        for i, p in enumerate(self.primary):
-            try:
-                p.check(self.schedules, self.depths)
-            except UserError as e:
-                raise UserError(f"{s}.primary[{i}]: {e}") from None
 
     @property
     def rule(self) -> KLExit:
@@ -110,18 +90,6 @@ def score_job(run: Path, experiment: ExperimentConfig) -> dict[str, Any]:
     return score_run(run, e.depths, e.sequences, e.rule, e.sets, e.set_sequences)
 
 
-def print_scores(name: str, scores: dict[str, Any], seconds: float) -> None:
-    standard = scores["sets"][STANDARD]["bands"]
-    hard = [b for b in standard.values() if b["in_range"]][-1]
-    label = f"{hard['low']}..{hard['high']}"
-    shown = ", ".join(
-        f"K={d} {100 * hard['by_depth'][str(d)]:.0f}%"
-        for d in (1, 4, 16, 64)
-        if str(d) in hard["by_depth"]
-    )
-    print(f"  scored {name}: difficulty {label} {shown} ({seconds:.0f} s)", flush=True)
-
-
 class ChainsStudy(PresetStudy[ExperimentConfig]):
     """Every schedule of the paper on the chains task, each run scored once it has finished."""
 
@@ -131,22 +99,17 @@ class ChainsStudy(PresetStudy[ExperimentConfig]):
     PACKAGE = "fixedfirst.studies.chains"
     PRESETS = ("default", "smoke")
     SETTINGS = ExperimentConfig
+    DATA_KIND = "chains"
 
     def arms(self) -> dict[str, Arm]:
         return {name: Arm(PAPER_SCHEDULES[name]) for name in self.experiment.schedules}
 
-    def runs(self) -> list[PlannedRun]:
-        runs = super().runs()
-        if runs[0].config.data.kind != "chains":
-            raise UserError(
-                "a chains preset trains on [data] kind = 'chains', "
-                f"not {runs[0].config.data.kind!r}"
-            )
-        return runs
-
     def evaluations(self, planned: PlannedRun, run: Path) -> list[Job]:
-        say = partial(print_scores, planned.name)
-        return [once_finished(f"score {planned.name}", run, score_job, self.experiment, say=say)]
+        def bands(scores: dict[str, Any]) -> Any:
+            return scores["sets"][STANDARD]["bands"]
+
+        e, depths = self.experiment, (1, 4, 16, 64)
+        return [scoring(planned.name, run, score_job, e, bands=bands, depths=depths)]
 
     def results(self, evaluated: list[Evaluated]) -> dict[str, Any]:
         """Every run's cost and scores, in one JSON-ready document."""
@@ -156,17 +119,13 @@ class ChainsStudy(PresetStudy[ExperimentConfig]):
         e = self.experiment
         runs = {}
         for run in evaluated:
-            s = run.outcome.summary
             runs[run.outcome.name] = {
                 "schedule": run.arm,
                 "label": describe(run.config.schedule),
                 "description": describe(run.config.schedule),
                 "seed": run.seed,
                 "path": str(run.outcome.path),
-                "steps": s["steps"],
-                "tokens": s["tokens"],
-                "flops": s["flops"],
-                "wall_s": s["wall"],
+                **cost(run.outcome.summary),
                 "scores": run.values[0],
             }
         options = kind_options(self.run_config(e.schedules[0], e.seeds[0]))
@@ -176,7 +135,7 @@ class ChainsStudy(PresetStudy[ExperimentConfig]):
             "preset": self.preset,
             "flop_budget": e.flops,
             "task": asdict(options),
-            "experiment": asdict(e),
+            "experiment": e.to_dict(),
             "chance": 1 / options.values,
             "runs": runs,
             "analysis": analyse(runs, e.depths, options.max_ops, e.primary),

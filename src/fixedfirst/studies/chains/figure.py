@@ -40,6 +40,25 @@ def _seeds(results: dict[str, Any]) -> str:
     return f"{n} seed{'s' if n > 1 else ''}"
 
 
+def _finish(fig: Figure, title: str, path: Path) -> None:
+    fig.suptitle(title, fontsize=10)
+    save_figure(fig, path)
+
+
+def _style(schedule: str, size: float) -> dict[str, Any]:
+    """A schedule's line: its color, marker and dashes, markers of `size`."""
+    color, marker, ls = STYLES.get(schedule, ("black", "o", "-"))
+    return {"color": color, "marker": marker, "ls": ls, "ms": size, "lw": 1.4}
+
+
+def _by_difficulty(axes: Any, max_ops: int) -> None:
+    """Axes whose x is the difficulty, the training range shaded."""
+    for ax in axes:
+        ax.axvspan(-0.5, max_ops + 0.5, color="0.92", lw=0)
+        ax.set_xlabel("difficulty d (operations applied; shaded: the training range)")
+        ax.grid(True, color="0.9", lw=0.6)
+
+
 def plot_accuracy_by_depth(results: dict[str, Any], path: Path) -> None:
     a = results["analysis"]
     depths = results["experiment"]["depths"]
@@ -48,14 +67,13 @@ def plot_accuracy_by_depth(results: dict[str, Any], path: Path) -> None:
     axes = fig.subplots(1, len(roles), sharey=True, squeeze=False)[0]
     for ax, (role, band) in zip(axes, roles.items(), strict=True):
         for schedule in a["schedules"]:
-            color, marker, ls = STYLES.get(schedule, ("black", "o", "-"))
+            style = {**_style(schedule, 4), "lw": 1.5}
             cells = [a["band_accuracy"][schedule][STANDARD][role][str(d)] for d in depths]
-            style = {"color": color, "marker": marker, "ls": ls, "ms": 4, "lw": 1.5}
             means = [100 * c["mean"] for c in cells]
             ax.plot(depths, means, label=_label(results, schedule), **style)
             if cells[0]["low"] is not None:
                 lows, highs = [100 * c["low"] for c in cells], [100 * c["high"] for c in cells]
-                ax.fill_between(depths, lows, highs, color=color, alpha=0.15, lw=0)
+                ax.fill_between(depths, lows, highs, color=style["color"], alpha=0.15, lw=0)
         ax.axhline(100 * results["chance"], color="0.5", ls=":", lw=1)
         ax.axvline(a["training_depth"], color="0.3", ls="--", lw=0.8)
         ax.set_xscale("log", base=2)
@@ -67,13 +85,13 @@ def plot_accuracy_by_depth(results: dict[str, Any], path: Path) -> None:
         ax.grid(True, color="0.9", lw=0.6)
     axes[0].set_ylabel("exact-match accuracy (%)")
     axes[0].legend(fontsize=8, frameon=False, loc="lower right")  # the in-range lines sit high
-    fig.suptitle(
+    _finish(
+        fig,
         f"Chains at {results['flop_budget']:.1e} modeled FLOPs per run: accuracy against serving "
         f"depth (mean of {_seeds(results)}, shaded: 95% interval over seeds; dotted: chance; "
         f"dashed: K = {a['training_depth']})",
-        fontsize=10,
+        path,
     )
-    save_figure(fig, path)
 
 
 def plot_accuracy_by_difficulty(results: dict[str, Any], path: Path) -> None:
@@ -82,22 +100,18 @@ def plot_accuracy_by_difficulty(results: dict[str, Any], path: Path) -> None:
     depths = [a["training_depth"], a["deepest_depth"]]
     fig = Figure(figsize=(12, 4.4), layout="constrained")
     axes = fig.subplots(1, len(depths), sharey=True)
+    _by_difficulty(axes, max_ops)
     for ax, depth in zip(axes, depths, strict=True):
         for schedule in a["schedules"]:
-            color, marker, ls = STYLES.get(schedule, ("black", "o", "-"))
             accuracy = a["accuracy_by_difficulty"][schedule][STANDARD][str(depth)]
-            style = {"color": color, "marker": marker, "ls": ls, "ms": 3, "lw": 1.4}
             percent = [100 * x for x in accuracy]
+            style = _style(schedule, 3)
             ax.plot(range(len(accuracy)), percent, label=_label(results, schedule), **style)
-        ax.axvspan(-0.5, max_ops + 0.5, color="0.92", lw=0)
         ax.axhline(100 * results["chance"], color="0.5", ls=":", lw=1)
         ax.set_title(f"serving depth K = {depth}", fontsize=10)
-        ax.set_xlabel("difficulty d (operations applied; shaded: the training range)")
-        ax.grid(True, color="0.9", lw=0.6)
     axes[0].set_ylabel("exact-match accuracy (%)")
     axes[0].legend(fontsize=8, frameon=False, loc="lower left")
-    fig.suptitle(f"Accuracy against difficulty (mean of {_seeds(results)})", fontsize=10)
-    save_figure(fig, path)
+    _finish(fig, f"Accuracy against difficulty (mean of {_seeds(results)})", path)
 
 
 def plot_kl_exit(results: dict[str, Any], path: Path) -> None:
@@ -105,27 +119,23 @@ def plot_kl_exit(results: dict[str, Any], path: Path) -> None:
     max_ops = results["task"]["max_ops"]
     fig = Figure(figsize=(12, 4.4), layout="constrained")
     used, right = fig.subplots(1, 2)
+    _by_difficulty((used, right), max_ops)
     for schedule in a["schedules"]:
-        color, marker, ls = STYLES.get(schedule, ("black", "o", "-"))
         exit_rule = a["kl_exit"][schedule]
         xs = range(len(exit_rule["mean_depth"]))
-        style = {"color": color, "marker": marker, "ls": ls, "ms": 3, "lw": 1.4}
+        style = _style(schedule, 3)
         used.plot(xs, exit_rule["mean_depth"], label=_label(results, schedule), **style)
         right.plot(xs, [100 * x for x in exit_rule["accuracy"]], **style)
     first = a["kl_exit"][a["schedules"][0]]
-    for ax in (used, right):
-        ax.axvspan(-0.5, max_ops + 0.5, color="0.92", lw=0)
-        ax.set_xlabel("difficulty d (operations applied; shaded: the training range)")
-        ax.grid(True, color="0.9", lw=0.6)
     used.set_ylabel("mean depth used (core iterations)")
     right.set_ylabel("exact-match accuracy (%)")
     used.legend(fontsize=8, frameon=False)
-    fig.suptitle(
+    _finish(
+        fig,
         f"KL exit (threshold {first['threshold']:g}, at most {first['max_depth']} iterations): "
         f"does the model iterate longer on harder labels? (mean of {_seeds(results)})",
-        fontsize=10,
+        path,
     )
-    save_figure(fig, path)
 
 
 def plot_sets(results: dict[str, Any], path: Path) -> None:
@@ -160,12 +170,12 @@ def plot_sets(results: dict[str, Any], path: Path) -> None:
         ax.grid(True, axis="y", color="0.9", lw=0.6)
     axes[0].set_ylabel("exact-match accuracy (%)")
     axes[0].legend(fontsize=7, frameon=False, loc="lower left")
-    fig.suptitle(
+    _finish(
+        fig,
         f"Harder and shifted evaluation sets (mean of {_seeds(results)}, bars: 95% interval over "
         "seeds; dotted: chance)",
-        fontsize=10,
+        path,
     )
-    save_figure(fig, path)
 
 
 FIGURES = ("accuracy_by_depth.png", "accuracy_by_difficulty.png", "sets.png", "kl_exit.png")

@@ -14,8 +14,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fixedfirst.studies.chains.analysis import PrimaryComparison, analyse, analysed_scores
-from fixedfirst.studies.report_files import write_numbers_and_report
+from fixedfirst.studies.chains.analysis import analyse, analysed_scores
+from fixedfirst.studies.kit.depth_arms import BAND_CLAIMS
+from fixedfirst.studies.kit.paragraphs import (
+    claimed,
+    exploratory_section,
+    kept_by_holm,
+    primary_section,
+    produced_by,
+    runs_section,
+    table,
+)
+from fixedfirst.studies.kit.report_files import write_numbers_and_report
 from fixedfirst.tasks.chains.sets import STANDARD
 
 NUMBERS_FORMAT = "fixedfirst-chains-report"
@@ -82,12 +92,9 @@ def primary_findings(results: dict[str, Any]) -> list[str]:
                 f"{_label(results, p['a'])} at K={p['a_depth']} minus {_label(results, p['b'])} "
                 f"at K={p['b_depth']}, {band}"
             )
-        claim = "above zero" if p["bar"] is None else f"at least {100 * p['bar']:.0f} points"
-        decided = "no verdict" if p["verdict"] is None else p["verdict"]
-        out.append(
-            f"{p['name']}: {what}, points, mean over {len(a['seeds'])} seeds [95% interval]: "
-            f"{points(p['difference'])}; claimed {claim}: {decided}."
-        )
+        side = "above zero" if p["bar"] is None else f"at least {100 * p['bar']:.0f} points"
+        what += f", points, mean over {len(a['seeds'])} seeds [95% interval]"
+        out.append(claimed(p, what, points(p["difference"]), side))
     return out
 
 
@@ -210,15 +217,16 @@ def accuracy_table(
     a = results["analysis"]
     shown = [d for d in depths if d in results["experiment"]["depths"]]
     roles = a["sets"][set_name]["bands"]
-    lines = [
-        "| schedule | K | " + " | ".join(f"d {b['label']}" for b in roles.values()) + " |",
-        "| --- | --- |" + " --- |" * len(roles),
+    rows = [
+        [
+            _label(results, s),
+            depth,
+            *(score(a["band_accuracy"][s][set_name][role][str(depth)]) for role in roles),
+        ]
+        for s in a["schedules"]
+        for depth in shown
     ]
-    for s in a["schedules"]:
-        for depth in shown:
-            cells = [score(a["band_accuracy"][s][set_name][role][str(depth)]) for role in roles]
-            lines.append(f"| {_label(results, s)} | {depth} | " + " | ".join(cells) + " |")
-    return lines
+    return table(["schedule", "K", *(f"d {b['label']}" for b in roles.values())], rows)
 
 
 def sets_table(results: dict[str, Any]) -> list[str]:
@@ -226,11 +234,7 @@ def sets_table(results: dict[str, Any]) -> list[str]:
     depth, and the latter's same-seed difference to the reference schedule."""
     a = results["analysis"]
     k16, deepest, ref = a["training_depth"], a["deepest_depth"], a["reference"]
-    lines = [
-        f"| set | schedule | hard band at K={k16} | near band at K={deepest} | "
-        f"near at K={deepest} vs {_label(results, ref) if ref else 'reference'} |",
-        "| --- | --- | --- | --- | --- |",
-    ]
+    rows = []
     for name, info in a["sets"].items():
         hard, near = info["bands"]["hard"], info["bands"].get("near")
         for s in a["schedules"]:
@@ -243,43 +247,28 @@ def sets_table(results: dict[str, Any]) -> list[str]:
                 d = a["versus_reference"][s][name].get(f"near@{deepest}")
                 versus = "–" if d is None else f"{points(d)} ({word(d)})"
             hard_cell = f"{hard['label']}: {score(acc['hard'][str(k16)])}"
-            lines.append(
-                f"| {name} | {_label(results, s)} | {hard_cell} | {near_cell} | {versus} |"
-            )
-    return lines
+            rows.append([name, _label(results, s), hard_cell, near_cell, versus])
+    versus_head = f"near at K={deepest} vs {_label(results, ref) if ref else 'reference'}"
+    head = ["set", "schedule", f"hard band at K={k16}", f"near band at K={deepest}", versus_head]
+    return table(head, rows)
 
 
 def _exit_table(results: dict[str, Any]) -> list[str]:
     a = results["analysis"]
     roles = a["sets"][STANDARD]["bands"]
-    lines = [
-        "| schedule | "
-        + " | ".join(f"d {b['label']}: acc % / depth" for b in roles.values())
-        + " |",
-        "| --- |" + " --- |" * len(roles),
-    ]
-    for s, exit_rule in a["kl_exit"].items():
-        cells = [
-            f"{_pct(exit_rule['bands'][role]['accuracy']['mean'])} / "
-            f"{exit_rule['bands'][role]['mean_depth']['mean']:.1f}"
-            for role in roles
+    rows = [
+        [
+            _label(results, s),
+            *(
+                f"{_pct(exit_rule['bands'][role]['accuracy']['mean'])} / "
+                f"{exit_rule['bands'][role]['mean_depth']['mean']:.1f}"
+                for role in roles
+            ),
         ]
-        lines.append(f"| {_label(results, s)} | " + " | ".join(cells) + " |")
-    return lines
-
-
-def _runs_table(results: dict[str, Any]) -> list[str]:
-    budget = results["flop_budget"]
-    lines = [
-        "| run | schedule | seed | steps | tokens | modeled FLOPs | of the budget | wall-clock s |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        for s, exit_rule in a["kl_exit"].items()
     ]
-    for name, r in results["runs"].items():
-        lines.append(
-            f"| {name} | {r['description']} | {r['seed']} | {r['steps']} | {r['tokens']:,} | "
-            f"{r['flops']:.4e} | {100 * r['flops'] / budget:.2f}% | {r['wall_s']:.0f} |"
-        )
-    return lines
+    head = ["schedule", *(f"d {b['label']}: acc % / depth" for b in roles.values())]
+    return table(head, rows)
 
 
 def report_numbers(results: dict[str, Any]) -> dict[str, Any]:
@@ -313,7 +302,7 @@ def write_report(results: dict[str, Any], out: Path) -> None:
 def report_markdown(numbers: dict[str, Any]) -> str:
     """report.md from report.json's numbers (or results.json, which holds them all)."""
     task, e = numbers["task"], numbers["experiment"]
-    primary = [PrimaryComparison(**p) for p in e["primary"]]
+    primary = [BAND_CLAIMS.read(p) for p in e["primary"]]
     analysis = analyse(numbers["runs"], e["depths"], task["max_ops"], primary)
     results = {**numbers, "analysis": analysis}
     a = results["analysis"]
@@ -328,8 +317,8 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         f"training chains of 0..{task['max_ops']} operations. Each seed is scored on its own "
         f"draw of evaluation sequences ({e['sequences']} standard ones, each with one chain of "
         f"{task['eval_ops']} operations; {e['set_sequences']} of every other named set), shared "
-        f"by the schedules of that seed. Chance is {100 * results['chance']:.1f}%. Produced by "
-        f"`fixedfirst chains --preset {results['preset']}`.",
+        f"by the schedules of that seed. Chance is {100 * results['chance']:.1f}%. "
+        + produced_by(f"chains --preset {results['preset']}"),
         "",
         f"Intervals are 95% t-intervals over the {n} seeds, of one schedule's accuracy (cut at "
         '0 and 100%, which an accuracy cannot leave) or of a same-seed difference; "cannot '
@@ -340,17 +329,10 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         f"difference is exploratory: of the {family['size']} the report computes (every set, "
         "band and depth; it lists some), each keeps its uncorrected 95% interval, and its "
         "word is corrected over all of them by Holm's method, so that the chance of any "
-        f"wrong direction among them is at most 5%: {family['uncorrected']} exclude zero "
-        f"uncorrected, {family['corrected']} after the correction.",
+        f"wrong direction among them is at most 5%: {kept_by_holm(family)}.",
         "",
-        "## Primary comparisons (named before the runs)",
-        "",
-        *([f"- {s}" for s in primary_findings(results)] or ["None named in this preset."]),
-        "",
-        f"## What else the numbers show: exploratory (Holm over {family['size']})",
-        "",
-        *[f"- {s}" for s in findings(results)],
-        "",
+        *primary_section("comparisons", primary_findings(results)),
+        *exploratory_section(family, findings(results)),
         "## Accuracy by serving depth and difficulty band (standard set)",
         "",
         "Exact-match accuracy (%) at serving depth K, mean over seeds [95% interval over seeds].",
@@ -367,9 +349,6 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         "",
         *_exit_table(results),
         "",
-        "## Runs",
-        "",
-        *_runs_table(results),
-        "",
+        *runs_section(results["runs"], results["flop_budget"], True, "wall-clock s"),
     ]
     return "\n".join(lines)

@@ -23,7 +23,7 @@ from fixedfirst.data.source import Batch, BatchSource
 from fixedfirst.errors import UserError
 from fixedfirst.machine.device import resolve_device, resolve_dtype
 from fixedfirst.model import LoopedTransformer
-from fixedfirst.runs.checkpoint import TRAINER_FILE, Checkpoint
+from fixedfirst.runs.checkpoint import SWITCH_TAG, TRAINER_FILE, Checkpoint
 from fixedfirst.runs.opening import find_checkpoint, open_run, require_data
 from fixedfirst.schedules import Schedule, describe
 from fixedfirst.train.auto_switch import checkpoint_schedule
@@ -32,9 +32,6 @@ from fixedfirst.train.optim import build_optimizer, lr_at
 from fixedfirst.train.parallel import ParallelModel
 from fixedfirst.train.resume import load_full_state
 from fixedfirst.train.step import StepContext, state_seeds, train_step
-
-SWITCH_TAG = "switch"
-
 
 HOW_TO_GET_A_SWITCH_CHECKPOINT = (
     'train a fixed-first run (schedule.kind = "fixed-first", e.g. `fixedfirst train CONFIG.toml '

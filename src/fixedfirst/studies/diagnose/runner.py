@@ -20,8 +20,9 @@ import torch
 from fixedfirst.errors import UserError
 from fixedfirst.model.loss import IGNORE_INDEX
 from fixedfirst.progress import Progress
+from fixedfirst.runs.checkpoint import SWITCH_TAG
 from fixedfirst.schedules import describe
-from fixedfirst.studies.diagnose.finishing import SWITCH_TAG, FinishingChain, open_run_state
+from fixedfirst.studies.diagnose.finishing import FinishingChain, open_run_state
 from fixedfirst.studies.diagnose.summary import (
     IntervalSettings,
     Measurements,

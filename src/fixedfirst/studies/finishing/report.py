@@ -1,5 +1,5 @@
 """The finishing study's report: report.json (what it is computed from) and report.md, remade
-from report.json alone (studies/report_files.py), and its figure.
+from report.json alone (kit/report_files.py), and its figure.
 
 Besides the tables by band and depth, report.md has the table the guide quotes
 (docs/guides/any-loop.md, "make your fixed-depth looped model depth-flexible"): for each
@@ -10,22 +10,19 @@ base with its interval.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from fixedfirst.studies.chains.analysis import PrimaryComparison
-from fixedfirst.studies.depth_arms import analyse_arms, arms_report_numbers
-from fixedfirst.studies.depth_tables import (
-    band_table,
+from fixedfirst.studies.kit.depth_tables import (
+    DepthReport,
+    accuracy_section,
+    analysed,
     percent,
-    plot_bands,
     points,
     primary_table,
     versus_table,
 )
-from fixedfirst.studies.report_files import write_numbers_and_report
+from fixedfirst.studies.kit.paragraphs import corrected_over, produced_by, table
 
-NUMBERS_FORMAT = "fixedfirst-finishing-report"
 RUN_FIELDS = (
     "arm",
     "seed",
@@ -37,31 +34,15 @@ RUN_FIELDS = (
     "flops",
     "wall_s",
 )
-FIGURE = "accuracy_by_depth.png"
 
 
-def report_numbers(results: dict[str, Any]) -> dict[str, Any]:
-    """What report.md is computed from: the settings, every run's cost and scores."""
-    return arms_report_numbers(results, NUMBERS_FORMAT, RUN_FIELDS, ("scores",))
-
-
-def write_report(results: dict[str, Any], out: Path) -> None:
-    """OUT/report.json and OUT/report.md made from it."""
-    write_numbers_and_report(out, report_numbers(results), report_markdown)
-
-
-def _labels(e: dict[str, Any], base: str) -> dict[str, str]:
-    out = {base: f"fixed K={e['depth']} (no finishing)"}
+def labels(numbers: dict[str, Any]) -> dict[str, str]:
+    e = numbers["experiment"]
+    out = {numbers["reference"]: f"fixed K={e['depth']} (no finishing)"}
     for rate in e["rates"]:
         for fraction in e["fractions"]:
             out[f"{rate}-{fraction:g}"] = f"{rate}, {100 * fraction:g}% of the tokens"
     return out
-
-
-def plot_figure(results: dict[str, Any], path: Path) -> None:
-    e = results["experiment"]
-    labels = _labels(e, results["reference"])
-    plot_bands(results["analysis"], e["depths"], labels, results["chance"], path)
 
 
 def guide_table(numbers: dict[str, Any], a: dict[str, Any]) -> str:
@@ -70,13 +51,12 @@ def guide_table(numbers: dict[str, Any], a: dict[str, Any]) -> str:
     e = numbers["experiment"]
     cells = [("hard", 1), ("hard", e["depth"]), ("hard", e["k_max"]), ("near", max(e["depths"]))]
     cells = [(role, d) for role, d in cells if role in a["bands"] and d in e["depths"]]
-    head = "| finishing | tokens | " + " | ".join(f"{r} K={d}" for r, d in cells) + " |"
-    lines = [head, "|" + "---|" * (len(cells) + 2)]
     tokens = {
         arm: sorted({r["finishing_tokens"] for r in numbers["runs"].values() if r["arm"] == arm})
         for arm in a["arms"]
     }
-    labels = _labels(e, a["reference"])
+    names = labels(numbers)
+    rows = []
     for arm in a["arms"]:
         low, high = tokens[arm][0], tokens[arm][-1]
         shown = f"{low:,}" if low == high else f"{low:,}-{high:,}"
@@ -86,8 +66,9 @@ def guide_table(numbers: dict[str, Any], a: dict[str, Any]) -> str:
                 f"{c} ({points(_difference(a, arm, r, d))})"
                 for c, (r, d) in zip(row, cells, strict=True)
             ]
-        lines.append(f"| {labels.get(arm, arm)} | {shown} | " + " | ".join(row) + " |")
-    return "\n".join(lines)
+        rows.append([names.get(arm, arm), shown, *row])
+    head = ["finishing", "tokens", *(f"{r} K={d}" for r, d in cells)]
+    return "\n".join(table(head, rows, compact=True))
 
 
 def _difference(a: dict[str, Any], arm: str, role: str, depth: int) -> dict[str, Any] | None:
@@ -97,14 +78,9 @@ def _difference(a: dict[str, Any], arm: str, role: str, depth: int) -> dict[str,
 def report_markdown(numbers: dict[str, Any]) -> str:
     """report.md from report.json's numbers (or results.json, which holds them all)."""
     e, task = numbers["experiment"], numbers["task"]
-    primary = [PrimaryComparison(**p) for p in e["primary"]]
     depths = sorted({*e["compare_depths"], e["depth"], e["k_max"], 1, max(e["depths"])})
-    depths = [d for d in depths if d in e["depths"]]
-    a = analyse_arms(numbers["runs"], e["depths"], numbers["reference"], depths, primary)
-    labels = _labels(e, a["reference"])
-    family = a["exploratory"]
-    wall = numbers.get("wall_clock_s") or {}
-    workers = numbers.get("workers") or {}
+    a = analysed(numbers, [d for d in depths if d in e["depths"]])
+    names = labels(numbers)
     model = numbers["model"]
     described = (
         f"transformers' {model['architecture']}"
@@ -125,20 +101,13 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         "`constant` at the base's final rate, `rewarm` linear to "
         f"{100 * e['rewarm_peak']:g}% of the peak over {100 * e['rewarm_warmup']:g}% of the "
         "finishing steps, then a cosine decay to the final rate. Chance is "
-        f"{100 * numbers['chance']:.1f}%. Produced by `fixedfirst finishing --preset "
-        f"{numbers['preset']}`"
-        + (
-            f" in {sum(wall.values()) / 60:.0f} minutes on {workers['processes']} process(es) of "
-            f"{workers['threads_each']} thread(s)."
-            if wall and workers
-            else "."
-        ),
+        f"{100 * numbers['chance']:.1f}%. "
+        + produced_by(f"finishing --preset {numbers['preset']}", numbers),
         "",
         "Intervals are 95% t-intervals over seeds; a comparison is a finish minus its own base "
         "(same seed), in points. The primary comparisons were named in the preset before the "
         "runs, each decided by its own interval; every other difference is exploratory, "
-        f"corrected over all {family['size']} by Holm's method ({family['uncorrected']} have an "
-        f"interval off zero, {family['corrected']} keep a side after the correction).",
+        f"{corrected_over(a['exploratory'])}.",
         "",
         "## Primary comparisons",
         "",
@@ -148,12 +117,16 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         "",
         guide_table(numbers, a),
         "",
-        "## Accuracy by depth",
+        *accuracy_section(a, e["depths"], names),
+        "## Every finish against its base",
         "",
-        f"![accuracy by depth]({FIGURE})",
+        versus_table(a, names),
         "",
     ]
-    for role in a["bands"]:
-        lines += [band_table(a, role, e["depths"], labels), ""]
-    lines += ["## Every finish against its base", "", versus_table(a, labels), ""]
     return "\n".join(lines)
+
+
+REPORT = DepthReport(
+    "fixedfirst-finishing-report", RUN_FIELDS, ("scores",), report_markdown, labels
+)
+"""report.json, report.md and the figure: what the study writes beside its results."""

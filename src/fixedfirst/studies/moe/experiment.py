@@ -4,7 +4,7 @@ task, at matched modeled FLOPs (issue 58; docs/guides/any-loop.md says how to ru
 Four schedules, each trained with every seed of the preset to one modeled FLOP budget (the
 model's compute model is measured, compute/measured.py): fixed at 2 passes, uniform over 1..6,
 and fixed-first from 2 passes switching at 0.67 and at 0.8 into uniform 1..6. Each finished run
-is scored at passes 1..12 (twice the training maximum) by difficulty (studies/depth_scoring.py),
+is scored at passes 1..12 (twice the training maximum) by difficulty (studies/kit/depth_scoring.py),
 and its router measured: each loop layer's expert shares at every pass, at the end and, for a
 fixed-first run, at its switch (routing.py). `depth_arms.analyse_arms` reads the scores by the
 chains study's rules, the preset's primary comparisons decided each by its own interval.
@@ -13,27 +13,23 @@ chains study's rules, the preset's primary comparisons decided each by its own i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from fixedfirst.config import ScheduleConfig, TransformersModelConfig
+from fixedfirst.config import TransformersModelConfig
 from fixedfirst.errors import UserError
 from fixedfirst.schedules import describe
-from fixedfirst.studies.chains.analysis import PrimaryComparison
-from fixedfirst.studies.presets import Arm, Evaluated, PresetStudy
-from fixedfirst.studies.side_by_side import Job, once_finished
-from fixedfirst.studies.training import PlannedRun
+from fixedfirst.studies.kit.claims import Claim
+from fixedfirst.studies.kit.depth_arms import BAND_CLAIMS, DepthArmsSettings, arms_results
+from fixedfirst.studies.kit.depth_scoring import score_by_depth
+from fixedfirst.studies.kit.presets import Arm, Evaluated, PresetStudy, named_schedule
+from fixedfirst.studies.kit.results import cost, scored_bands, scoring
+from fixedfirst.studies.kit.runs import PlannedRun
+from fixedfirst.studies.kit.workers import Job
 
-MOE_SCHEDULES: dict[str, ScheduleConfig] = {
-    "fixed-2": ScheduleConfig(kind="fixed", depth=2),
-    "uniform-1-6": ScheduleConfig(kind="uniform", k_min=1, k_max=6),
-    "fixed-first-2-0.67": ScheduleConfig(
-        kind="fixed-first", k0=2, switch=0.67, finish="uniform", k_min=1, k_max=6
-    ),
-    "fixed-first-2-0.8": ScheduleConfig(
-        kind="fixed-first", k0=2, switch=0.8, finish="uniform", k_min=1, k_max=6
-    ),
+MOE_SCHEDULES = {
+    name: named_schedule(name, 6)
+    for name in ("fixed-2", "uniform-1-6", "fixed-first-2-0.67", "fixed-first-2-0.8")
 }
 """Arm name -> schedule (issue 58): 2 passes is Inkling2Loop's training depth scaled to this
 model, 1..6 three times it."""
@@ -42,83 +38,39 @@ REFERENCE = "uniform-1-6"
 
 
 @dataclass
-class MoeSettings:
+class MoeSettings(DepthArmsSettings):
     """The `[experiment]` section of a looped mixture-of-experts preset."""
 
-    SECTION: ClassVar[str] = "experiment"
+    SEQUENCES: ClassVar[tuple[str, ...]] = ("sequences", "router_sequences")
 
     flops: float = 1e12
-    """Modeled training-FLOP budget of every run (compute-matched)."""
     seeds: list[int] = field(default_factory=lambda: [200, 201, 202])
-    """Training seeds (initialisation, data order, the draw of evaluation sequences)."""
     schedules: list[str] = field(default_factory=lambda: list(MOE_SCHEDULES))
     """Which arms to train: fixed-2, uniform-1-6, fixed-first-2-0.67, fixed-first-2-0.8."""
     depths: list[int] = field(default_factory=lambda: list(range(1, 13)))
-    """Passes at which accuracy is measured (one forward each)."""
     compare_depths: list[int] = field(default_factory=lambda: [1, 2, 6, 12])
-    """Depths at which every arm is compared with uniform-1-6 (the exploratory family)."""
     sequences: int = 256
-    """Evaluation sequences (one label of every difficulty 0..eval_ops each)."""
     router_sequences: int = 64
     """Evaluation sequences whose tokens the router shares are counted on."""
-    primary: list[PrimaryComparison] = field(default_factory=list)
-    """The primary comparisons, `[[experiment.primary]]` tables named before the runs, each
-    decided by its own 95% interval over seeds (studies/chains/analysis.py)."""
+    primary: list[Annotated[Claim, BAND_CLAIMS]] = field(default_factory=list)
 
-    def __post_init__(self) -> None:
-        s = self.SECTION
-        if self.flops <= 0:
-            raise UserError(f"{s}.flops: the FLOP budget must be > 0, got {self.flops}")
-        if len(self.seeds) < 2 or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
-            raise UserError(
-                f"{s}.seeds: at least two distinct seeds >= 0 (the intervals are over seeds), "
-                f"got {self.seeds}"
-            )
+    def check(self) -> None:
         unknown = [n for n in self.schedules if n not in MOE_SCHEDULES]
         if REFERENCE not in self.schedules or unknown:
             raise UserError(
-                f"{s}.schedules: choose from {', '.join(MOE_SCHEDULES)}, {REFERENCE} among "
-                f"them (the reference), got {self.schedules}"
+                f"{self.SECTION}.schedules: choose from {', '.join(MOE_SCHEDULES)}, {REFERENCE} "
+                f"among them (the reference), got {self.schedules}"
             )
-        if not self.depths or min(self.depths) < 1 or max(self.depths) > 64:
-            raise UserError(f"{s}.depths: passes must be in 1..64, got {self.depths}")
-        missing = [d for d in self.compare_depths if d not in self.depths]
-        if not self.compare_depths or missing:
-            raise UserError(
-                f"{s}.compare_depths: {missing or 'none'} not among experiment.depths "
-                f"{self.depths}; compare at depths that are measured"
-            )
-        for key in ("sequences", "router_sequences"):
-            if not 2 <= getattr(self, key) <= 100_000:
-                raise UserError(f"{s}.{key}: must be in 2..100000, got {getattr(self, key)}")
-        names = [p.name for p in self.primary]
-        if len(set(names)) != len(names):
-            raise UserError(f"{s}.primary: every comparison needs its own name, got {names}")
-        for i, p in enumerate(self.primary):
-            try:
-                p.check(self.schedules, self.depths)
-            except UserError as e:
-                raise UserError(f"{s}.primary[{i}]: {e}") from None
 
 
 def score_job(run: Path, settings: MoeSettings) -> dict[str, Any]:
     """A finished run's accuracy by depth and its router shares (each cached beside the run)."""
-    from fixedfirst.studies.depth_scoring import score_by_depth
     from fixedfirst.studies.moe.routing import router_by_pass
 
     return {
         "scores": score_by_depth(run, settings.depths, settings.sequences),
         "router": router_by_pass(run, max(settings.depths), settings.router_sequences),
     }
-
-
-def print_scores(name: str, scored: dict[str, Any], seconds: float) -> None:
-    bands = scored["scores"]["bands"]
-    hard = [b for b in bands.values() if b["in_range"]][-1]
-    shown = ", ".join(
-        f"{d} pass(es) {100 * a:.0f}%" for d, a in hard["by_depth"].items() if d in ("1", "2", "6")
-    )
-    print(f"  scored {name}: difficulty {hard['low']}..{hard['high']} {shown} ({seconds:.0f} s)")
 
 
 class MoeStudy(PresetStudy[MoeSettings]):
@@ -131,45 +83,36 @@ class MoeStudy(PresetStudy[MoeSettings]):
     PACKAGE = "fixedfirst.studies.moe"
     PRESETS = ("default", "smoke")
     SETTINGS = MoeSettings
+    DATA_KIND = "chains"
 
     def arms(self) -> dict[str, Arm]:
         return {name: Arm(MOE_SCHEDULES[name]) for name in self.experiment.schedules}
 
     def runs(self) -> list[PlannedRun]:
         runs = super().runs()
-        config = runs[0].config
-        if config.data.kind != "chains":
-            raise UserError(
-                f"a moe preset trains on [data] kind = 'chains', not {config.data.kind!r}"
-            )
-        if not isinstance(config.model, TransformersModelConfig):
+        if not isinstance(runs[0].config.model, TransformersModelConfig):
             raise UserError(
                 'a moe preset trains a transformers looped model: [model] kind = "transformers"'
             )
         return runs
 
     def evaluations(self, planned: PlannedRun, run: Path) -> list[Job]:
-        say = partial(print_scores, planned.name)
-        return [once_finished(f"score {planned.name}", run, score_job, self.experiment, say=say)]
+        e, depths = self.experiment, (1, 2, 6)
+        return [scoring(planned.name, run, score_job, e, bands=scored_bands, depths=depths)]
 
     def results(self, evaluated: list[Evaluated]) -> dict[str, Any]:
         """Every run's cost, scores and router shares, and their analysis."""
-        from fixedfirst.studies.depth_arms import arms_results
         from fixedfirst.studies.moe.router_analysis import analyse_router
 
         e = self.experiment
         runs = {}
         for run in evaluated:
-            s = run.outcome.summary
             runs[run.outcome.name] = {
                 "arm": run.arm,
                 "schedule": describe(run.config.schedule),
                 "seed": run.seed,
-                "steps": s["steps"],
-                "tokens": s["tokens"],
-                "flops": s["flops"],
-                "switch_step": (s.get("switch") or {}).get("step"),
-                "wall_s": s["wall"],
+                **cost(run.outcome.summary),
+                "switch_step": (run.outcome.summary.get("switch") or {}).get("step"),
                 "scores": run.values[0]["scores"],
                 "router": run.values[0]["router"],
             }
@@ -178,11 +121,9 @@ class MoeStudy(PresetStudy[MoeSettings]):
         return {**document, "router": analyse_router(runs)}
 
     def write(self, results: dict[str, Any], out: Path) -> list[Path]:
-        from fixedfirst.studies.moe.report import FIGURE, plot_figure, write_report
+        from fixedfirst.studies.moe.report import REPORT
 
-        plot_figure(results, out / FIGURE)
-        write_report(results, out)
-        return [out / FIGURE, out / "report.json", out / "report.md"]
+        return REPORT.write(results, out)
 
 
 load_preset = MoeStudy.load

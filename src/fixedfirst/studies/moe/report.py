@@ -1,56 +1,27 @@
 """The looped mixture-of-experts study's report: report.json (what it is computed from) and
-report.md, remade from report.json alone (studies/report_files.py), and its figure.
+report.md, remade from report.json alone (kit/report_files.py), and its figure.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from fixedfirst.studies.chains.analysis import PrimaryComparison
-from fixedfirst.studies.depth_arms import analyse_arms, arms_report_numbers
-from fixedfirst.studies.depth_tables import (
-    band_table,
+from fixedfirst.studies.kit.depth_tables import (
+    DepthReport,
+    accuracy_section,
+    analysed,
     percent,
-    plot_bands,
     primary_table,
     versus_table,
 )
+from fixedfirst.studies.kit.paragraphs import corrected_over, produced_by, table
 from fixedfirst.studies.moe.router_analysis import analyse_router
-from fixedfirst.studies.report_files import write_numbers_and_report
 
-NUMBERS_FORMAT = "fixedfirst-moe-report"
 RUN_FIELDS = ("arm", "schedule", "seed", "steps", "tokens", "flops", "switch_step", "wall_s")
-FIGURE = "accuracy_by_depth.png"
 
 
-def report_numbers(results: dict[str, Any]) -> dict[str, Any]:
-    """What report.md is computed from: the settings, every run's cost, scores and router."""
-    return arms_report_numbers(results, NUMBERS_FORMAT, RUN_FIELDS, ("scores", "router"))
-
-
-def write_report(results: dict[str, Any], out: Path) -> None:
-    """OUT/report.json and OUT/report.md made from it."""
-    write_numbers_and_report(out, report_numbers(results), report_markdown)
-
-
-def plot_figure(results: dict[str, Any], path: Path) -> None:
-    labels = {r["arm"]: r["schedule"] for r in results["runs"].values()}
-    depths = results["experiment"]["depths"]
-    plot_bands(results["analysis"], depths, labels, results["chance"], path)
-
-
-def _cost_lines(numbers: dict[str, Any]) -> list[str]:
-    lines = [
-        "| run | seed | steps | tokens | modeled FLOPs | wall-clock (s) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name, r in numbers["runs"].items():
-        lines.append(
-            f"| {name} | {r['seed']} | {r['steps']} | {r['tokens']:,} | {r['flops']:.4g} "
-            f"| {r['wall_s']:.0f} |"
-        )
-    return lines
+def labels(numbers: dict[str, Any]) -> dict[str, str]:
+    return {r["arm"]: r["schedule"] for r in numbers["runs"].values()}
 
 
 def _router_lines(router: dict[str, Any], labels: dict[str, str]) -> list[str]:
@@ -58,40 +29,33 @@ def _router_lines(router: dict[str, Any], labels: dict[str, str]) -> list[str]:
     for arm, layers in router.items():
         for layer, entry in layers.items():
             passes = list(entry["top_share"])
-            lines += [
-                "",
-                f"{labels.get(arm, arm)}, loop layer {layer}:",
-                "",
-                "| pass | " + " | ".join(passes) + " |",
-                "|" + "---|" * (len(passes) + 1),
-                "| busiest expert's share | "
-                + " | ".join(percent(entry["top_share"][p]) for p in passes)
-                + " |",
-                "| change from the pass before (TV) | - | "
-                + " | ".join(percent(entry["pass_change"][p]) for p in passes[1:])
-                + " |",
+            rows = [
+                ["busiest expert's share", *(percent(entry["top_share"][p]) for p in passes)],
+                [
+                    "change from the pass before (TV)",
+                    "-",
+                    *(percent(entry["pass_change"][p]) for p in passes[1:]),
+                ],
             ]
             if entry["switch_change"] is not None:
-                lines.append(
-                    "| change since the switch (TV) | "
-                    + " | ".join(percent(entry["switch_change"][p]) for p in passes)
-                    + " |"
-                )
+                switch = entry["switch_change"]
+                rows.append(["change since the switch (TV)", *(percent(switch[p]) for p in passes)])
+            title = f"{labels.get(arm, arm)}, loop layer {layer}:"
+            lines += ["", title, "", *table(["pass", *passes], rows, compact=True)]
     return lines
 
 
 def report_markdown(numbers: dict[str, Any]) -> str:
     """report.md from report.json's numbers (or results.json, which holds them all)."""
     e, task, model = numbers["experiment"], numbers["task"], numbers["model"]["options"]
-    primary = [PrimaryComparison(**p) for p in e["primary"]]
     reference = numbers["reference"]
-    a = analyse_arms(numbers["runs"], e["depths"], reference, e["compare_depths"], primary)
+    a = analysed(numbers, e["compare_depths"])
     router = analyse_router(numbers["runs"])
-    labels = {r["arm"]: r["schedule"] for r in numbers["runs"].values()}
-    seeds = ", ".join(map(str, a["seeds"]))
-    family = a["exploratory"]
-    wall = numbers.get("wall_clock_s") or {}
-    workers = numbers.get("workers") or {}
+    names = labels(numbers)
+    costs = [
+        [name, r["seed"], r["steps"], f"{r['tokens']:,}", f"{r['flops']:.4g}", f"{r['wall_s']:.0f}"]
+        for name, r in numbers["runs"].items()
+    ]
     lines = [
         "# Fixed-first on a looped mixture-of-experts",
         "",
@@ -101,40 +65,25 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         f"{model['num_hidden_layers']} looped), random initialisation, on the chains task "
         f"({task['statements']} statements, values mod {task['values']}, training chains of "
         f"0..{task['max_ops']} operations, evaluation chains of {task['eval_ops']}). Every arm "
-        f"trained with seeds {seeds} to {numbers['flop_budget']:.3g} modeled training FLOPs "
-        f"(the compute model measured on the model), scored on {e['sequences']} evaluation "
-        f"sequences per seed at {min(e['depths'])}..{max(e['depths'])} passes. Chance is "
-        f"{100 * numbers['chance']:.1f}%. Produced by `fixedfirst moe --preset "
-        f"{numbers['preset']}`"
-        + (
-            f" in {sum(wall.values()) / 60:.0f} minutes on {workers['processes']} process(es) of "
-            f"{workers['threads_each']} thread(s)."
-            if wall and workers
-            else "."
-        ),
+        f"trained with seeds {', '.join(map(str, a['seeds']))} to {numbers['flop_budget']:.3g} "
+        "modeled training FLOPs (the compute model measured on the model), scored on "
+        f"{e['sequences']} evaluation sequences per seed at {min(e['depths'])}.."
+        f"{max(e['depths'])} passes. Chance is {100 * numbers['chance']:.1f}%. "
+        + produced_by(f"moe --preset {numbers['preset']}", numbers),
         "",
         "Intervals are 95% t-intervals over seeds (an accuracy's cut at 0 and 100%); a "
         "comparison is the same-seed difference in points. The primary comparisons were named "
         "in the preset before the runs and are each decided by their own interval; every other "
-        f"difference below is exploratory, corrected over all {family['size']} by Holm's method "
-        f"({family['uncorrected']} have an interval off zero, {family['corrected']} keep a side "
-        "after the correction).",
+        f"difference below is exploratory, {corrected_over(a['exploratory'])}.",
         "",
         "## Primary comparisons",
         "",
         primary_table(a),
         "",
-        "## Accuracy by depth",
+        *accuracy_section(a, e["depths"], names),
+        f"## Against {names.get(reference, reference)}, at matched FLOPs",
         "",
-        f"![accuracy by depth]({FIGURE})",
-        "",
-    ]
-    for role in a["bands"]:
-        lines += [band_table(a, role, e["depths"], labels), ""]
-    lines += [
-        f"## Against {labels.get(reference, reference)}, at matched FLOPs",
-        "",
-        versus_table(a, labels),
+        versus_table(a, names),
         "",
         "## The router by pass",
         "",
@@ -143,11 +92,17 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         "consecutive passes' shares, and for fixed-first the TV between each pass's shares at "
         "the switch and at the end; expert labels differ between seeds, so only these "
         "label-free quantities are averaged.",
-        *_router_lines(router, labels),
+        *_router_lines(router, names),
         "",
         "## Cost",
         "",
-        *_cost_lines(numbers),
+        *table(["run", "seed", "steps", "tokens", "modeled FLOPs", "wall-clock (s)"], costs, True),
         "",
     ]
     return "\n".join(lines)
+
+
+REPORT = DepthReport(
+    "fixedfirst-moe-report", RUN_FIELDS, ("scores", "router"), report_markdown, labels
+)
+"""report.json, report.md and the figure: what the study writes beside its results."""

@@ -17,11 +17,10 @@ import torch
 from fixedfirst.data.registry import kind_options
 from fixedfirst.errors import UserError
 from fixedfirst.model.transformers_loop import TransformersLoop
-from fixedfirst.runs.checkpoint import MODEL_FILE, CheckpointManager
+from fixedfirst.runs.checkpoint import SWITCH_TAG, CheckpointManager
 from fixedfirst.runs.directory import RunDir
 from fixedfirst.runs.opening import find_checkpoint, load_any_run
-from fixedfirst.studies.depth_scoring import cached
-from fixedfirst.studies.diagnose.finishing import SWITCH_TAG
+from fixedfirst.studies.kit.depth_scoring import cached, measured_key
 from fixedfirst.tasks.chains.source import evaluation_seed, evaluation_set
 
 
@@ -96,14 +95,10 @@ def router_by_pass(run: Path, depth: int, sequences: int) -> dict[str, Any]:
     config, newest = find_checkpoint(run)
     switch = CheckpointManager(RunDir(run).checkpoints_path).with_tag(SWITCH_TAG)
     seed = evaluation_seed(config.data.seed, config.train.seed)
-    key = {
-        "version": ROUTER_VERSION,
-        "weights_sha256": newest.meta["files"][MODEL_FILE],
-        "switch_step": None if switch is None else switch.step,
-        "evaluation_seed": seed,
-        "depth": depth,
-        "sequences": sequences,
-    }
+    switch_step = None if switch is None else switch.step
+    key = measured_key(
+        ROUTER_VERSION, newest, seed, switch_step=switch_step, depth=depth, sequences=sequences
+    )
 
     def at(step: int) -> dict[str, Any]:
         loaded = load_any_run(run, step)

@@ -7,7 +7,7 @@ seeds (`stats.evidence`: a t-interval of the seeds' values, or of the same-seed 
 each seed's frontier is measured on its own held-out draw, so the interval covers that sampling
 too. The primary comparisons, named in the config before the runs, are each decided by their own
 interval; every other difference (the rest of the comparisons, and each schedule's best rule
-against its runner-up) is exploratory, and Holm's method corrects the family (`comparisons.py`).
+against its runner-up) is exploratory, and Holm's method corrects the family (`kit/claims.py`).
 A difference whose interval holds zero is "cannot tell".
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from fixedfirst.stats.evidence import common_seeds, over_seeds, paired, sign
-from fixedfirst.studies.comparisons import correct_family, primary_verdict
+from fixedfirst.studies.kit.claims import correct_family, primary_verdict
 from fixedfirst.studies.serving.frontier_report import short
 from fixedfirst.studies.serving.settings import COMPUTES, QUANTITIES
 

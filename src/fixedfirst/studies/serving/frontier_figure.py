@@ -38,6 +38,11 @@ def _scaled(value: float, measure: QualityMeasure) -> float:
     return 100 * value if measure.name == "accuracy" else value
 
 
+def _ring(ax: Any, x: float, y: float) -> None:
+    """Ring the point of the least compute that matches the best fixed depth."""
+    ax.plot(x, y, "o", ms=12, mfc="none", mec="black")
+
+
 def plot_frontier(document: dict[str, Any], path: Path) -> None:
     points = document["points"]
     measure = QualityMeasure.from_dict(document["quality"])
@@ -58,14 +63,7 @@ def plot_frontier(document: dict[str, Any], path: Path) -> None:
     fy = [_scaled(points[i]["quality"], measure) for i in front]
     ax.step(fx, fy, where="post", color="0.6", lw=3, alpha=0.4, zorder=0, label="Pareto front")
     ax.axhline(_scaled(matched["target"], measure), color="0.3", ls=":", lw=1, label="matched")
-    ax.plot(
-        points[least]["mean_depth"],
-        _scaled(points[least]["quality"], measure),
-        "o",
-        ms=12,
-        mfc="none",
-        mec="black",
-    )
+    _ring(ax, points[least]["mean_depth"], _scaled(points[least]["quality"], measure))
     ax.set_xscale("log", base=2)
     ax.set_xlabel("recurrent iterations per token (teacher-forced)")
     unit = "%" if measure.name == "accuracy" else measure.unit
@@ -80,14 +78,7 @@ def plot_frontier(document: dict[str, Any], path: Path) -> None:
             xs = [points[i]["decode_mean_depth"] for i in indices]
             ys = [points[i]["tokens_per_s"] for i in indices]
             ax.plot(xs, ys, color=color, marker=marker, ls=ls if rule is None else "", ms=4, lw=1.2)
-        ax.plot(
-            points[least]["decode_mean_depth"],
-            points[least]["tokens_per_s"],
-            "o",
-            ms=12,
-            mfc="none",
-            mec="black",
-        )
+        _ring(ax, points[least]["decode_mean_depth"], points[least]["tokens_per_s"])
         ax.set_xscale("log", base=2)
         ax.set_xlabel("recurrent iterations per decoded token")
         ax.set_ylabel("tokens per second (batched greedy decoding)")

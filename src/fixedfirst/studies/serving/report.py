@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fixedfirst.studies.kit.paragraphs import table
 from fixedfirst.studies.serving.comparison import analyse
 
 QUANTITY_WORDS = {
@@ -62,47 +63,53 @@ def setup_lines(numbers: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def quantity(d: dict[str, Any]) -> str:
+    """A compared quantity in words: what is counted, and what saving."""
+    return f"{COMPUTE_WORDS[d['compute']]} {QUANTITY_WORDS[d['quantity']]}"
+
+
 def primary_lines(analysis: dict[str, Any]) -> list[str]:
-    lines = [
+    rows = []
+    for p in analysis["primary"]:
+        d = p["difference"]
+        cell = "not enough seeds (two in common needed)" if d is None else difference(d)
+        verdict = p["verdict"] or "cannot tell"
+        rows.append([p["name"], p["study"], f"{p['a']} - {p['b']}", quantity(p), cell, verdict])
+    if not analysis["primary"]:
+        rows.append(["(none named)", "", "", "", "", ""])
+    return [
         "## Primary comparisons",
         "",
         "Named in the config before the runs; each is decided by its own 95% interval over seeds "
         "(a - b, paired by seed).",
         "",
-        "| comparison | study | a - b | quantity | difference | verdict |",
-        "| --- | --- | --- | --- | --- | --- |",
+        *table(["comparison", "study", "a - b", "quantity", "difference", "verdict"], rows),
+        "",
     ]
-    for p in analysis["primary"]:
-        d = p["difference"]
-        cell = "not enough seeds (two in common needed)" if d is None else difference(d)
-        quantity = f"{COMPUTE_WORDS[p['compute']]} {QUANTITY_WORDS[p['quantity']]}"
-        lines.append(
-            f"| {p['name']} | {p['study']} | {p['a']} - {p['b']} | {quantity} | {cell} | "
-            f"{p['verdict'] or 'cannot tell'} |"
-        )
-    if not analysis["primary"]:
-        lines.append("| (none named) | | | | | |")
-    return [*lines, ""]
 
 
 def arm_lines(numbers: dict[str, Any], analysis: dict[str, Any]) -> list[str]:
     lines = ["## Compute saved at matched quality, by schedule", ""]
+    head = [
+        "arm",
+        "seeds",
+        "iterations saved",
+        "beyond fixed",
+        "FLOPs saved",
+        "beyond fixed",
+        "best fixed depth per seed",
+    ]
     for study in numbers["studies"]:
-        arms = analysis["studies"][study["name"]]["arms"]
-        lines += [
-            f"### {study['name']}",
-            "",
-            "| arm | seeds | iterations saved | beyond fixed | FLOPs saved | beyond fixed | best "
-            "fixed depth per seed |",
-            "| --- | --- | --- | --- | --- | --- | --- |",
-        ]
-        for arm, a in arms.items():
-            cells = [
-                estimate(a["by"][c][q]) for c in ("iterations", "flops") for q in QUANTITY_WORDS
+        rows = [
+            [
+                arm,
+                len(a["seeds"]),
+                *(estimate(a["by"][c][q]) for c in ("iterations", "flops") for q in QUANTITY_WORDS),
+                ", ".join(f"{d}" for d in a["best_fixed_depths"].values()),
             ]
-            depths = ", ".join(f"{d}" for d in a["best_fixed_depths"].values())
-            lines.append(f"| {arm} | {len(a['seeds'])} | " + " | ".join(cells) + f" | {depths} |")
-        lines.append("")
+            for arm, a in analysis["studies"][study["name"]]["arms"].items()
+        ]
+        lines += [f"### {study['name']}", "", *table(head, rows), ""]
     return lines
 
 
@@ -120,43 +127,38 @@ def rule_lines(numbers: dict[str, Any], analysis: dict[str, Any]) -> list[str]:
         if not arms:
             continue
         rules = list(next(iter(arms.values()))["rules"])
-        lines += [
-            f"### {study['name']}",
-            "",
-            "| arm | " + " | ".join(rules) + " | best | lead over the runner-up |",
-            "| --- |" + " --- |" * len(rules) + " --- | --- |",
-        ]
-        for arm, a in arms.items():
-            lead = (
+        rows = [
+            [
+                arm,
+                *(estimate(a["rules"][r]) for r in rules),
+                a["best_rule"],
                 "one seed"
                 if a["lead"] is None
-                else (f"{difference(a['lead'])} over {a['runner_up']}")
-            )
-            cells = " | ".join(estimate(a["rules"][r]) for r in rules)
-            lines.append(f"| {arm} | {cells} | {a['best_rule']} | {lead} |")
-        lines.append("")
+                else f"{difference(a['lead'])} over {a['runner_up']}",
+            ]
+            for arm, a in arms.items()
+        ]
+        head = ["arm", *rules, "best", "lead over the runner-up"]
+        lines += [f"### {study['name']}", "", *table(head, rows), ""]
     return lines
 
 
 def exploratory_lines(analysis: dict[str, Any]) -> list[str]:
     family = analysis["exploratory"]
-    lines = [
+    rows = [
+        [d["study"], f"{d['a']} - {d['b']}", quantity(d), difference(d), d["sign"], d["holm"]]
+        for d in family
+    ]
+    return [
         "## Exploratory differences",
         "",
         f"Every other paired difference ({len(family)}), each with its uncorrected sign and its "
         "verdict after Holm's correction over all of them; an interval that holds zero is "
         '"cannot tell".',
         "",
-        "| study | a - b | quantity | difference | uncorrected | Holm |",
-        "| --- | --- | --- | --- | --- | --- |",
+        *table(["study", "a - b", "quantity", "difference", "uncorrected", "Holm"], rows),
+        "",
     ]
-    for d in family:
-        quantity = f"{COMPUTE_WORDS[d['compute']]} {QUANTITY_WORDS[d['quantity']]}"
-        lines.append(
-            f"| {d['study']} | {d['a']} - {d['b']} | {quantity} | {difference(d)} | {d['sign']} "
-            f"| {d['holm']} |"
-        )
-    return [*lines, ""]
 
 
 def report_markdown(numbers: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@
                         its name, directory, seeds and [studies.arms] (arm = run NAME)
     [[comparisons]]     arm a against arm b, in every study that has both
     [[primary]]         the comparisons named before the runs, each decided by its own interval
+                        (both claims of the study kit, `COMPARISONS` and `PRIMARY`)
 
 Directories are relative to where the command runs. Everything is checked before any run is
 read, and a mistake is one line naming the key.
@@ -20,6 +21,8 @@ from typing import Any, ClassVar, Literal
 from fixedfirst.config.files import read_toml
 from fixedfirst.config.schema import build_section, coerce
 from fixedfirst.errors import UserError
+from fixedfirst.studies.kit.claims import Claim, ClaimTable
+from fixedfirst.studies.kit.settings import check_seeds
 from fixedfirst.studies.serving.frontier import FrontierSettings
 
 Quantity = Literal["saved", "saved_by_exit"]
@@ -48,37 +51,38 @@ class StudyRuns:
         return Path(self.directory) / "runs" / f"{self.arms[arm]}-seed{seed}"
 
 
-@dataclass
-class Comparison:
-    """A `[[comparisons]]` table: arm a against arm b, paired by seed."""
-
-    SECTION: ClassVar[str] = "comparisons"
-
-    a: str
-    b: str
-
-
-@dataclass
-class Primary:
-    """A `[[primary]]` table: one comparison of one study, named before the runs, decided by its
-    own 95% interval over seeds (higher, lower, or cannot tell)."""
-
-    SECTION: ClassVar[str] = "primary"
-
-    name: str
-    study: str
-    a: str
-    b: str
-    quantity: Quantity = "saved"
-    compute: ComputeName = "iterations"
+COMPARISONS = ClaimTable(
+    "comparisons",
+    "A `[[comparisons]]` table: arm a against arm b, paired by seed, in every study that has "
+    "both (exploratory, unless a primary names it).",
+    {"a": "a", "b": "b"},
+    ("a", "b"),
+    fixed={"name": "", "primary": False},
+)
+PRIMARY = ClaimTable(
+    "primary",
+    "A `[[primary]]` table: one comparison of one study, named before the runs, decided by its "
+    "own 95% interval over seeds (higher, lower, or cannot tell).",
+    {
+        "name": "name",
+        "study": "within",
+        "a": "a",
+        "b": "b",
+        "quantity": "of",
+        "compute": "unit",
+    },
+    ("name", "study", "a", "b"),
+    choices={"quantity": QUANTITIES, "compute": COMPUTES},
+    defaults={"quantity": "saved", "compute": "iterations"},
+)
 
 
 @dataclass
 class EconomicsConfig:
     frontier: FrontierSettings
     studies: list[StudyRuns]
-    comparisons: list[Comparison]
-    primary: list[Primary]
+    comparisons: list[Claim]
+    primary: list[Claim]
     path: str
 
 
@@ -120,8 +124,7 @@ def load_economics(path: str | Path) -> EconomicsConfig:
         arms = _arms(entry.pop("arms", None), where)
         study = build_section(StudyRuns, entry)
         study.arms = arms
-        if not study.seeds or len(set(study.seeds)) != len(study.seeds) or min(study.seeds) < 0:
-            raise UserError(f"{where}.seeds: distinct seeds >= 0, at least one, got {study.seeds}")
+        check_seeds(study.seeds, f"{where}.seeds")
         studies.append(study)
     if not studies:
         raise UserError(f"{path}: name at least one [[studies]] table")
@@ -129,23 +132,21 @@ def load_economics(path: str | Path) -> EconomicsConfig:
     if len(set(names)) != len(names):
         raise UserError(f"studies: every study needs its own name, got {names}")
     trained = {arm for s in studies for arm in s.arms}
-    comparisons = [build_section(Comparison, c) for c in _tables(raw, "comparisons")]
+    comparisons = [COMPARISONS.read(c) for c in _tables(raw, "comparisons")]
     for i, c in enumerate(comparisons):
         for side in (c.a, c.b):
             if side not in trained:
                 listed = ", ".join(sorted(trained))
                 raise UserError(f"comparisons[{i}]: no study has the arm {side!r} (arms: {listed})")
-        if c.a == c.b:
-            raise UserError(f"comparisons[{i}]: compares {c.a!r} with itself")
-    primary = [build_section(Primary, p) for p in _tables(raw, "primary")]
+    primary = [PRIMARY.read(p) for p in _tables(raw, "primary")]
     by_name = {s.name: s for s in studies}
     for i, p in enumerate(primary):
-        study = by_name.get(p.study)
+        study = by_name.get(p.within or "")
         if study is None:
-            raise UserError(f"primary[{i}].study: no study named {p.study!r} ({', '.join(names)})")
+            raise UserError(f"primary[{i}].study: no study named {p.within!r} ({', '.join(names)})")
         for side in (p.a, p.b):
             if side not in study.arms:
-                raise UserError(f"primary[{i}]: the study {p.study!r} has no arm {side!r}")
+                raise UserError(f"primary[{i}]: the study {p.within!r} has no arm {side!r}")
         if (p.a, p.b) not in {(c.a, c.b) for c in comparisons}:
             raise UserError(f"primary[{i}]: {p.a} against {p.b} is not among the [[comparisons]]")
     if len({p.name for p in primary}) != len(primary):

@@ -17,8 +17,7 @@ against its bound), else "cannot tell". The interval shown stays the claim's own
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from fixedfirst.config.schema import require
 from fixedfirst.stats.evidence import (
@@ -31,6 +30,7 @@ from fixedfirst.stats.evidence import (
     two_sided_p,
     verdict,
 )
+from fixedfirst.studies.kit.claims import Claim, ClaimTable
 from fixedfirst.studies.sweep.seed_table import (
     group_values,
     quantity_name,
@@ -42,83 +42,84 @@ MEASURES = ("relative", "difference")
 DEPTH_PREFIX = "depth:"
 
 
-@dataclass(frozen=True)
-class ClaimSpec:
-    """A `[[claims]]` table of a sweep file: a sentence of the paper and the paired quantity,
-    over seeds, that decides it (needs `[sweep] seeds`)."""
+CLAIMS = ClaimTable(
+    "claims",
+    "A `[[claims]]` table of a sweep file: a sentence of the paper and the paired quantity, over "
+    "seeds, that decides it (needs `[sweep] seeds`).",
+    {
+        "text": "name",
+        "a": "a",
+        "b": "b",
+        "measure": "measure",
+        "claim": "side",
+        "bound": "bar",
+        "metric": "of",
+        "primary": "primary",
+        "caveat": "caveat",
+    },
+    ("text", "a", "b", "measure", "claim", "bound"),
+    choices={"claim": ("above", "below")},
+    defaults={"metric": "mean"},
+    meaning={
+        "claim": "The side of `bound` the sentence puts the quantity on: `above` or `below`.",
+        "bound": 'The bound, e.g. 0.005 for "within 0.5%" with `relative` and `below`.',
+        "metric": "`mean`: the sweep's metric (mean serving NLL, or the task's metric); "
+        "`depth:K`: its value at serving depth K (one of the evaluated depths).",
+        "caveat": "What the verdict does not say, in a few words, printed beside it in "
+        "claims.md: e.g. that the baseline it beats turned out unhealthy (found after the run; "
+        "the verdict is left as the numbers give it).",
+    },
+)
 
-    SECTION: ClassVar[str] = "claims"
 
-    text: str
-    """The claim as a sentence, e.g. "K0=2, switch 0.67: within 0.5% of uniform"."""
-    a: str
-    """The [[runs]] entry the sentence is about."""
-    b: str
-    """The [[runs]] entry it is compared with."""
-    measure: Literal["relative", "difference"]
-    """`relative`: a[s] / b[s] - 1 for each seed s; `difference`: a[s] - b[s]."""
-    claim: Literal["above", "below"]
-    """The side of `bound` the sentence puts the quantity on."""
-    bound: float
-    """The bound, e.g. 0.005 for "within 0.5%" with `relative` and `below`."""
-    metric: str = "mean"
-    """`mean`: the sweep's metric (mean serving NLL, or the task's metric); `depth:K`: its value at
-    serving depth K (one of the evaluated depths)."""
-    primary: bool = True
-    """A primary comparison, named before the runs; its verdict is corrected for the sweep's
-    other primary claims (Holm). `false`: exploratory, corrected for the other exploratory
-    claims."""
-    caveat: str = ""
-    """What the verdict does not say, in a few words, printed beside it in claims.md: e.g. that
-    the baseline it beats turned out unhealthy (found after the run; the verdict is left as the
-    numbers give it)."""
+def read_claim(raw: Any) -> Claim:
+    """A [[claims]] table, its metric one the sweep measures."""
+    from fixedfirst.evaluation.nll import EVAL_DEPTHS
 
-    def __post_init__(self) -> None:
-        from fixedfirst.evaluation.nll import EVAL_DEPTHS
+    claim = CLAIMS.read(raw)
+    depths = [f"{DEPTH_PREFIX}{d}" for d in EVAL_DEPTHS]
+    require(
+        claim.of == "mean" or claim.of in depths,
+        "claims.metric",
+        f'{claim.of!r}: use "mean" (the sweep\'s metric) or "depth:K" with K one of the '
+        f"evaluated depths {', '.join(map(str, EVAL_DEPTHS))}",
+    )
+    return claim
 
-        s = self.SECTION
-        require(bool(self.text.strip()), f"{s}.text", "must be the claim's sentence")
-        require(self.a != self.b, f"{s}.b", f"a and b both name {self.a!r}; compare two entries")
-        depths = [f"{DEPTH_PREFIX}{d}" for d in EVAL_DEPTHS]
-        require(
-            self.metric == "mean" or self.metric in depths,
-            f"{s}.metric",
-            f'{self.metric!r}: use "mean" (the sweep\'s metric) or "depth:K" with K one of the '
-            f"evaluated depths {', '.join(map(str, EVAL_DEPTHS))}",
-        )
 
-    @property
-    def depth(self) -> int | None:
-        return int(self.metric[len(DEPTH_PREFIX) :]) if self.metric != "mean" else None
+def claim_depth(claim: Claim) -> int | None:
+    """The serving depth a claim's metric is read at (None: the sweep's metric itself)."""
+    return int(claim.of[len(DEPTH_PREFIX) :]) if claim.of != "mean" else None
 
-    def quantity(self, metric: str, score_name: str | None) -> str:
-        """The paired quantity in words, e.g. "a/b - 1 of mean serving NLL"."""
-        of = quantity_name(metric, score_name, self.depth)
-        return (
-            f"{self.a}/{self.b} - 1 of {of}"
-            if self.measure == "relative"
-            else (f"{self.a} - {self.b} of {of}")
-        )
+
+def quantity(claim: Claim, metric: str, score_name: str | None) -> str:
+    """The paired quantity in words, e.g. "a/b - 1 of mean serving NLL"."""
+    of = quantity_name(metric, score_name, claim_depth(claim))
+    if claim.measure == "relative":
+        return f"{claim.a}/{claim.b} - 1 of {of}"
+    return f"{claim.a} - {claim.b} of {of}"
 
 
 def evaluate_claims(
-    claims: list[ClaimSpec], rows: list[dict[str, Any]], metric: str, score_name: str | None
+    claims: list[Claim], rows: list[dict[str, Any]], metric: str, score_name: str | None
 ) -> list[dict[str, Any]]:
     """Each claim's paired quantity over the seeds both entries finished, and its verdict."""
     results = []
     for c in claims:
-        a = group_values(rows, c.a, metric, c.depth)
-        b = group_values(rows, c.b, metric, c.depth)
+        assert c.b is not None and c.bar is not None
+        side: Literal["above", "below"] = "below" if c.side == "below" else "above"
+        a = group_values(rows, c.a, metric, claim_depth(c))
+        b = group_values(rows, c.b, metric, claim_depth(c))
         seeds = common_seeds(a, b)
         result: dict[str, Any] = {
-            "text": c.text,
+            "text": c.name,
             "a": c.a,
             "b": c.b,
-            "metric": c.metric,
+            "metric": c.of,
             "measure": c.measure,
-            "claim": c.claim,
-            "bound": c.bound,
-            "quantity": c.quantity(metric, score_name),
+            "claim": c.side,
+            "bound": c.bar,
+            "quantity": quantity(c, metric, score_name),
             "seeds": seeds,
             "n": len(seeds),
             "mean": None,
@@ -134,7 +135,7 @@ def evaluate_claims(
                 crossed = paired_over_rows(*blocks, relative=c.measure == "relative")
                 low, high, se, df = crossed.low, crossed.high, crossed.se, crossed.df
                 interval_mean, covers = crossed.mean, "seeds and held-out blocks"
-                decided = verdict(crossed, c.claim, c.bound)
+                decided = verdict(crossed, side, c.bar)
             else:
                 interval = (paired_relative if c.measure == "relative" else paired)(a, b)
                 low, high, se, df = (
@@ -144,13 +145,13 @@ def evaluate_claims(
                     interval.n - 1,
                 )
                 interval_mean, covers = interval.mean, "seeds"
-                decided = verdict(interval, c.claim, c.bound)
+                decided = verdict(interval, side, c.bar)
             result.update(
                 mean=interval_mean,
                 low=low,
                 high=high,
                 verdict=decided,
-                p=two_sided_p(interval_mean, se, df, c.bound),
+                p=two_sided_p(interval_mean, se, df, c.bar),
                 covers=covers,
             )
         elif seeds:  # one seed: its value, but no interval to decide with
@@ -165,15 +166,16 @@ def evaluate_claims(
 
 
 def _blocks(
-    rows: list[dict[str, Any]], c: ClaimSpec, metric: str
+    rows: list[dict[str, Any]], c: Claim, metric: str
 ) -> tuple[dict[int, list[float]], dict[int, list[float]]] | None:
     """Both entries' values on the shared held-out set's blocks, seed by seed (None where the
     rows hold none: a per-seed or first-rows evaluation, or a task's metric)."""
     if metric != "nll":
         return None
-    key = "mean" if c.depth is None else str(c.depth)
+    depth = claim_depth(c)
+    key = "mean" if depth is None else str(depth)
     out = []
-    for group in (c.a, c.b):
+    for group in (c.a, c.b or ""):
         held = [r for r in rows if r["group"] == group]
         if not held or any(key not in (r.get("heldout_blocks") or {}) for r in held):
             return None
@@ -181,7 +183,7 @@ def _blocks(
     return out[0], out[1]
 
 
-def _correct_families(claims: list[ClaimSpec], results: list[dict[str, Any]]) -> None:
+def _correct_families(claims: list[Claim], results: list[dict[str, Any]]) -> None:
     """Each family's verdicts (the primary claims, the exploratory ones) by Holm's method over
     the claims of it that have an interval: a side only where the corrected test against the
     bound rejects."""

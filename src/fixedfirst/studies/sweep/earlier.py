@@ -18,9 +18,9 @@ from typing import Any
 
 from fixedfirst.compute.run_cost import run_plan
 from fixedfirst.errors import UserError
+from fixedfirst.studies.kit.runs import PlannedRun
 from fixedfirst.studies.sweep.results import RESULTS_FORMAT, ROW_FROM
 from fixedfirst.studies.sweep.settings import SweepSettings
-from fixedfirst.studies.training import PlannedRun
 
 
 def read_earlier_rows(path: str | Path) -> list[dict[str, Any]]:

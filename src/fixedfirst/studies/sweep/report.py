@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fixedfirst.studies.report_files import write_numbers_and_report
+from fixedfirst.studies.kit.report_files import write_numbers_and_report
+from fixedfirst.studies.kit.runs import run_directory
 from fixedfirst.studies.sweep.claims import claims_markdown, evaluate_claims
 from fixedfirst.studies.sweep.depth_figure import plot_nll_by_depth
 from fixedfirst.studies.sweep.factors import factor_table, factors_markdown
@@ -28,7 +29,6 @@ from fixedfirst.studies.sweep.settings import SweepSettings
 from fixedfirst.studies.sweep.spec import SweepSpec
 from fixedfirst.studies.sweep.switch_figure import plot_switch_study
 from fixedfirst.studies.sweep.switch_study import arms_of, document_markdown, study_document
-from fixedfirst.studies.training import run_directory
 
 
 def sweep_results(spec: SweepSpec, rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from fixedfirst.compute.run_cost import run_plan
 from fixedfirst.evaluation.nll import SERVING_RANGE
 from fixedfirst.files.writing import write_text_atomic
 from fixedfirst.schedules import describe
-from fixedfirst.studies.training import PlannedRun
+from fixedfirst.studies.kit.runs import PlannedRun
 
 RESULTS_FORMAT = "fixedfirst-sweep-results"
 RESULTS_VERSION = 4

@@ -1,6 +1,6 @@
 """Run a sweep: train its runs, evaluate them at every serving depth, write the table and figures.
 
-A sweep is a `Study` of the study runner (`studies.side_by_side.conduct`): running it again
+A sweep is a `Study` of the study flow (`studies.kit.conduct`): running it again
 reuses finished runs and resumes interrupted ones; with `only` it is trained in pieces and
 reports every finished run of DIR; side by side (`jobs`), workers train runs and measure each
 finished one as soon as it finishes. The output directory is described in docs/reference/files.md.
@@ -16,12 +16,13 @@ from typing import Any
 from fixedfirst.compute.run_cost import run_plan
 from fixedfirst.evaluation.cached import HeldOut, cached_evaluation
 from fixedfirst.evaluation.task import cached_task_evaluation
-from fixedfirst.studies.side_by_side import Conducted, Job, Study, conduct, once_finished
+from fixedfirst.studies.kit.conduct import Conducted, Study, conduct
+from fixedfirst.studies.kit.runs import PlannedRun, RunOutcome, finished_summary, run_directory
+from fixedfirst.studies.kit.workers import Job, once_finished
 from fixedfirst.studies.sweep.earlier import adopt_rows, read_earlier_rows
 from fixedfirst.studies.sweep.report import sweep_results, write_report
 from fixedfirst.studies.sweep.results import ROW_FROM, loss_curve, result_row
 from fixedfirst.studies.sweep.spec import SweepSpec
-from fixedfirst.studies.training import PlannedRun, RunOutcome, finished_summary, run_directory
 
 
 def _status(planned: PlannedRun, out: Path) -> str:
@@ -124,7 +125,7 @@ def run_sweep(
     """Train the selected runs, then evaluate and report every finished run of the sweep.
 
     jobs: worker processes (None: one per free core on a CPU up to the runs left to train, one
-    on a GPU; see `fixedfirst.studies.side_by_side`). rows_from: an earlier results.json of the
+    on a GPU; see `fixedfirst.studies.kit.workers`). rows_from: an earlier results.json of the
     sweep, whose rows stand in for runs not finished in DIR (`studies.sweep.earlier`)."""
     out = Path(out)
     selected = spec.select(only)

@@ -15,6 +15,7 @@ from fixedfirst.config.limits import MAX_DEPTH
 from fixedfirst.config.schema import require
 from fixedfirst.evaluation.cached import HeldOut
 from fixedfirst.evaluation.nll import EVAL_DEPTHS, SERVING_RANGE
+from fixedfirst.studies.kit.settings import check_seeds
 
 HeldOutRows = Literal["auto", "first", "per-seed", "shared"]
 
@@ -67,13 +68,7 @@ class SweepSettings:
     def __post_init__(self) -> None:
         s = self.SECTION
         if self.seeds is not None:
-            require(
-                bool(self.seeds)
-                and len(set(self.seeds)) == len(self.seeds)
-                and min(self.seeds) >= 0,
-                f"{s}.seeds",
-                f"must be a list of distinct integers >= 0, got {self.seeds!r}",
-            )
+            check_seeds(self.seeds, f"{s}.seeds")
         if self.eval_batches is not None:
             require(self.eval_batches >= 1, f"{s}.eval_batches", "must be >= 1")
         if self.heldout_rows is not None:

@@ -19,10 +19,12 @@ from fixedfirst.compute.run_cost import run_plan
 from fixedfirst.config import SECTIONS, RunConfig, build_section, merge_tables, read_toml
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import resolve_data_path
-from fixedfirst.studies.sweep.claims import ClaimSpec
+from fixedfirst.studies.kit.claims import Claim
+from fixedfirst.studies.kit.runs import PlannedRun
+from fixedfirst.studies.kit.settings import distinct_seeds
+from fixedfirst.studies.sweep.claims import claim_depth, read_claim
 from fixedfirst.studies.sweep.factors import FactorSpec, GapSpec, load_factors
 from fixedfirst.studies.sweep.settings import SweepSettings
-from fixedfirst.studies.training import PlannedRun
 
 TOP_LEVEL_KEYS = ("base", "sweep", "runs", "claims", "gaps", "factors")
 RUN_KEYS = ("name", "flops_of", "seeds")
@@ -45,7 +47,7 @@ class SweepSpec:
     """run name -> the run whose modeled FLOPs it is matched to."""
     groups: dict[str, str]
     """run name -> its [[runs]] entry (the same entry's runs differ only in train.seed)."""
-    claims: list[ClaimSpec] = field(default_factory=list)
+    claims: list[Claim] = field(default_factory=list)
     gaps: list[GapSpec] = field(default_factory=list)
     """[[gaps]]: the relative gaps a factor study measures at every level (factors.py)."""
     factors: list[FactorSpec] = field(default_factory=list)
@@ -244,9 +246,8 @@ def _entry_seeds(entry: dict[str, Any], seeds: list[int] | None, where: str):
         raise UserError(f"{where}: sets seeds, but [sweep] has none; set [sweep] seeds first")
     if (
         not isinstance(own, list)
-        or not own
         or not all(isinstance(s, int) and not isinstance(s, bool) for s in own)
-        or len(set(own)) != len(own)
+        or not distinct_seeds(own)
         or not set(own) <= set(seeds)
     ):
         raise UserError(
@@ -332,7 +333,7 @@ def _figure3(
     return matches[0].name
 
 
-def _claims(entries: Any, names: list[str], settings: SweepSettings, path: Path) -> list[ClaimSpec]:
+def _claims(entries: Any, names: list[str], settings: SweepSettings, path: Path) -> list[Claim]:
     """The [[claims]] tables, checked: names of [[runs]] entries, a metric, measure and side."""
     seeds = settings.seeds
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
@@ -344,17 +345,18 @@ def _claims(entries: Any, names: list[str], settings: SweepSettings, path: Path)
         )
     claims = [_claim(entry, names, f"{path}: claims[{i}]") for i, entry in enumerate(entries)]
     for i, claim in enumerate(claims):
-        if claim.depth is not None and claim.depth not in settings.eval_depths:
+        depth = claim_depth(claim)
+        if depth is not None and depth not in settings.eval_depths:
             raise UserError(
-                f"{path}: claims[{i}]: metric = {claim.metric!r}, but the final evaluation's "
+                f"{path}: claims[{i}]: metric = {claim.of!r}, but the final evaluation's "
                 f"depths are {settings.eval_depths} (sweep.eval_depths)"
             )
     return claims
 
 
-def _claim(entry: dict[str, Any], names: list[str], where: str) -> ClaimSpec:
+def _claim(entry: dict[str, Any], names: list[str], where: str) -> Claim:
     try:
-        claim = build_section(ClaimSpec, entry)
+        claim = read_claim(entry)
     except UserError as e:
         raise UserError(f"{where}: {e}") from None
     for key in ("a", "b"):

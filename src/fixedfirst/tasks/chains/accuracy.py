@@ -17,6 +17,7 @@ scores any way of serving (a fixed depth, any exit rule) for the exit frontier
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -49,6 +50,24 @@ class Correctness:
         """(depths, sequences): each sequence's share of right labels with difficulty in
         low..high."""
         return self.correct[:, :, low : high + 1].mean(axis=2)
+
+
+def band_table(correct: Correctness, options: ChainsOptions) -> dict[str, Any]:
+    """Accuracy per difficulty at every depth, and each band's mean per depth: how every study of
+    the chains task reads a run's correctness (its scores, cached beside the run)."""
+    bands = {}
+    for band in bands_of(options):
+        means = correct.band_scores(band.low, band.high).mean(axis=1)
+        bands[band.label] = {
+            "low": band.low,
+            "high": band.high,
+            "in_range": band.in_range,
+            "by_depth": {str(d): float(means[k]) for k, d in enumerate(correct.depths)},
+        }
+    return {
+        "accuracy": {str(d): a for d, a in correct.accuracy().items()},
+        "bands": bands,
+    }
 
 
 @torch.no_grad()

@@ -8,8 +8,14 @@ metric all speak of these bands.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Literal, get_args
 
 from fixedfirst.tasks.chains.program import ChainsOptions
+
+Role = Literal["easy", "hard", "near", "far"]
+ROLES: tuple[str, ...] = get_args(Role)
+"""The bands by role, in the order `bands_of` gives them: the training range's halves, up to
+twice it, beyond."""
 
 
 @dataclass(frozen=True)
@@ -35,3 +41,12 @@ def bands_of(options: ChainsOptions) -> list[Band]:
     if e > 2 * m:
         bands.append(Band(2 * m + 1, e, False))
     return bands
+
+
+def band_roles(bands: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """role -> band label, from scores' bands (label -> {"in_range", ...}) in the order
+    `bands_of` gives them (in range, then beyond)."""
+    labels = list(bands)
+    in_range = [b for b in labels if bands[b]["in_range"]]
+    beyond = [b for b in labels if not bands[b]["in_range"]]
+    return dict(zip(ROLES, [*in_range, *beyond], strict=False))

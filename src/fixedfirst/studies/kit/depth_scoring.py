@@ -18,10 +18,9 @@ from typing import Any
 
 from fixedfirst.data.registry import kind_options
 from fixedfirst.files.writing import write_json_atomic
-from fixedfirst.runs.checkpoint import MODEL_FILE
+from fixedfirst.runs.checkpoint import MODEL_FILE, Checkpoint
 from fixedfirst.runs.opening import find_checkpoint, load_any_run
-from fixedfirst.studies.chains.scoring import band_table
-from fixedfirst.tasks.chains.accuracy import correctness_by_depth
+from fixedfirst.tasks.chains.accuracy import band_table, correctness_by_depth
 from fixedfirst.tasks.chains.source import evaluation_seed, evaluation_set
 
 SCORE_FORMAT = "fixedfirst-depth-scores"
@@ -29,31 +28,37 @@ SCORE_VERSION = 1
 
 
 def cached(
-    path: Path, form: str, key: dict[str, Any], compute: Callable[[], dict[str, Any]]
+    path: Path,
+    form: str,
+    key: dict[str, Any],
+    compute: Callable[[], dict[str, Any]],
+    holding: str = "value",
 ) -> dict[str, Any]:
-    """What `path` holds for `key` (written in format `form`), or `compute()` written there."""
+    """What `path` holds for `key` (written in format `form`, under `holding`), or `compute()`
+    written there: a measurement beside a run, reused when asked the same question again."""
     try:
         saved = json.loads(path.read_text())
         if saved.get("format") == form and saved.get("key") == key:
-            return saved["value"]
+            return saved[holding]
     except (OSError, ValueError):
         pass
     value = compute()
-    write_json_atomic(path, {"format": form, "key": key, "value": value})
+    write_json_atomic(path, {"format": form, "key": key, holding: value})
     return value
+
+
+def measured_key(version: int, ckpt: Checkpoint, seed: int, **asked: Any) -> dict[str, Any]:
+    """What a measurement cached beside a run answers: its version, the weights measured (their
+    hash), the draw of evaluation sequences, and what else was asked."""
+    weights = ckpt.meta["files"][MODEL_FILE]
+    return {"version": version, "weights_sha256": weights, "evaluation_seed": seed, **asked}
 
 
 def score_by_depth(run: Path, depths: list[int], sequences: int) -> dict[str, Any]:
     """The newest checkpoint's chains accuracy by depth and difficulty, and by band."""
     config, ckpt = find_checkpoint(run)
     seed = evaluation_seed(config.data.seed, config.train.seed)
-    key = {
-        "version": SCORE_VERSION,
-        "weights_sha256": ckpt.meta["files"][MODEL_FILE],
-        "evaluation_seed": seed,
-        "depths": sorted(set(depths)),
-        "sequences": sequences,
-    }
+    key = measured_key(SCORE_VERSION, ckpt, seed, depths=sorted(set(depths)), sequences=sequences)
 
     def compute() -> dict[str, Any]:
         loaded = load_any_run(run, ckpt.step)

@@ -27,19 +27,40 @@ from fixedfirst.config import (
     read_toml,
 )
 from fixedfirst.errors import UserError
-from fixedfirst.studies.side_by_side import Study
-from fixedfirst.studies.training import PlannedRun, RunOutcome
+from fixedfirst.studies.kit.conduct import Study
+from fixedfirst.studies.kit.runs import PlannedRun, RunOutcome
 
-PAPER_SCHEDULES: dict[str, ScheduleConfig] = {
-    "fixed-4": ScheduleConfig(kind="fixed", depth=4),
-    "uniform-1-16": ScheduleConfig(kind="uniform", k_min=1, k_max=16),
-    "fixed-first-4-0.8": ScheduleConfig(
-        kind="fixed-first", k0=4, switch=0.8, finish="uniform", k_min=1, k_max=16
-    ),
-    "fixed-first-2-0.67": ScheduleConfig(
-        kind="fixed-first", k0=2, switch=0.67, finish="uniform", k_min=1, k_max=16
-    ),
-    "progressive": ScheduleConfig(kind="progressive", k_min=1, k_max=16),
+
+def named_schedule(name: str, k_max: int) -> ScheduleConfig:
+    """The schedule an arm is named after: fixed-K, uniform-1-K, fixed-first-K0-SWITCH (finishing
+    uniform over 1..k_max) or progressive (to k_max)."""
+    if name == "progressive":
+        return ScheduleConfig(kind="progressive", k_min=1, k_max=k_max)
+    if name.startswith("fixed-first-"):
+        k0, switch = name.removeprefix("fixed-first-").split("-")
+        return ScheduleConfig(
+            kind="fixed-first",
+            k0=int(k0),
+            switch=float(switch),
+            finish="uniform",
+            k_min=1,
+            k_max=k_max,
+        )
+    kind, *depths = name.split("-")
+    if kind == "fixed":
+        return ScheduleConfig(kind="fixed", depth=int(depths[0]))
+    return ScheduleConfig(kind="uniform", k_min=int(depths[0]), k_max=int(depths[1]))
+
+
+PAPER_SCHEDULES = {
+    name: named_schedule(name, 16)
+    for name in (
+        "fixed-4",
+        "uniform-1-16",
+        "fixed-first-4-0.8",
+        "fixed-first-2-0.67",
+        "progressive",
+    )
 }
 """Run name -> schedule: the schedules of the paper (fixed, uniform 1..16, fixed-first at its two
 settings, McLeish et al.'s progressive curriculum to mean depth 8.5)."""
@@ -95,6 +116,8 @@ class PresetStudy(Study, Generic[S]):
     """The shipped presets' names."""
     SETTINGS: ClassVar[type[Section]]
     """The study's own settings: its preset's [experiment] section."""
+    DATA_KIND: ClassVar[str | None] = None
+    """The data kind its runs must train on (its scoring reads that task), if one."""
 
     @abstractmethod
     def arms(self) -> dict[str, Arm]:
@@ -115,11 +138,17 @@ class PresetStudy(Study, Generic[S]):
         )
 
     def runs(self) -> list[PlannedRun]:
-        return [
+        runs = [
             PlannedRun(f"{arm}-seed{seed}", self.run_config(arm, seed))
             for arm in self.arms()
             for seed in self.experiment.seeds
         ]
+        kind = runs[0].config.data.kind
+        if self.DATA_KIND is not None and kind != self.DATA_KIND:
+            raise UserError(
+                f"a {self.name} preset trains on [data] kind = {self.DATA_KIND!r}, not {kind!r}"
+            )
+        return runs
 
     def collect(self, outcomes: list[RunOutcome], quiet: bool) -> dict[str, Any]:
         """Each run's evaluations made here, in order, each read back from its cache beside the

@@ -7,21 +7,73 @@ both score each run as `tasks/chains` accuracy per (depth, difficulty) and per b
 (docs/design.md §5, "chains: the rules"): the seed is the unit, an accuracy's interval is a 95%
 t-interval over seeds cut at 0 and 1, a comparison is the same-seed difference, the primary
 comparisons named in the preset before the runs are decided each by its own interval, and every
-other difference is exploratory, corrected over all of them by Holm's method
-(`studies/comparisons.py`).
+other difference is exploratory, corrected over all of them by Holm's method (`claims.py`).
+The chains study names its primaries in the same table (`BAND_CLAIMS`).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from fixedfirst.config import RunConfig
-from fixedfirst.stats.evidence import over_seeds, paired, sign
-from fixedfirst.studies.chains.analysis import ACCURACY, PrimaryComparison, band_roles
-from fixedfirst.studies.comparisons import correct_family, primary_verdict
+from fixedfirst.stats.evidence import over_seeds
+from fixedfirst.studies.kit.claims import (
+    Claim,
+    ClaimTable,
+    correct_family,
+    family_counts,
+    primary_verdict,
+    same_seed_difference,
+)
+from fixedfirst.studies.kit.settings import StudySettings
+from fixedfirst.tasks.chains.bands import ROLES, band_roles
+
+ACCURACY = (0.0, 1.0)
+"""An accuracy's range: its interval over seeds is cut there (`evidence.over_seeds`)."""
+BAND_CLAIMS = ClaimTable(
+    "primary",
+    "A preset's [[experiment.primary]] table of a study scored by band and depth (chains, the "
+    "looped mixture-of-experts, finishing): seed by seed, arm a's accuracy at a_depth minus arm "
+    "b's at b_depth on one band of the standard set, at matched FLOPs.",
+    {
+        "name": "name",
+        "band": "of",
+        "a": "a",
+        "a_depth": "a_depth",
+        "b": "b",
+        "b_depth": "b_depth",
+        "bar": "bar",
+    },
+    required=("name", "band", "a", "a_depth", "b", "b_depth"),
+    choices={"band": ROLES},
+    meaning={
+        "band": "The band of the standard set, by role: easy or hard (the halves of the "
+        "training range), near (up to twice it), far (beyond). One of `easy`, `hard`, `near`, "
+        "`far`.",
+        "bar": "Unset: claimed above zero, decided by the interval's side (higher, lower, cannot "
+        "tell). A number: claimed at least that (accuracy as a fraction, 0.40 for 40 points): "
+        "meets the bar when the interval's lower end is at or above it, below the bar when its "
+        "upper end is under it, otherwise cannot tell.",
+    },
+)
+
+
+class DepthArmsSettings(StudySettings):
+    """The [experiment] keys of a study of arms scored by band and depth besides those every
+    study has (its dataclass declares them with its defaults): verdicts over at least two seeds,
+    depths up to 64."""
+
+    LEAST_SEEDS: ClassVar[int] = 2
+    DEEPEST: ClassVar[int] = 64
+    SEQUENCES: ClassVar[tuple[str, ...]] = ("sequences",)
+
+    compare_depths: list[int]
+    """Depths at which every arm is compared with the reference (the exploratory family)."""
+    sequences: int
+    """Evaluation sequences (one label of every difficulty 0..eval_ops each)."""
 
 
 def _accuracy(run: dict[str, Any], role: str, depth: int) -> float:
@@ -29,20 +81,12 @@ def _accuracy(run: dict[str, Any], role: str, depth: int) -> float:
     return bands[band_roles(bands)[role]]["by_depth"][str(depth)]
 
 
-def same_seed_difference(a: dict[int, float], b: dict[int, float]) -> dict[str, Any] | None:
-    """a - b paired by seed with its 95% interval and sign; None with fewer than two seeds."""
-    if len(set(a) & set(b)) < 2:
-        return None
-    interval = paired(a, b)
-    return {**interval.to_dict(), "sign": sign(interval)}
-
-
 def analyse_arms(
     runs: dict[str, dict[str, Any]],
     depths: list[int],
     reference: str,
     compare_depths: list[int],
-    primary: list[PrimaryComparison],
+    primary: list[Claim],
 ) -> dict[str, Any]:
     """runs: name -> {"arm", "seed", "scores"}; every arm's band accuracy at every depth, each
     arm minus `reference` at every band and each of `compare_depths` (the exploratory family,
@@ -57,7 +101,7 @@ def analyse_arms(
 
     versus: dict[str, dict[str, Any]] = {}
     family: list[dict[str, Any]] = []
-    primary_cells = {(p.a, p.a_depth, p.b, p.b_depth, p.band) for p in primary}
+    primary_cells = {(p.a, p.a_depth, p.b, p.b_depth, p.of) for p in primary}
     for arm in arms:
         if arm == reference or reference not in by_arm:
             continue
@@ -71,9 +115,10 @@ def analyse_arms(
     correct_family(family)
     primaries = []
     for p in primary:
-        d = same_seed_difference(values(p.a, p.band, p.a_depth), values(p.b, p.band, p.b_depth))
+        assert p.b is not None and p.a_depth is not None and p.b_depth is not None
+        d = same_seed_difference(values(p.a, p.of, p.a_depth), values(p.b, p.of, p.b_depth))
         verdict = None if d is None else primary_verdict(d["low"], d["high"], p.bar)
-        primaries.append({**asdict(p), "difference": d, "verdict": verdict})
+        primaries.append({**BAND_CLAIMS.write(p), "difference": d, "verdict": verdict})
     return {
         "arms": arms,
         "seeds": sorted({r["seed"] for r in runs.values()}),
@@ -103,11 +148,7 @@ def analyse_arms(
         },
         "versus_reference": versus,
         "primary": primaries,
-        "exploratory": {
-            "size": len(family),
-            "uncorrected": sum(d["sign"] != "cannot tell" for d in family),
-            "corrected": sum(d["holm"] != "cannot tell" for d in family),
-        },
+        "exploratory": family_counts(family),
     }
 
 
@@ -115,13 +156,12 @@ def arms_results(
     format: str,
     preset: str,
     reference: str,
-    experiment: Any,
+    experiment: DepthArmsSettings,
     first: RunConfig,
     runs: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
-    """The results document of a study of arms on chains: its settings (`experiment` is the
-    preset's dataclass, with `flops`, `depths`, `compare_depths` and `primary`; `first` its
-    first run's configuration), every run, and their `analyse_arms`."""
+    """The results document of a study of arms on chains: its settings (`first` its first run's
+    configuration), every run, and their `analyse_arms`."""
     from fixedfirst.data.registry import kind_options
 
     options = kind_options(first)
@@ -134,30 +174,8 @@ def arms_results(
         "flop_budget": e.flops,
         "model": asdict(first.model),
         "task": asdict(options),
-        "experiment": asdict(e),
+        "experiment": e.to_dict(),
         "chance": 1 / options.values,
         "runs": runs,
         "analysis": analyse_arms(runs, e.depths, reference, e.compare_depths, e.primary),
-    }
-
-
-REPORT_SETTINGS = ("preset", "reference", "flop_budget", "chance", "model", "task", "experiment")
-"""The results document's keys a report reads unchanged, in the order the report's JSON has them."""
-
-
-def arms_report_numbers(
-    results: dict[str, Any], format: str, run_fields: tuple[str, ...], run_values: tuple[str, ...]
-) -> dict[str, Any]:
-    """What such a study's report.md is computed from: the settings, and of every run its
-    `run_fields` (cost and identity) and `run_values` (what was measured)."""
-    return {
-        "format": format,
-        "version": 1,
-        **{key: results[key] for key in REPORT_SETTINGS},
-        "wall_clock_s": results.get("wall_clock_s"),
-        "workers": results.get("workers"),
-        "runs": {
-            name: {key: r[key] for key in run_fields + run_values}
-            for name, r in results["runs"].items()
-        },
     }
