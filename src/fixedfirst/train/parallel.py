@@ -23,7 +23,7 @@ from torch import nn
 
 from fixedfirst.data.source import Batch
 from fixedfirst.evaluation.nll import validation_nll
-from fixedfirst.model import LoopedLM, LoopedTransformer
+from fixedfirst.model import LoopedLM
 from fixedfirst.model.lowrank import base_identity, frozen_names
 from fixedfirst.runs.checkpoint import BASE_KEY, state_shapes, tied_aliases
 from fixedfirst.train.distributed import World, broadcast_object
