@@ -21,7 +21,7 @@ from fixedfirst.studies.kit.depth_tables import (
     primary_table,
     versus_table,
 )
-from fixedfirst.studies.kit.paragraphs import corrected_over, produced_by, table
+from fixedfirst.studies.kit.paragraphs import corrected_over, holm_reach, produced_by, table
 
 RUN_FIELDS = (
     "arm",
@@ -124,7 +124,8 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         "Intervals are 95% t-intervals over seeds; a comparison is a finish minus its own base "
         "(same seed), in points. The primary comparisons were named in the preset before the "
         "runs, each decided by its own interval; every other difference is exploratory, "
-        f"{corrected_over(a['exploratory'])}.",
+        f"{corrected_over(a['exploratory'])}. "
+        + holm_reach(a["exploratory"], lambda x: f"{100 * x:.1f} points"),
         "",
         "## Primary comparisons",
         "",
