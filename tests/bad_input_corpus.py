@@ -40,6 +40,12 @@ def dangling(path: Path) -> None:
     path.symlink_to("notes-deleted.txt")
 
 
+def hidden_corpus(work: Path) -> None:
+    """corpus/ whose only text file is hidden."""
+    (work / "corpus").mkdir()
+    (work / "corpus" / ".notes.txt").write_text(TEXT * 4)
+
+
 def png(path: Path) -> None:
     path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10")
 
@@ -106,6 +112,16 @@ CORPUS_CASES: list[Case] = [
         PREPARE_CORPUS,
         "corpus/figure.png: a PNG image, not text; leave it out of the inputs",
         setup=corpus_with(figure_png=png),
+    ),
+    Case(
+        "prepare-only-hidden-files",
+        "data",
+        "`prepare corpus` where every text file of corpus/ is hidden (`.notes.txt`; it said only "
+        "that the input was empty)",
+        ["prepare", "corpus", "--out", "data"],
+        "hold(s) only hidden files and directories (corpus/.notes.txt), which are skipped; name "
+        "a hidden file as an INPUT to read it",
+        setup=hidden_corpus,
     ),
     Case(
         "prepare-utf16",

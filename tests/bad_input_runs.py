@@ -43,7 +43,31 @@ def without_tokenizer(work: Path) -> None:
     shutil.rmtree(work / "exported" / "tokenizer")
 
 
+def evaluated_at_1_and_2(work: Path) -> None:
+    """`fixedfirst eval run --depths 1,2`, run in the case's directory (its results file)."""
+    import contextlib
+    import io
+
+    from fixedfirst.cli.main import main
+
+    with inside(work), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            main(["eval", "run", "--depths", "1,2"])
+        except SystemExit as done:
+            assert done.code in (0, None)
+
+
 RUN_CASES: list[Case] = [
+    Case(
+        "eval-again-at-other-depths",
+        "eval",
+        "`eval run --depths 4,8` after `eval run --depths 1,2` (the second results file replaced "
+        "the first without a word)",
+        ["eval", "run", "--depths", "4,8"],
+        "holds the evaluation at depths 1,2; this one at 4,8 would replace it: give --out FILE",
+        needs=("run",),
+        setup=evaluated_at_1_and_2,
+    ),
     Case(
         "generate-export-flipped-byte",
         "export",

@@ -168,7 +168,9 @@ def test_a_transformers_without_the_architecture_is_named_in_one_line(monkeypatc
 def test_a_schedulers_state_continues_a_loop_exactly():
     """The plain loop's resume: a scheduler rebuilt from `state_dict` just before the floor
     decides what the uninterrupted one decides, at the floor (observations here synthetic: a
-    loss flat by then); one resumed without it lacks the window's losses and switches later."""
+    loss flat by then); one restarted there without it would lack the window's losses and switch
+    later (past the switch: a second time), so its first step is refused in one line. A restart
+    before the window the first check reads loses nothing and is let through."""
     switch = SwitchConfig(rule="plateau", floor=0.3, ceiling=0.9, window=0.2, every=5)
     plan = plan_schedule(AUTO, LINEAR, 64, steps=200, switch=switch)
 
@@ -192,9 +194,13 @@ def test_a_schedulers_state_continues_a_loop_exactly():
     assert head + run(second, 57, 200) == depths
     assert second.switch_step == straight.switch_step is not None
     assert straight.switch_step == 60
-    lost = DepthScheduler(plan)  # resumed without the state: a later switch
-    run(lost, 57, 200)
-    assert lost.switch_step != straight.switch_step
+    for restart in (57, 150):  # before the switch at 60, and after it
+        message = one_line_error(lambda: run(DepthScheduler(plan), restart, 200))  # noqa: B023
+        assert f"starts at step {restart}" in message and "load_state_dict" in message
+    early = DepthScheduler(plan)  # the first check (at 60) reads the window after step 20
+    assert run(early, 20, 200) == depths[20:]
+    decided = DepthScheduler(plan)  # decide() first, as fixedfirst's trainer does at a boundary
+    assert "load_state_dict" in one_line_error(lambda: decided.decide(100))
 
 
 def test_the_rule_is_asked_once_a_boundary_and_the_probes_are_counted_in_the_state():
@@ -367,6 +373,7 @@ def test_the_plan_counts_the_flops_an_inkling_run_spends():
     budget = 24 * x.numel() * cost.train(2)
     for schedule in ARMS[:2]:
         plan = plan_schedule(schedule, cost, x.numel(), flops=budget, seed=4)
+        counter.passes.clear()  # the plan's check of the line at its deepest depth, 4
         scheduler = DepthScheduler(plan, depth_handle(model))
         for step in range(plan.total_steps):
             scheduler.begin(step)

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from fixedfirst.compute.plan import plan_run
+from fixedfirst.errors import UserError
 from fixedfirst.runs.checkpoint import CheckpointManager
 from fixedfirst.schedules import Schedule
 from fixedfirst.scheduling.depth_scheduler import DepthScheduler
@@ -144,6 +145,22 @@ def test_a_run_checkpointed_in_the_earlier_form_resumes_exactly(tmp_path, depth_
     assert all(torch.equal(a[k], b[k]) for k in a)
     newest = CheckpointManager(run / "checkpoints").all()[-1].meta
     assert "auto_switch" not in newest and newest["depth_scheduler"]["probes"] > 12
+
+
+def test_a_checkpoint_without_the_switchs_state_is_one_line(tmp_path):
+    """meta.json with neither form of the scheduler's state, in an auto run: a KeyError before."""
+    config = tiny_config(*AUTO, *RULES["plateau"])
+    run = tmp_path / "lost"
+    Trainer(config, run, quiet=True).train(stop_after=8)
+    for path in (run / "checkpoints").glob("step-*/meta.json"):
+        meta = json.loads(path.read_text())
+        del meta["depth_scheduler"]
+        path.write_text(json.dumps(meta))
+    with pytest.raises(UserError) as caught:
+        Trainer(config, run, resume=True, quiet=True).train()
+    message = str(caught.value)
+    assert "meta.json holds no auto switch state (neither 'depth_scheduler' nor" in message
+    assert "\n" not in message
 
 
 def test_the_earlier_form_reads_as_the_schedulers_state():

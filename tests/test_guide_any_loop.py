@@ -1,7 +1,8 @@
 """docs/guides/any-loop.md runs as written: its Python blocks, executed in order in one namespace
 (a fresh directory, a tiny Inkling2Loop model), train under fixed-first in the plain loop and
-through the Hugging Face Trainer, and every forward of every step runs the passes the plan gives
-that step (counted as calls of the model's looped layer)."""
+through the Hugging Face Trainer, and the Huginn-style model of the page's own (its depth a
+forward argument, drawn at random when not given) in a plain loop; every forward of every step
+runs the passes the plan gives that step (counted as calls of the model's looped layer)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def python_blocks(text: str) -> list[str]:
 
 def test_the_page_shows_a_complete_loop_of_about_forty_lines():
     blocks = python_blocks(PAGE.read_text())
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     lines = [line for line in blocks[0].splitlines() if line.strip()]
     assert 35 <= len(lines) <= 48  # a tenth of them the tiny model's configuration
     assert "for step in range(plan.total_steps):" in blocks[0]
@@ -38,11 +39,32 @@ def test_the_pages_loops_run_the_plans_passes_step_by_step(tmp_path, monkeypatch
     attached: list = []
     real_handle, real_begin = handles.depth_handle, DepthScheduler.begin
 
-    def handle(model, set_depth=None):  # the guide's model, counted from its first handle on
+    recurrent: list[tuple[DepthScheduler | None, int | None, int]] = []  # Huginn-style forwards
+    calls = [0]
+
+    def count_recurrent(model) -> None:
+        def start(*args):
+            calls[0] = 0
+
+        def count(*args):
+            calls[0] += 1
+
+        def end(*args):
+            tag = current[0] if current else (None, None)
+            recurrent.append((*tag, calls[0]))
+
+        model.register_forward_pre_hook(start)
+        model.core.register_forward_pre_hook(count)
+        model.register_forward_hook(end)
+
+    def handle(model, set_depth=None, forward_kwarg=None):  # counted from its first handle on
         if not any(m is model for m in attached):
-            counter.attach(model)
+            if forward_kwarg is None:
+                counter.attach(model)
+            else:
+                count_recurrent(model)
             attached.append(model)
-        return real_handle(model, set_depth)
+        return real_handle(model, set_depth, forward_kwarg)
 
     def begin(self, step):
         current[:] = [(self, step)]
@@ -74,6 +96,12 @@ def test_the_pages_loops_run_the_plans_passes_step_by_step(tmp_path, monkeypatch
     assert trainer_passes == {s: [trainer.plan.depth(s)] * 2 for s in range(30)}  # accumulation
     ran = [*loop_passes.values(), *trainer_passes.values()]
     assert {p for passes in ran for p in passes} == {1, 2, 3, 4}
+    huginn = namespace["scheduler"]  # the page's last loop: the Huginn-style model's
+    assert huginn not in (loop, trainer)
+    ran = [(step, passes) for tagged, step, passes in recurrent if tagged is huginn]
+    assert ran == [(s, huginn.plan.depth(s)) for s in range(40)]
+    assert {huginn.plan.at(s).phase for s in range(28)} == {"fixed"} and huginn.switch_step == 28
+    assert len({passes for _, passes in ran[28:]}) >= 4  # the finish draws from 1..8
     logged = namespace["trainer"].state.log_history
     assert [h["depth"] for h in logged if "depth" in h] == [
         trainer.plan.depth(s) for s in range(4, 30, 5)

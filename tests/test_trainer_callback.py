@@ -36,7 +36,7 @@ def cost_of(model):
     return measure_flops(model, lambda: model(input_ids=x, labels=x).loss, tokens=x.numel())
 
 
-def train(tmp_path, plan, resume: str | None = None, max_steps: int = STEPS):
+def train(tmp_path, plan, resume: str | None = None, max_steps: int = STEPS, logging_steps=1):
     """Train a fresh tiny model under `plan` for `max_steps` (checkpoints every 4 steps); the
     passes of each forward, the callback and the Trainer."""
     from transformers import Trainer, TrainingArguments
@@ -51,7 +51,7 @@ def train(tmp_path, plan, resume: str | None = None, max_steps: int = STEPS):
         max_steps=max_steps,
         per_device_train_batch_size=2,
         gradient_accumulation_steps=ACCUMULATION,
-        logging_steps=1,
+        logging_steps=logging_steps,
         save_steps=4,
         learning_rate=3e-3,
         report_to=[],
@@ -113,3 +113,38 @@ def test_the_callback_needs_the_trainers_model_to_have_a_depth(tmp_path):
     callback = FixedFirstCallback(plan)
     with pytest.raises(UserError, match="no depth handle for Linear"):
         callback.on_train_begin(args, state, TrainerControl(), model=torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("logging_steps", [500, 2])
+def test_a_log_too_sparse_for_the_switch_window_is_refused(tmp_path, logging_steps):
+    """At the Trainer's default (500) the rule never sees five losses in its window and the run
+    silently switched at the ceiling; our trainer refuses so, and now the callback does."""
+    plan = plan_schedule(AUTO, LINEAR, 64, steps=STEPS, switch=EAGER)
+    with pytest.raises(UserError) as caught:
+        train(tmp_path, plan, logging_steps=logging_steps)
+    message = str(caught.value)
+    assert "switch.window = 0.3 of 20 steps holds" in message and "\n" not in message
+    assert "lower TrainingArguments(logging_steps=...) to at most 1" in message
+
+
+def test_the_model_given_where_the_handle_goes_is_refused():
+    from fixedfirst.scheduling.hf_trainer import FixedFirstCallback
+
+    plan = plan_schedule(AUTO, LINEAR, 64, steps=5, switch_step=2)
+    with pytest.raises(UserError, match="is the model Linear, not a depth handle: wrap it"):
+        FixedFirstCallback(plan, torch.nn.Linear(2, 2))  # type: ignore[arg-type]
+
+
+def test_a_trainer_resumed_without_the_switchs_state_is_refused(uninterrupted, tmp_path):
+    """A checkpoint whose trainer_state.json lost the callback's entry (or a loop restarted
+    without it) would switch a second time; the first step of the resumed run says so."""
+    import shutil
+
+    plan, directory, *_ = uninterrupted
+    checkpoint = tmp_path / "checkpoint-12"  # after the switch at 10
+    shutil.copytree(directory / "checkpoint-12", checkpoint)
+    saved = json.loads((checkpoint / "trainer_state.json").read_text())
+    del saved["stateful_callbacks"]["fixedfirst"]
+    (checkpoint / "trainer_state.json").write_text(json.dumps(saved))
+    with pytest.raises(UserError, match="starts at step 12, but its auto switch decides"):
+        train(tmp_path / "out", plan, resume=str(checkpoint))

@@ -24,7 +24,10 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--out", metavar="FILE", help="JSON output (default RUN/eval[-TASK]-step-STEP.json)"
     )
     parser.add_argument(
-        "--force", action="store_true", help="replace an --out file fixedfirst did not write"
+        "--force",
+        action="store_true",
+        help="replace an --out file fixedfirst did not write, or the run's evaluation at "
+        "other depths",
     )
     parser.add_argument(
         "--task",
@@ -95,6 +98,10 @@ def run(args: argparse.Namespace) -> int:
         return evaluate(args)
     # The result goes into the run: one writer at a time (a training run holds it too).
     with locks.holding(run_dir, "eval", hint="give --out FILE to write the result elsewhere"):
+        if args.task == "nll" and not args.force:
+            from fixedfirst.evaluation.cached import check_kept_eval
+
+            check_kept_eval(run_dir, parse_depths(args.depths), args.checkpoint, args.data)
         return evaluate(args)
 
 

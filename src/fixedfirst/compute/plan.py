@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from fixedfirst.compute.flops import CostModel, FlopModel, flop_model, train_flops
 from fixedfirst.config import RunConfig, ScheduleConfig, SwitchConfig, TrainConfig
 from fixedfirst.config.limits import MAX_STEPS
+from fixedfirst.config.schema import coerce
+from fixedfirst.config.sections import seed_range
 from fixedfirst.errors import UserError
 from fixedfirst.schedules import DepthHistogram, Schedule
 from fixedfirst.switching.policy import check_window, switch_bounds
@@ -60,6 +62,13 @@ class RunPlan(Generic[CostT]):
     """The FLOP budget, when the run is compute-matched; `flops` is then within one step below."""
     switch: SwitchConfig | None = None
     """The rule of an auto switch (`schedule.switch = "auto"`); None for every other schedule."""
+
+    def __post_init__(self) -> None:
+        if self.total_steps < 1 or self.tokens_per_step < 1:  # plan_schedule checks its arguments
+            raise UserError(
+                f"a plan needs >= 1 step of >= 1 token, got {self.total_steps} steps of "
+                f"{self.tokens_per_step} tokens"
+            )
 
     def at(self, step: int) -> PlannedStep:
         """Step `step`'s depth and phase: a pure function of (seed, step), the same on every rank
@@ -135,6 +144,7 @@ def plan_costed_run(
     cost them under `cost`, the compute model of the run's model; `total_steps` instead takes a
     number of steps as given (a run already planned)."""
     t = config.train
+    check_measured_reach(cost, config.schedule)
     schedule = Schedule(config.schedule, t.seed)
     switch = config.switch if config.schedule.auto_switch else None
     if total_steps is None and t.flops is not None:
@@ -167,6 +177,10 @@ def plan_schedule(
     (`scheduling.depth_scheduler.DepthScheduler`), or at a step the caller gives (`switch_step`)."""
     if (steps is None) == (flops is None):
         raise UserError("give the run's length as steps=N or as a FLOP budget flops=F, one of them")
+    checked = checked_arguments(schedule, cost, tokens_per_step, steps, flops, seed, switch_step)
+    tokens_per_step, steps, flops, seed, switch_step = checked
+    if switch is not None and not isinstance(switch, SwitchConfig):
+        raise UserError(f"switch must be a SwitchConfig, got {type(switch).__name__}")
     if switch_step is not None:
         if not schedule.auto_switch:
             raise UserError(
@@ -188,7 +202,72 @@ def plan_schedule(
     assert steps is not None
     if not 1 <= steps <= MAX_STEPS:
         raise UserError(f"steps must be between 1 and {MAX_STEPS:,}, got {steps:,}")
+    if switch_step is not None and switch_step >= steps:
+        raise UserError(
+            f"switch_step = {switch_step:,} is past the plan's last step ({steps - 1:,}): the "
+            f"run would never switch; give a step in 0..{steps - 1:,}"
+        )
     return costed_plan(planned, cost, steps, tokens_per_step, None, flops, switch, None)
+
+
+def checked_arguments(
+    schedule: ScheduleConfig,
+    cost: CostModel,
+    tokens_per_step: Any,
+    steps: Any,
+    flops: Any,
+    seed: Any,
+    switch_step: Any,
+) -> tuple[int, int | None, float | None, int, int | None]:
+    """`plan_schedule`'s arguments held to the configuration file's types and ranges (the same
+    checks, in the same words, naming the argument): tokens_per_step, steps, flops, seed and
+    switch_step as given, or refused in one line."""
+    if not isinstance(schedule, ScheduleConfig):
+        raise UserError(
+            f"schedule must be a ScheduleConfig (the [schedule] section), got "
+            f"{type(schedule).__name__}"
+        )
+    if callable(getattr(cost, "named_parameters", None)):  # a torch module: the model itself
+        raise UserError(
+            f"cost is the model {type(cost).__name__}, not its compute model: "
+            "measure_flops(model, loss, tokens) measures one"
+        )
+    if not callable(getattr(cost, "train", None)):
+        raise UserError(
+            f"cost must be a compute model with train(depth, grad_depth) FLOPs per token "
+            f"(measure_flops(model, loss, tokens) measures one), got {type(cost).__name__}"
+        )
+    tokens_per_step = coerce(tokens_per_step, int, "tokens_per_step")
+    if tokens_per_step < 1:
+        raise UserError(
+            f"tokens_per_step must be the tokens of one optimizer step (>= 1), got "
+            f"{tokens_per_step}"
+        )
+    steps = None if steps is None else coerce(steps, int, "steps")
+    if flops is not None:
+        flops = coerce(flops, float, "flops")
+        if flops <= 0:
+            raise UserError(f"flops: the FLOP budget must be > 0, got {flops}")
+    seed = coerce(seed, int, "seed")
+    seed_range(seed, "seed")
+    if switch_step is not None:
+        switch_step = coerce(switch_step, int, "switch_step")
+        if switch_step < 0:
+            raise UserError(
+                f"switch_step: the first finishing step must be >= 0, got {switch_step}"
+            )
+    check_measured_reach(cost, schedule)
+    return tokens_per_step, steps, flops, seed, switch_step
+
+
+def check_measured_reach(cost: CostModel, schedule: ScheduleConfig) -> None:
+    """Have a measured compute model (compute/measured.py: one with `check_line_at`) check its
+    line at the deepest depth the schedule draws: a line through a few shallow depths can hold
+    there and be far off deeper (a model whose depth lengthens its sequence is within 1% at
+    1..3 and 49% off at 32). A compute model of the caller's own is taken as given."""
+    check = getattr(cost, "check_line_at", None)
+    if callable(check):
+        check(schedule.deepest_depth)
 
 
 def costed_plan(

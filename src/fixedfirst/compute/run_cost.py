@@ -14,7 +14,8 @@ def run_cost(config: RunConfig) -> RunCost:
     """The compute model of the run's model at its training sequence length."""
     model, seq_len = config.model, config.train.seq_len
     if isinstance(model, TransformersModelConfig):
-        return measured_cost(model, seq_len, config.train.lowrank)
+        deepest = config.schedule.deepest_depth  # where the plan checks the measured line
+        return measured_cost(model, seq_len, config.train.lowrank, deepest)
     return flop_model(model, seq_len)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from fixedfirst.config.schema import check_fields
 from fixedfirst.errors import UserError
 
 INKLING_TARGETS = (
@@ -53,6 +54,7 @@ class LowRankConfig:
     (`mlp.experts.gate_up_proj`, `mlp.experts.down_proj`); [] for none."""
 
     def __post_init__(self) -> None:
+        check_fields(self)  # in code as in the file (types and choices)
         # Read from TOML, the messages come prefixed with the table's name ("train.lowrank: ").
         check(1 <= self.rank <= MAX_RANK, f"rank must be in 1..{MAX_RANK}, got {self.rank}")
         check(self.alpha > 0, f"alpha must be > 0, got {self.alpha}")

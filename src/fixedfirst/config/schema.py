@@ -4,7 +4,10 @@ Every configuration section is a dataclass whose annotations say what each key a
 turns a raw TOML value into that type (a table into a section dataclass, so a list of them is an
 array of tables) or raises a one-line `UserError` naming the key, and
 `build_section` refuses unknown keys before the dataclass's own `__post_init__` checks what is
-possible. `field_docs` reads the attribute docstrings, which are the configuration reference.
+possible. A section built in Python (`ScheduleConfig(switch=0.7)`) is held to the same types:
+its `__post_init__` starts with `check_fields`, so a value the file would refuse (the string
+"0.7", a misspelt choice) is refused in code too, in the same words. `field_docs` reads the
+attribute docstrings, which are the configuration reference.
 """
 
 from __future__ import annotations
@@ -109,6 +112,8 @@ def coerce(value: Any, annotation: Any, key: str) -> Any:
             raise UserError(f"{key}: expected a string, got {shown(value)}")
         return value
     if is_dataclass(annotation) and hasattr(annotation, "SECTION"):  # a table, e.g. [[x.items]]
+        if isinstance(value, typing.cast(type, annotation)):  # built in code, checked then
+            return value
         if not isinstance(value, dict):
             raise UserError(f"{key}: expected a table of key = value lines, got {shown(value)}")
         try:
@@ -154,6 +159,29 @@ def build_section(section_cls: type[Section], raw: dict[str, Any]) -> Any:
         )
     values = {key: coerce(value, hints[key], f"{name}.{key}") for key, value in raw.items()}
     return section_cls(**values)
+
+
+FIELD_TYPES: dict[type, dict[str, Any]] = {}
+"""Every section's field annotations, resolved once per class (`field_types`)."""
+
+
+def field_types(section_cls: type) -> dict[str, Any]:
+    """The annotation of every field of a section."""
+    if section_cls not in FIELD_TYPES:
+        FIELD_TYPES[section_cls] = typing.get_type_hints(section_cls)
+    return FIELD_TYPES[section_cls]
+
+
+def check_fields(section: Any) -> None:
+    """Hold a section built in code to the types its file would be: each field coerced by its
+    annotation (an integer-valued float becomes the int, an int for a float the float) or
+    refused in one line naming `SECTION.field`, as `build_section` refuses a raw value."""
+    name = section.SECTION
+    for f in fields(section):
+        value = getattr(section, f.name)
+        checked = coerce(value, field_types(type(section))[f.name], f"{name}.{f.name}")
+        if checked is not value:
+            object.__setattr__(section, f.name, checked)
 
 
 def field_docs(section_cls: type[Section]) -> list[tuple[str, str, str]]:

@@ -22,7 +22,7 @@ from fixedfirst.config.limits import (
     MAX_WIDTH,
 )
 from fixedfirst.config.lowrank import LowRankConfig
-from fixedfirst.config.schema import require
+from fixedfirst.config.schema import check_fields, require
 
 DEPTH_COST = "evaluation and training cost grow linearly with depth"
 
@@ -81,6 +81,7 @@ class ModelConfig:
     """Rotary position embedding base."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         s = self.SECTION
         require(self.vocab_size >= 2, f"{s}.vocab_size", f"must be >= 2, got {self.vocab_size}")
         require(self.d_model >= 2, f"{s}.d_model", f"must be >= 2, got {self.d_model}")
@@ -147,6 +148,7 @@ class TransformersModelConfig:
     is the schedule's and is not a key here."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         require(
             isinstance(self.architecture, str) and self.architecture.strip() != "",
             f"{self.SECTION}.architecture",
@@ -202,6 +204,7 @@ class ScheduleConfig:
     """`progressive`: ramp shape f(x) = x (`linear`) or 1 - sqrt(1 - x) (`sqrt`)."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         s = self.SECTION
         require(self.depth >= 1, f"{s}.depth", f"must be >= 1, got {self.depth}")
         require(self.k0 >= 1, f"{s}.k0", f"must be >= 1, got {self.k0}")
@@ -281,6 +284,14 @@ class ScheduleConfig:
         return self.kind == "fixed-first" and self.switch_fraction is None
 
     @property
+    def deepest_depth(self) -> int:
+        """The deepest depth a step of this schedule can draw (a Poisson-lognormal draw is clipped
+        at k_max; a fixed-first run's finish reaches k_max)."""
+        if self.kind == "fixed":
+            return self.depth
+        return max(self.k0, self.k_max) if self.kind == "fixed-first" else self.k_max
+
+    @property
     def mean_depth(self) -> float:
         """The Poisson-lognormal mean in use (explicit, or the uniform range's midpoint)."""
         return self.mean if self.mean is not None else (self.k_min + self.k_max) / 2
@@ -307,6 +318,7 @@ class FinishingLR:
     """`rewarm`: the fraction of the finishing steps spent warming up."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         s = self.SECTION
         require(self.start_step >= 1, f"{s}.start_step", f"must be >= 1, got {self.start_step}")
         require(0.0 < self.peak <= 1.0, f"{s}.peak", f"must be in (0, 1], got {self.peak}")
@@ -412,6 +424,7 @@ class TrainConfig:
     FLOPs (in TensorBoard, whose steps are integers, counted in MFLOP)."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         s = self.SECTION
         require(self.tokens > 0, f"{s}.tokens", f"the token budget must be > 0, got {self.tokens}")
         if self.flops is not None:
@@ -498,6 +511,7 @@ class DataConfig:
     """The kind's own options: the table [data.KIND]."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         require(
             isinstance(self.kind, str) and self.kind != "",
             f"{self.SECTION}.kind",
@@ -532,6 +546,7 @@ class EvalConfig:
     """Validation batches per evaluation."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         s = self.SECTION
         require(len(self.depths) > 0, f"{s}.depths", "needs at least one depth")
         bad = [d for d in self.depths if d < 1]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from fixedfirst.config.limits import MAX_BATCH, MAX_DEPTH
-from fixedfirst.config.schema import require
+from fixedfirst.config.schema import check_fields, require
 
 DEFAULT_THRESHOLDS = {"plateau": 0.3, "depth-gap": 0.01}
 """Nats per unit fraction of the run (docs/design.md §14 says how they were chosen)."""
@@ -54,6 +54,7 @@ class SwitchConfig:
     """`depth-gap`: validation batches per probe (the first ones of the validation set)."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         s = self.SECTION
         require(0.0 < self.ceiling < 1.0, f"{s}.ceiling", f"must be in (0, 1), got {self.ceiling}")
         require(0.0 <= self.floor <= 1.0, f"{s}.floor", f"must be in [0, 1], got {self.floor}")

@@ -183,6 +183,7 @@ def resolve_inputs(
     inputs = Inputs()
     seen: dict[Path, str] = {}
     twice: list[str] = []
+    hidden: list[str] = []
     for spec in specs:
         if spec.startswith(HUB_PREFIX):
             inputs.items.append(HubDataset(spec, text_field))
@@ -203,6 +204,7 @@ def resolve_inputs(
                 )
             inputs.directories[path.resolve()] = spec
             inputs.notes += walk.notes(path)
+            hidden += walk.hidden
             files = walk.files
         elif not stat.S_ISREG(mode):
             inputs.items.append(Pipe(path, spec))
@@ -218,6 +220,11 @@ def resolve_inputs(
             inputs.items.append(file_input(file, separator, text_field))
     if twice:
         inputs.notes.append(f"read once: {_listed(twice)}")
+    if not inputs.items and hidden:  # "empty input" would not say why
+        raise UserError(
+            f"no text to read: {', '.join(specs)} hold(s) only hidden files and directories "
+            f"({_listed(hidden)}), which are skipped; name a hidden file as an INPUT to read it"
+        )
     return inputs
 
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import torch
 
 from fixedfirst.data.source import Batch
+from fixedfirst.errors import UserError
 from fixedfirst.files import locks
 from fixedfirst.files.paths import shown
 from fixedfirst.files.writing import write_json_atomic
@@ -148,6 +149,24 @@ def read_eval(path: Path) -> dict[str, Any] | None:
     if result.get("version") != EVAL_VERSION:
         return None
     return result
+
+
+def check_kept_eval(
+    run: str | Path, depths: list[int], step: int | None, data: str | None = None
+) -> None:
+    """Refuse, before measuring, an evaluation of `run` that would replace its saved evaluation
+    at other depths (`fixedfirst eval` twice at other depths silently kept only the second)."""
+    if not list(Path(run).glob("eval-step-*.json")):
+        return
+    path = eval_path(run, find_checkpoint(run, step, data=data)[1].step)
+    saved = read_eval(path)
+    kept = [int(d) for d in (saved or {}).get("nll_by_depth", {})]
+    if saved is not None and sorted(kept) != sorted(set(depths)):
+        raise UserError(
+            f"{path} holds the evaluation at depths {','.join(map(str, kept))}; this one at "
+            f"{','.join(map(str, depths))} would replace it: give --out FILE to keep both, or "
+            "--force to replace it"
+        )
 
 
 def write_eval(result: dict[str, Any], path: Path) -> None:

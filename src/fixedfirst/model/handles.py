@@ -4,12 +4,15 @@ Every looped model takes its depth in its own way: ours as a `forward` argument,
 export from `config.depth`, transformers' Inkling2Loop models from `config.loop_num_passes`, read
 at each forward. A `DepthHandle` hides which: `set_depth(k)` makes the model's next forwards run
 k loop passes, and refuses, in one line, a depth the model cannot run. `depth_handle(model)`
-finds the handle of a model it knows; any other model plugs in with one small function
-(`depth_handle(model, set_depth=...)`).
+finds the handle of a model it knows; any other model plugs in with the name of its forward's
+depth argument (`depth_handle(model, forward_kwarg="num_steps")`, a Huginn-style model) or one
+small function (`depth_handle(model, set_depth=...)`).
 """
 
 from __future__ import annotations
 
+import inspect
+import typing
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -28,12 +31,30 @@ class DepthHandle(Protocol):
     def set_depth(self, depth: int) -> None: ...
 
 
-class ForwardDepth:
-    """Our `LoopedTransformer`: `forward(tokens, depth)` takes the depth as an argument, so the
-    handle supplies it to calls that leave it out (a forward pre-hook); a call that gives one
-    keeps its own, as evaluation at a chosen depth does."""
+class ForwardArgumentDepth:
+    """A model whose `forward` takes its depth as an argument: our `LoopedTransformer`
+    (`forward(tokens, depth)`) or a Huginn-style model (`forward(input_ids, num_steps=None)`,
+    which draws its own depth when given none). A forward pre-hook supplies the argument to calls
+    that leave it out (or pass None); a call that gives one keeps its own, as evaluation at a
+    chosen depth does."""
 
-    def __init__(self, model: LoopedTransformer) -> None:
+    def __init__(self, model: nn.Module, name: str = "depth") -> None:
+        parameters = inspect.signature(model.forward).parameters
+        if name not in parameters:
+            raise UserError(
+                f"{type(model).__name__}.forward has no argument {name!r} (its arguments: "
+                f"{', '.join(parameters)}); give forward_kwarg the name of the one that sets its "
+                "number of loop passes"
+            )
+        self.name = name
+        positional = [
+            p.name
+            for p in parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        self.position = positional.index(name) if name in positional else None
+        """Where the argument comes among the positional ones (the pre-hook sees those without
+        `self`), None when it is keyword-only."""
         self.depth: int | None = None
         # First in line: of several handles on one model, the newest supplies the depth.
         self.hook = model.register_forward_pre_hook(self.supply, with_kwargs=True, prepend=True)
@@ -44,11 +65,18 @@ class ForwardDepth:
     def supply(
         self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        if len(args) < 2 and "depth" not in kwargs:
-            if self.depth is None:
-                raise UserError("the depth handle has no depth yet: call set_depth before forward")
-            kwargs = {**kwargs, "depth": self.depth}
+        at = self.position
+        if at is not None and len(args) > at:  # given positionally: None asks for the handle's
+            if args[at] is None:
+                args = (*args[:at], self.supplied(), *args[at + 1 :])
+        elif kwargs.get(self.name) is None:
+            kwargs = {**kwargs, self.name: self.supplied()}
         return args, kwargs
+
+    def supplied(self) -> int:
+        if self.depth is None:
+            raise UserError("the depth handle has no depth yet: call set_depth before forward")
+        return self.depth
 
     def remove(self) -> None:
         """Take the hook off the model (forwards need their depth again)."""
@@ -87,15 +115,26 @@ class FunctionDepth:
         self.set_depth = set_depth
 
 
-def depth_handle(model: nn.Module, set_depth: Callable[[int], None] | None = None) -> DepthHandle:
-    """The handle that sets `model`'s depth: `set_depth` when given, else the one for a model
-    fixedfirst knows (a DistributedDataParallel wrapper is looked through)."""
+def depth_handle(
+    model: nn.Module,
+    set_depth: Callable[[int], None] | None = None,
+    forward_kwarg: str | None = None,
+) -> DepthHandle:
+    """The handle that sets `model`'s depth: `set_depth` when given; the forward argument named
+    `forward_kwarg`, supplied by a forward pre-hook; else the one for a model fixedfirst knows
+    (a DistributedDataParallel wrapper is looked through)."""
+    if set_depth is not None and forward_kwarg is not None:
+        raise UserError("give depth_handle set_depth=FUNCTION or forward_kwarg=NAME, not both")
     if set_depth is not None:
+        if not callable(set_depth):
+            raise UserError(f"set_depth must be a function of the depth, got {set_depth!r}")
         return FunctionDepth(set_depth)
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
         model = model.module
+    if forward_kwarg is not None:
+        return ForwardArgumentDepth(model, forward_kwarg)
     if isinstance(model, LoopedTransformer):
-        return ForwardDepth(model)
+        return ForwardArgumentDepth(model, "depth")
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     name = type(model).__name__
     if model_type == "fixedfirst":  # our export, loaded with trust_remote_code
@@ -117,5 +156,20 @@ def depth_handle(model: nn.Module, set_depth: Callable[[int], None] | None = Non
     raise UserError(
         f"no depth handle for {name}: fixedfirst sets the depth of LoopedTransformer, its "
         "Hugging Face export and transformers' looped architectures (config/architectures.py); "
+        "name its forward's depth argument (depth_handle(model, forward_kwarg='num_steps')) or "
         "give depth_handle(model, set_depth=FUNCTION) a function that sets this model's depth"
     )
+
+
+def checked_handle(handle: Any, where: str) -> DepthHandle:
+    """`handle` if it is a depth handle; a model given where its handle goes is refused in one
+    line that says how to make one (`where` names the argument)."""
+    if callable(getattr(handle, "set_depth", None)):
+        return typing.cast(DepthHandle, handle)
+    if isinstance(handle, nn.Module):
+        raise UserError(
+            f"{where} is the model {type(handle).__name__}, not a depth handle: wrap it, "
+            "depth_handle(model) (or depth_handle(model, forward_kwarg=NAME) for a model whose "
+            "forward takes its depth)"
+        )
+    raise UserError(f"{where} must be a depth handle (depth_handle(model)), got {handle!r}")

@@ -10,6 +10,10 @@ rank 0's, broadcast through torch.distributed when it is initialised. The rule's
 `state_dict`, for the loop's checkpoints; with it a resumed loop switches where an uninterrupted
 one does.
 
+A loop restarted after its auto switch has begun to count (its first `begin` at a step whose
+observations the rule needs) without `load_state_dict` is refused in one line: the rule would
+start over from none, train finishing steps at K0 again and switch a second time.
+
 A loop whose checkpoint at a boundary must hold the decision made there (fixedfirst's trainer
 tags its switch checkpoint) calls `decide(step)` before saving; the `begin(step)` after it does not
 ask the rule again. Resumed from such a checkpoint, `begin(step)` does ask again, and gets the same
@@ -24,7 +28,9 @@ import torch.distributed as dist
 
 from fixedfirst.compute.memory import deepest_depth
 from fixedfirst.compute.plan import PlannedStep, RunPlan
-from fixedfirst.model.handles import DepthHandle
+from fixedfirst.config.schema import coerce
+from fixedfirst.errors import UserError
+from fixedfirst.model.handles import DepthHandle, checked_handle
 from fixedfirst.switching.policy import Check, Decision, SwitchPolicy
 
 
@@ -33,8 +39,12 @@ class DepthScheduler:
     `handle` when given, and an auto switch decided from the loop's observations."""
 
     def __init__(self, plan: RunPlan[Any], handle: DepthHandle | None = None) -> None:
+        if not isinstance(plan, RunPlan):
+            raise UserError(
+                f"DepthScheduler follows a plan (plan_schedule(...)), got {type(plan).__name__}"
+            )
         self.plan = plan
-        self.handle = handle
+        self.handle = None if handle is None else checked_handle(handle, "DepthScheduler's handle")
         switch = plan.switch
         self.policy = None if switch is None else SwitchPolicy(switch, plan.total_steps)
         self.probes = 0
@@ -42,6 +52,9 @@ class DepthScheduler:
         from this)."""
         self.decided_through = -1
         """The last boundary at which this process asked the rule (-1: none yet)."""
+        self.started = False
+        """Whether a step was begun, a value observed or a saved state loaded (a restart is
+        checked before)."""
         if handle is not None:  # a depth the model cannot run is refused before the first step
             handle.set_depth(deepest_depth(plan))
 
@@ -58,6 +71,7 @@ class DepthScheduler:
         """Ask the rule at boundary `step` (`step` steps done) if it is due there and this process
         did not ask it there yet (`decides_at`): the check this rank made (None: none) and the
         switch decided here (rank 0's decision, on every rank; None: no switch here)."""
+        self.check_restart(step)
         if not self.decides_at(step):
             return None, None
         assert self.policy is not None
@@ -66,6 +80,24 @@ class DepthScheduler:
         decision = shared_decision(decision)
         self.adopt(decision)
         return check, decision
+
+    def check_restart(self, step: int) -> None:
+        """Refuse a first step past the start of what the auto switch's rule keeps (the first
+        observation its first check can see) with no saved state loaded: a loop restarted after
+        it without `load_state_dict` would decide from none (and, past a switch, switch again)."""
+        if self.started:
+            return
+        self.started = True
+        if self.policy is None:
+            return
+        kept_from = self.policy.floor_step - self.policy.window_steps
+        if step > max(0, kept_from):
+            raise UserError(
+                f"DepthScheduler starts at step {step}, but its auto switch decides from what "
+                f"the loop observed since step {max(0, kept_from)}: load_state_dict(the "
+                "state_dict() saved with your checkpoint) before the first begin(), or the run "
+                "would train its finishing steps at K0 again and switch a second time"
+            )
 
     def decides_at(self, step: int) -> bool:
         """Whether `decide(step)` (or `begin(step)`) asks the rule: a loop that brings its
@@ -81,7 +113,16 @@ class DepthScheduler:
         once it has switched."""
         if self.policy is None or self.policy.decision is not None:
             return
-        self.policy.observe(step, value)
+        step = coerce(step, int, "observe's step")
+        latest = self.policy.observations[-1][0] if self.policy.observations else None
+        if latest is not None and step <= latest:
+            raise UserError(
+                f"observe(step={step}) after observe(step={latest}): the switch rule takes one "
+                "value per optimizer step, in order (the step's loss, e.g. the mean over its "
+                "micro-batches, once after the optimizer step)"
+            )
+        self.policy.observe(step, float(value))
+        self.started = True  # the rule has what the loop gave it
         if self.rule == "depth-gap":
             self.probes += 1
 
@@ -114,10 +155,29 @@ class DepthScheduler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from `state_dict`'s state (one saved before probes were counted counts
         none)."""
-        if self.policy is not None:
-            self.policy.load_state_dict(state["switch"])
-            self.probes = int(state.get("probes", 0))
-            self.adopt(self.policy.decision)
+        if self.policy is None:
+            if state:
+                raise UserError(
+                    "this plan has no auto switch, but the state loaded holds one: load the "
+                    "state saved with this plan (state_dict() of its own scheduler)"
+                )
+            return
+        saved = state.get("switch") if isinstance(state, dict) else None
+        if not isinstance(saved, dict) or "observations" not in saved:
+            raise UserError(
+                f"this plan's auto switch needs its saved state, {{'switch': ..., 'probes': "
+                f"...}} as state_dict() returned it; got {shown_keys(state)}"
+            )
+        self.policy.load_state_dict(saved)
+        self.probes = int(state.get("probes", 0))
+        self.adopt(self.policy.decision)
+        self.started = True
+
+
+def shown_keys(state: Any) -> str:
+    if not isinstance(state, dict):
+        return type(state).__name__
+    return f"keys {sorted(state)}" if state else "an empty dict"
 
 
 def shared_decision(decision: Decision | None) -> Decision | None:

@@ -16,8 +16,9 @@ from typing import Any
 
 from fixedfirst.compute.plan import RunPlan
 from fixedfirst.errors import UserError
-from fixedfirst.model.handles import DepthHandle, depth_handle
+from fixedfirst.model.handles import DepthHandle, checked_handle, depth_handle
 from fixedfirst.scheduling.depth_scheduler import DepthScheduler
+from fixedfirst.switching.policy import check_window
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -37,8 +38,14 @@ class FixedFirstCallback(TrainerCallback):
     the Trainer's `max_steps`), through `handle` (default: `depth_handle(model)`)."""
 
     def __init__(self, plan: RunPlan[Any], handle: DepthHandle | None = None) -> None:
+        if not isinstance(plan, RunPlan):
+            raise UserError(
+                f"FixedFirstCallback follows a plan (plan_schedule(...)), got {type(plan).__name__}"
+            )
         self.plan = plan
-        self.handle = handle
+        self.handle = (
+            None if handle is None else checked_handle(handle, "FixedFirstCallback's handle")
+        )
         self.scheduler: DepthScheduler | None = None
 
     def on_train_begin(
@@ -59,11 +66,21 @@ class FixedFirstCallback(TrainerCallback):
                 f"the Trainer callback feeds an auto switch the logged loss (rule 'plateau'), "
                 f"not the probes of {self.plan.switch.rule!r}; use DepthScheduler in your loop"
             )
+        if self.plan.switch is not None:  # the rule sees one loss per log line
+            if str(getattr(args.logging_strategy, "value", args.logging_strategy)) != "steps":
+                raise UserError(
+                    "an auto switch watches the logged loss, but the Trainer logs "
+                    f"{args.logging_strategy!r}: set TrainingArguments(logging_strategy='steps')"
+                )
+            key = "TrainingArguments(logging_steps=...)"
+            check_window(self.plan.switch, self.plan.total_steps, state.logging_steps, key)
         handle = self.handle if self.handle is not None else depth_handle(model)
         self.scheduler = DepthScheduler(self.plan, handle)
         saved = stored_states(state).get(STATE_KEY)
         if saved:  # a resumed Trainer: the switch's observations and decision so far
             self.scheduler.load_state_dict(saved)
+        elif self.plan.switch is not None:  # so that every checkpoint holds it, even the first
+            stored_states(state)[STATE_KEY] = self.scheduler.state_dict()
 
     def on_step_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any

@@ -38,18 +38,24 @@ def window_steps(config: SwitchConfig, total_steps: int) -> int:
     return max(1, round(config.window * total_steps))
 
 
-def check_window(config: SwitchConfig, total_steps: int, log_every: int | None) -> None:
+def check_window(
+    config: SwitchConfig, total_steps: int, log_every: int | None, log_key: str = "train.log_every"
+) -> None:
     """Refuse a window that can never hold MIN_POINTS observations (the rule could never fire).
-    `log_every`: the trainer's spacing of logged losses; None for a loop of the caller's own,
-    which observes its loss every step."""
+    `log_every`: the spacing of logged losses (the trainer's `log_key`, or the Hugging Face
+    Trainer's logging_steps); None for a loop of the caller's own, which observes its loss every
+    step."""
     spacing = (log_every or 1) if config.rule == "plateau" else config.every
     held = window_steps(config, total_steps) // spacing
     if held < MIN_POINTS:
+        most = window_steps(config, total_steps) // MIN_POINTS
         if config.rule == "depth-gap":
             what, knob = "probes", "lower switch.every"
+        elif log_every is None:
+            what, knob = "losses", "plan more steps"
         else:
-            what = "logged losses" if log_every is not None else "losses"
-            knob = "lower train.log_every" if log_every is not None else "plan more steps"
+            what = "logged losses"
+            knob = f"lower {log_key} to at most {most}" if most >= 1 else "plan more steps"
         raise UserError(
             f"switch.window = {config.window:g} of {total_steps} steps holds {held} {what}, "
             f"fewer than the {MIN_POINTS} a trend needs; widen switch.window or {knob}"

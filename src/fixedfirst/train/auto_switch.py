@@ -11,9 +11,11 @@ probe count) and are read as the scheduler's (`scheduler_state`).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from fixedfirst.config import RunConfig, TrainConfig
+from fixedfirst.errors import UserError
 from fixedfirst.schedules import Schedule
 from fixedfirst.scheduling.depth_scheduler import DepthScheduler
 from fixedfirst.switching.policy import Check, Decision
@@ -27,12 +29,21 @@ EARLIER_META_KEY = "auto_switch"
 `state_dict`, "probes": the probes made}."""
 
 
-def scheduler_state(meta: dict[str, Any]) -> dict[str, Any]:
-    """The depth scheduler's state in a checkpoint's meta.json, in either form (empty: none)."""
+def scheduler_state(meta: dict[str, Any], auto_in: Path | None = None) -> dict[str, Any]:
+    """The depth scheduler's state in a checkpoint's meta.json, in either form (empty: none).
+    `auto_in`: the checkpoint of a run whose switch is auto, which must hold one (refused in one
+    line when it holds neither form)."""
     if META_KEY in meta:
         return dict(meta[META_KEY])
     earlier = meta.get(EARLIER_META_KEY)
     if earlier is None:
+        if auto_in is not None:
+            raise UserError(
+                f"{auto_in / 'meta.json'} holds no auto switch state (neither '{META_KEY}' nor "
+                f"'{EARLIER_META_KEY}'), which this run (schedule.switch = 'auto') resumes "
+                "from; resume from a checkpoint the run wrote itself, or train it anew in "
+                "another --out"
+            )
         return {}
     return {"switch": earlier["policy"], "probes": earlier["probes"]}
 

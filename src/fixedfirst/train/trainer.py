@@ -228,7 +228,8 @@ class Trainer:
         data_state = distributed.broadcast_object(self.world, loaded.get("data", {}))
         self.batches.load_state_dict(data_state)
         self.counters = Counters.from_dict(ckpt.meta)
-        self.scheduler.load_state_dict(scheduler_state(ckpt.meta))
+        auto = ckpt.path if self.scheduler.rule is not None else None
+        self.scheduler.load_state_dict(scheduler_state(ckpt.meta, auto))
         if self.is_main:
             lost = self.metrics.resume_at(int(ckpt.meta["metrics_bytes"]), ckpt.step)
             if lost is not None:
