@@ -1069,6 +1069,7 @@ def config_cases() -> list[Case]:
 
 
 def all_cases() -> list[Case]:
+    from tests.bad_input_checkpoint import CHECKPOINT_CASES
     from tests.bad_input_cluster import CLUSTER_CASES
     from tests.bad_input_corpus import CORPUS_CASES
     from tests.bad_input_edges import EDGE_CASES
@@ -1095,6 +1096,7 @@ def all_cases() -> list[Case]:
         + FRONTIER_CASES
         + FOREIGN_CASES
         + MOE_CASES
+        + CHECKPOINT_CASES
     )
 
 
@@ -1114,10 +1116,12 @@ def inside(directory: Path) -> Iterator[None]:
 def build_assets(root: Path) -> None:
     """Everything a case may need, built once: a tiny config and a run of it paused at step 8
     (checkpoints at 4 and 8), a run of another width, a run of it with a uniform schedule, byte
-    and BPE token data from the same text, and a run on the byte data."""
+    and BPE token data from the same text, a run on the byte data, and a tiny looped checkpoint
+    with text in its tokens and a run from it (tests/bad_input_checkpoint.py)."""
     from fixedfirst.config import load_config
     from fixedfirst.data.prepare import PrepareOptions, prepare
     from fixedfirst.train.trainer import Trainer
+    from tests.bad_input_checkpoint import build_checkpoint_assets
 
     root.mkdir(parents=True, exist_ok=True)
     (root / "tiny.toml").write_text(TINY_TOML)
@@ -1137,6 +1141,38 @@ def build_assets(root: Path) -> None:
         bpe = PrepareOptions(tokenizer="bpe", vocab_size=300, separator="%", val_fraction=0.2)
         prepare([str(corpus)], "data-bpe", bpe)
         Trainer(load_config("tokens.toml"), "tokens-run", quiet=True).train(stop_after=4)
+        build_checkpoint_assets(root)
+        build_inkling_assets(root)
+
+
+def build_inkling_assets(root: Path) -> None:
+    """A transformers Inkling2Loop run on the byte data (two steps), `inkling-run`, and
+    `noloop-export`: an export of the same model with no layer in its loop (it runs depth 1
+    only; fixedfirst cannot train one, since it measures a run's compute at depths 1..3), its
+    weights those of a new model."""
+    from fixedfirst.config import load_config
+    from fixedfirst.config.run import model_section
+    from fixedfirst.export.writer import export_run
+    from fixedfirst.model.kinds import build_model
+    from fixedfirst.runs.checkpoint import save_weights, tied_aliases
+    from fixedfirst.train.trainer import Trainer
+    from tests.inkling_helpers import HAS_INKLING, inkling_text_toml
+
+    if not HAS_INKLING:
+        return
+    (root / "inkling.toml").write_text(inkling_text_toml(str(root / "data")))
+    config = load_config(root / "inkling.toml")
+    Trainer(config, root / "inkling-run", quiet=True).train(stop_after=2)
+    export = root / "noloop-export"
+    export_run(root / "inkling-run", export)
+    described = json.loads((export / "config.json").read_text())
+    described["model"]["transformers"]["loop_layer_index_end"] = 1
+    del described["source"]["weights_sha256"]
+    model = build_model(model_section(described["model"]))
+    aliases = tied_aliases(model)
+    weights = {k: v for k, v in model.state_dict().items() if k not in aliases}
+    save_weights(weights, export / "model.safetensors")
+    (export / "config.json").write_text(json.dumps(described, indent=2) + "\n")
 
 
 def prepare_work(case: Case, assets: Path, work: Path) -> None:

@@ -1,10 +1,11 @@
 """Bad input around a transformers looped architecture in a run's [model] (`kind =
 "transformers"`): a class without a depth handle, a depth the model cannot run, a transformers
-without the architecture, a feature of fixedfirst's own model asked of it, a command that serves
-only ours; low-rank adapters (`[train.lowrank]`) asked of our own model, without peft, on
-modules the model does not have, or resumed on other base weights. Part of the bad-input table
-(tests/bad_input_cases.py, docs/reference/bad-input.md); each refusal comes before the model
-runs a forward."""
+without the architecture, a feature of fixedfirst's own model asked of it (an exit rule, the exit
+frontier, a cache strategy, a Hugging Face export), a draft deeper than the verify depth, a depth
+beyond what the cache is built for; low-rank adapters (`[train.lowrank]`) asked of our own model,
+without peft, on modules the model does not have, or resumed on other base weights. Part of the
+bad-input table (tests/bad_input_cases.py, docs/reference/bad-input.md); each refusal comes
+before the model runs a forward."""
 
 from __future__ import annotations
 
@@ -93,14 +94,6 @@ def other_initialisation() -> Iterator[None]:
         yield
     finally:
         cls._init_weights = original  # type: ignore[method-assign]
-
-
-def inkling_run_config(work: Path) -> None:
-    """A run directory of the tiny Inkling2Loop model, as far as a command reads it first."""
-    from fixedfirst.runs.directory import CONFIG_MARK
-
-    (work / "inkling-run").mkdir()
-    (work / "inkling-run" / "config.toml").write_text(CONFIG_MARK + INKLING_TOML)
 
 
 FOREIGN_CASES: list[Case] = [
@@ -212,14 +205,94 @@ FOREIGN_CASES: list[Case] = [
         skip=SKIP,
     ),
     Case(
-        "foreign-generate",
+        "foreign-exit-rule",
         "transformers model",
-        "`generate` on a run of Inkling2LoopForCausalLM (serving, inspection and export are "
-        "fixedfirst's own model's)",
-        ["generate", "inkling-run", "--prompt", "a"],
-        "this command is for fixedfirst's own looped transformer; this run's model is "
-        "transformers' Inkling2LoopForCausalLM",
-        setup=lambda work: inkling_run_config(work),
+        "`generate --exit kl` on a run of Inkling2LoopForCausalLM (an exit rule reads out "
+        "between loop passes)",
+        ["generate", "inkling-run", "--prompt", "a", "--exit", "kl"],
+        "has no readout between its passes: its forward runs every loop pass before the layers "
+        "after the loop and the head",
+        needs=("inkling-run",),
+        skip=SKIP,
+    ),
+    Case(
+        "foreign-frontier",
+        "transformers model",
+        "`frontier` of a run of Inkling2LoopForCausalLM",
+        ["frontier", "inkling-run", "--out", "frontier"],
+        "the exit frontier reads the prediction out after every loop pass, and transformers' "
+        "Inkling2LoopForCausalLM has no readout between its passes",
+        needs=("inkling-run",),
+        skip=SKIP,
+    ),
+    Case(
+        "foreign-inspect-rules",
+        "transformers model",
+        "`inspect --threshold kl=1e-4` on a run of Inkling2LoopForCausalLM",
+        ["inspect", "inkling-run", "--prompt", "a", "--threshold", "kl=1e-4", "--out", "p.html"],
+        "an exit rule (--threshold, --max-depth) reads the prediction out after every loop pass",
+        needs=("inkling-run",),
+        skip=SKIP,
+    ),
+    Case(
+        "foreign-serve-depth-cannot-run",
+        "transformers model",
+        "`generate --depth 2` on an export of an Inkling2Loop model whose loop holds no layer "
+        "(`loop_layer_index_end = 1`, its start)",
+        ["generate", "noloop-export", "--prompt", "a", "--depth", "2"],
+        "Inkling2LoopForCausalLM cannot run depth 2: it loops no layer",
+        needs=("noloop-export",),
+        skip=SKIP,
+    ),
+    Case(
+        "foreign-draft-too-deep",
+        "transformers model",
+        "`generate --depth 2 --speculate 3` on an Inkling2Loop run (a draft deeper than the "
+        "verify depth)",
+        ["generate", "inkling-run", "--prompt", "a", "--depth", "2", "--speculate", "3"],
+        "the draft depth must be below the serving depth, got draft depth 3 and serving depth 2",
+        needs=("inkling-run",),
+        skip=SKIP,
+    ),
+    Case(
+        "foreign-beyond-cache-depth",
+        "transformers model",
+        "`generate --prefill-depth 4 --decode-depth 2 --cache-depth 3` on an Inkling2Loop run "
+        "(a depth beyond what the cache is built for)",
+        [
+            "generate",
+            "inkling-run",
+            "--prompt",
+            "a",
+            "--prefill-depth",
+            "4",
+            "--decode-depth",
+            "2",
+            "--cache-depth",
+            "3",
+        ],
+        "depth 4 is beyond the depth 3 the cache is built for (--cache-depth 3)",
+        needs=("inkling-run",),
+        skip=SKIP,
+    ),
+    Case(
+        "foreign-cache-strategy",
+        "transformers model",
+        "`generate --cache bounded:2` on an Inkling2Loop run",
+        ["generate", "inkling-run", "--prompt", "a", "--cache", "bounded:2"],
+        "--cache bounded:2: a cache strategy bounds the core entries of fixedfirst's own looped "
+        "transformer",
+        needs=("inkling-run",),
+        skip=SKIP,
+    ),
+    Case(
+        "foreign-export-hf",
+        "transformers model",
+        "`export --format hf` of a run of Inkling2LoopForCausalLM",
+        ["export", "inkling-run", "--format", "hf", "--out", "hf"],
+        "fixedfirst export --format hf is for fixedfirst's own looped transformer; this run's "
+        "model is transformers' Inkling2LoopForCausalLM",
+        needs=("inkling-run",),
         skip=SKIP,
     ),
     Case(

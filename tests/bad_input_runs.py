@@ -61,10 +61,11 @@ RUN_CASES: list[Case] = [
     Case(
         "eval-again-at-other-depths",
         "eval",
-        "`eval run --depths 4,8` after `eval run --depths 1,2` (the second results file replaced "
-        "the first without a word)",
-        ["eval", "run", "--depths", "4,8"],
-        "holds the evaluation at depths 1,2; this one at 4,8 would replace it: give --out FILE",
+        "`eval run --depths 4,8 --batches 2` after `eval run --depths 1,2` (other rows: the "
+        "second results file replaced the first without a word; at the same rows they join)",
+        ["eval", "run", "--depths", "4,8", "--batches", "2"],
+        "run/eval-step-0000008.json holds the evaluation at depths 1,2 of other weights, rows or "
+        "precision, which this one at 4,8 would replace: give --out FILE",
         needs=("run",),
         setup=evaluated_at_1_and_2,
     ),

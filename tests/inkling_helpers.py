@@ -143,3 +143,41 @@ batches = 1
 """
 """fixedfirst's own commands on TINY: 10 steps of 8 sequences of 16 tokens, one pass for the
 first 5, then 1 to 3 passes; the synthetic data's vocabulary is the model's (64)."""
+
+
+def inkling_text_toml(data: str) -> str:
+    """The tiny Inkling2Loop on byte-level token data at `data` (257 ids: the byte tokenizer's),
+    a window of 64: fixed-first 1 pass, then 1 to 4; 8 steps of 8 sequences of 32 bytes. Drawn
+    at 5 times transformers' initial scale, so that its passes differ after so short a run (at
+    the default, 8 steps leave every depth's greedy tokens the same)."""
+    table = TINY_TABLE.replace(f"vocab_size = {VOCAB}", "vocab_size = 257")
+    table += "\ninitializer_range = 0.1"
+    return f"""
+[model]
+kind = "transformers"
+architecture = "Inkling2LoopForCausalLM"
+
+[model.transformers]
+{table}
+
+[schedule]
+kind = "fixed-first"
+k0 = 1
+switch = 0.5
+k_max = 4
+
+[train]
+tokens = 2048
+batch_size = 8
+seq_len = 32
+lr = 3e-3
+log_every = 4
+
+[data]
+kind = "tokens"
+path = "{data}"
+
+[eval]
+depths = [1, 4]
+batches = 1
+"""

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from fixedfirst.config import ModelConfig
 from fixedfirst.errors import UserError
-from fixedfirst.model import LoopedTransformer
+from fixedfirst.model import LoopedLM, LoopedTransformer
 from fixedfirst.tasks.bios.recall import (
     RecallReport,
     build_prompts,
@@ -136,6 +136,30 @@ def test_batching_and_padding_do_not_change_the_answer(trained):
     exact_match(model, prompts, [1], batch_size=500)
     assert model.training  # the caller's mode is restored
     model.eval()
+
+
+class WholeForwards(LoopedLM):
+    """Our model seen as another looped model would be: only `forward` and `logits_by_depth`
+    (one whole forward per depth), no shared prefix, no readout at chosen positions."""
+
+    def __init__(self, model: LoopedTransformer) -> None:
+        super().__init__()
+        self.inner, self.vocab_size = model, model.vocab_size
+
+    def logits_by_depth(self, tokens, depths):
+        for depth in sorted(set(depths)):
+            yield depth, self.inner(tokens, depth)
+
+
+def test_another_looped_model_is_scored_from_whole_forwards(trained):
+    """`eval --task bios` of a transformers model: the answers gathered from every position's
+    logits, the same table as our model's readout at the answer positions."""
+    world, tokenizer, model = trained
+    prompts = build_prompts(world, tokenizer)
+    ours = exact_match(model, prompts, DEPTHS, batch_size=37)
+    theirs = exact_match(WholeForwards(model), prompts, DEPTHS, batch_size=37)
+    assert all(torch.equal(ours[d], theirs[d]) for d in DEPTHS)
+    assert not torch.equal(ours[1], ours[4])  # the depths differ, so a wrong one would show
 
 
 def test_evaluate_recall_report(trained):

@@ -76,6 +76,7 @@ DETERMINISTIC_OUTPUTS = {
     "compute-lm-200m-k0-4.txt": ["compute", "configs/lm-200m.toml", "--set", "schedule.k0=4"],
     "plan-lm-200m.txt": None,
     "plan-lm-1b.txt": None,
+    "plan-gpu-lm-code.txt": None,
     "compute-inkling-tiny.txt": ["compute", "configs/inkling-tiny.toml"],
 }
 NEEDS_INKLING = {"compute-inkling-tiny.txt"}

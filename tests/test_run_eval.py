@@ -10,6 +10,7 @@ import pytest
 
 from fixedfirst.cli.main import main
 from fixedfirst.evaluation.cached import HeldOut, cached_evaluation, eval_path
+from fixedfirst.stats.intervals import t_interval
 from fixedfirst.studies.sweep.figure3 import shown_depths, trailing_mean
 from fixedfirst.train.trainer import Trainer
 from tests.trainer_helpers import tiny_config
@@ -36,6 +37,10 @@ EVAL_KEYS = {
     "nll_by_depth": dict,
     "mean_serving_nll": float,
     "row_nll": dict,
+    "row_tokens": list,
+    "interval_by_depth": dict,
+    "checkpoint": type(None),  # trained from scratch: no checkpoint, no "before"
+    "base": type(None),
 }
 
 
@@ -76,6 +81,11 @@ def test_eval_json_schema(capsys, fixed_first_run):
     for d, value in result["nll_by_depth"].items():
         rows = result["row_nll"][d]
         assert len(rows) == 4 and sum(rows) / 4 == pytest.approx(value, abs=1e-6)
+        # Blocks of equal length: the interval over them is the t-interval of their means.
+        plain = t_interval(rows)
+        bounds = result["interval_by_depth"][d]
+        assert (bounds["low"], bounds["high"]) == pytest.approx((plain.low, plain.high), abs=1e-5)
+    assert result["row_tokens"] == [16] * 4
     assert result["precision"] == "fp32" and result["rows"] is None
 
 
@@ -100,7 +110,8 @@ def test_saved_evaluation_is_reused_only_for_the_same_question(fixed_first_run):
     other, reused = cached_evaluation(fixed_first_run, depths, HeldOut(batches=1))
     assert not reused and other["batches"] == 1
     other, reused = cached_evaluation(fixed_first_run, [1, 2], HeldOut(batches=1))
-    assert not reused and other["depths"] == [1, 2]
+    assert reused and other["depths"] == [1, 2]  # the saved evaluation holds them
+    assert list(other["nll_by_depth"]) == ["1", "2"]
     path = eval_path(fixed_first_run, 10)
     path.write_text(path.read_text().replace(first["weights_sha256"], "0" * 64))
     _, reused = cached_evaluation(fixed_first_run, [1, 2], HeldOut(batches=1))

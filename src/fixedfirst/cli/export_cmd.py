@@ -1,6 +1,8 @@
 """`fixedfirst export`: one checkpoint of a run for inference, in fixedfirst's format (weights +
-config.json + tokenizer files, read by `fixedfirst.load`) or as a Hugging Face transformers model
-(`--format hf`: `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)`)."""
+config.json + tokenizer files, read by `fixedfirst.load`), as a Hugging Face transformers model
+(`--format hf`: `AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)`), or, for a
+run that started from a checkpoint directory, handed back as a checkpoint of the same class with
+a model card (`--format checkpoint`: export/handback.py)."""
 
 from __future__ import annotations
 
@@ -16,10 +18,18 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=int, metavar="STEP", help="default: the newest")
     parser.add_argument(
         "--format",
-        choices=("fixedfirst", "hf"),
+        choices=("fixedfirst", "hf", "checkpoint"),
         default="fixedfirst",
         help="fixedfirst (default): for fixedfirst.load; hf: a transformers model with its "
-        "modeling file and tokenizer",
+        "modeling file and tokenizer; checkpoint: a run that started from a checkpoint "
+        "directory, handed back as a checkpoint of the same class with a model card",
+    )
+    parser.add_argument(
+        "--adapters",
+        choices=("merged", "alone"),
+        default="merged",
+        help="--format checkpoint of a run with low-rank adapters: merged into the weights "
+        "(default), or the adapters alone in peft's format",
     )
     parser.add_argument(
         "--cache",
@@ -36,6 +46,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.format == "hf":
         return run_hf(args)
+    if args.format == "checkpoint":
+        return run_checkpoint(args)
+    if args.adapters != "merged":
+        raise UserError("--adapters applies to --format checkpoint")
     if args.cache is not None:
         raise UserError(
             f"--cache {args.cache}: an export in fixedfirst's format serves every cache "
@@ -81,8 +95,40 @@ def newer_than_exported(
     return f"{head}: the newer ones failed their checks (see the warnings above)"
 
 
+def run_checkpoint(args: argparse.Namespace) -> int:
+    from fixedfirst.errors import UserError
+    from fixedfirst.export.handback import export_checkpoint
+
+    if args.cache is not None:
+        raise UserError(
+            "--cache sets a --format hf export's default KV cache; a checkpoint handed back "
+            "generates as its class does"
+        )
+    card = export_checkpoint(args.run_dir, args.out, args.checkpoint, args.adapters)
+    low, high = card["finished_for"]
+    what = "its low-rank adapters alone" if args.adapters == "alone" else card["class"]
+    print(
+        f"handed back {card['run']} step {card['step']} ({card['schedule']}, finished for "
+        f"depths {low}..{high} from {card['checkpoint']}) to {args.out} as {what}, with a "
+        "model card (README.md)"
+    )
+    if args.adapters == "alone":
+        print(
+            f"load it with: PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained("
+            f"{card['checkpoint']!r}), {str(args.out)!r})"
+        )
+    else:
+        remote = ", trust_remote_code=True" if card["remote_code"] else ""
+        print(f"load it with: AutoModelForCausalLM.from_pretrained({str(args.out)!r}{remote})")
+    return 0
+
+
 def run_hf(args: argparse.Namespace) -> int:
+    from fixedfirst.errors import UserError
     from fixedfirst.export.hf import export_hf
+
+    if args.adapters != "merged":
+        raise UserError("--adapters applies to --format checkpoint")
     from fixedfirst.model import parse_cache_strategy
 
     cache = parse_cache_strategy(args.cache or "full")

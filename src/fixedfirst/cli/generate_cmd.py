@@ -1,6 +1,8 @@
-"""`fixedfirst generate`: stream text from a run (or an export) at a fixed depth, depth-speculated,
-or under a per-token exit rule, through a cache strategy; several prompts decode as one padded
-batch. The flags become one decoding mode (serve/decoding.py) here, and nowhere else.
+"""`fixedfirst generate`: stream text from a run (or an export) at a fixed depth (the prompt at its
+own depth, if asked), depth-speculated, or under a per-token exit rule, through a cache strategy;
+several prompts decode as one padded batch. The model is fixedfirst's own looped transformer or a
+transformers looped architecture (model/serving.py; the exit rules need ours). The flags become
+one decoding mode (serve/decoding.py) here, and nowhere else.
 
 The text goes to stdout, flushed after every token (with several prompts: each completion after
 a header line once the batch is done); a summary line (tokens, depth or mean depth used,
@@ -32,9 +34,25 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--depth",
+        "--decode-depth",
         type=int,
         metavar="K",
-        help="serving depth (default: the deepest depth the run trained at)",
+        help="serving depth: the loop passes of every generated token (default: the deepest "
+        "depth the run trained at)",
+    )
+    parser.add_argument(
+        "--prefill-depth",
+        type=int,
+        metavar="P",
+        help="the loop passes of the prompt, prefilled in one step (default: the serving depth); "
+        "the generated tokens then read the prompt's entries at their own depth",
+    )
+    parser.add_argument(
+        "--cache-depth",
+        type=int,
+        metavar="C",
+        help="build the cache for depths up to C (default: the deepest of --prefill-depth and "
+        "the serving depth): one key/value entry per loop pass up to C per token",
     )
     parser.add_argument(
         "--speculate",
@@ -103,11 +121,26 @@ def decoding_mode(args: argparse.Namespace, default_depth: int | None):
         raise UserError("give either --depth K (fixed depth) or --exit RULE, not both")
     if args.exit is not None and args.speculate is not None:
         raise UserError("give either --speculate (fixed depth, drafted) or --exit RULE, not both")
+    for flag, given in (
+        ("--prefill-depth", args.prefill_depth),
+        ("--cache-depth", args.cache_depth),
+    ):
+        if given is not None and (args.exit is not None or args.speculate is not None):
+            raise UserError(
+                f"{flag} goes with a fixed serving depth (--depth); --exit and --speculate "
+                "prefill the prompt at the depth they decode at and build their own cache"
+            )
     if args.exit is not None and args.exit not in EXIT_RULES:
         raise UserError(
             f"--exit {args.exit!r}: unknown exit rule; choose one of {', '.join(EXIT_RULES)}"
         )
-    for flag, given in (("--depth", args.depth), ("--max-depth", args.max_depth)):
+    depth_flags = (
+        ("--depth", args.depth),
+        ("--max-depth", args.max_depth),
+        ("--prefill-depth", args.prefill_depth),
+        ("--cache-depth", args.cache_depth),
+    )
+    for flag, given in depth_flags:
         if given is not None:
             check_depth(given, flag)
     if args.speculate is not None and args.temperature != 0:
@@ -126,7 +159,9 @@ def decoding_mode(args: argparse.Namespace, default_depth: int | None):
         return None if max_depth is None else Adaptive(rule, sampling, cache)
     depth = args.depth if args.depth is not None else default_depth
     if args.speculate is None:
-        return None if depth is None else FixedDepth(depth, sampling, cache)
+        if depth is None:
+            return None
+        return FixedDepth(depth, sampling, cache, args.prefill_depth, args.cache_depth)
     draft_depth, draft_tokens = parse_speculate(args.speculate)
     try:
         if depth is None:  # the draft alone, until the serving depth is known

@@ -155,6 +155,8 @@ def inspect_run(args, depths, cache, text, indices, page: Path, picture: Path) -
     from fixedfirst.inspection.record import check_page_size
     from fixedfirst.inspection.sources import task_examples, text_sequence, validation_sequences
     from fixedfirst.machine.device import resolve_device, resolve_dtype
+    from fixedfirst.model.serving import no_readout_refusal
+    from fixedfirst.model.transformers_loop import TransformersLoop
     from fixedfirst.runs.served import load_served
     from fixedfirst.schedules import describe
 
@@ -164,6 +166,13 @@ def inspect_run(args, depths, cache, text, indices, page: Path, picture: Path) -
     config = served.run.config if served.run is not None else None
     max_depth = args.max_depth or min(served.default_depth, max(depths))
     modes = exit_modes(args.threshold, max_depth, cache)
+    rules = None  # why the page shows no exit rules, if it does not
+    if isinstance(served.model, TransformersLoop):
+        architecture = served.model.architecture
+        if args.threshold or args.max_depth is not None:
+            raise no_readout_refusal("an exit rule (--threshold, --max-depth)", architecture)
+        modes = []
+        rules = f"none: transformers' {architecture} has no readout between its passes"
     if text is not None:
         sequences = [text_sequence(served.tokenizer, config, text, text_option(args))]
         source = sequences[0].title
@@ -185,7 +194,9 @@ def inspect_run(args, depths, cache, text, indices, page: Path, picture: Path) -
         "precision": "fp32" if dtype == torch.float32 else "bf16 autocast (the run's precision)",
         "cache": cache.describe(),
     }
-    record = page_record(inspection, served.tokenizer, served.model.config.vocab_size, about)
+    if rules is not None:
+        about["exit rules"] = rules
+    record = page_record(inspection, served.tokenizer, served.model.vocab_size, about)
     write_page(page, record, picture)
     print_summary(record)
     print(f"wrote {page} and {picture}")

@@ -19,6 +19,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ablation": ("ablation_cmd", "architecture switches against fixed-depth collapse off depth"),
     "train": ("train_cmd", "train a looped transformer with a depth schedule"),
     "branch": ("branch_cmd", "a new run from a run's checkpoint, with changed settings"),
+    "finish": (
+        "finish_cmd",
+        "make a looped checkpoint trained at one depth serve at every depth, with a control",
+    ),
     "eval": ("eval_cmd", "validation NLL of a run at many serving depths"),
     "diagnose": ("diagnose_cmd", "the update diagnostic (Figure 4): deep vs shallow updates"),
     "compute": ("compute_cmd", "modeled FLOPs of a configuration and its savings vs uniform"),

@@ -7,7 +7,9 @@ import contextlib
 import signal
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from types import FrameType
+from typing import Literal
 
 from fixedfirst.data.prepare import (
     DEFAULT_BATCH_BYTES,
@@ -33,6 +35,7 @@ examples:
   fixedfirst prepare corpus/ --out data/corpus-byte
   fixedfirst prepare a.jsonl b.parquet --out data/ab-bpe --tokenizer bpe --vocab-size 8192
   fixedfirst prepare fortunes/* --separator % --out data/fortunes-byte
+  fixedfirst prepare corpus/ --out data/corpus-inkling --tokenizer checkpoints/inkling
 """
 
 
@@ -43,10 +46,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="DATA", help="the data directory to write")
     parser.add_argument(
         "--tokenizer",
-        choices=["byte", "bpe"],
         default="byte",
+        metavar="byte|bpe|CHECKPOINT",
         help="byte: UTF-8 bytes + end-of-document, 257 ids, needs nothing (default); "
-        "bpe: byte-level BPE trained here on the training split",
+        "bpe: byte-level BPE trained here on the training split; a checkpoint directory (any "
+        "other value; ./bpe for a directory of that name): that checkpoint's own tokenizer, "
+        "for a run that starts from it (docs/guides/checkpoints.md)",
     )
     parser.add_argument(
         "--vocab-size", type=int, metavar="N", help="BPE vocabulary size (required for bpe)"
@@ -138,9 +143,25 @@ def short_for_default_eval(val: dict) -> str | None:
     )
 
 
+def tokenizer_choice(value: str) -> tuple[Literal["byte", "bpe", "checkpoint"], str | None]:
+    """--tokenizer: a kind (byte, bpe), or the checkpoint directory whose tokenizer to use."""
+    from fixedfirst.errors import UserError
+
+    if value in ("byte", "bpe"):
+        return ("byte" if value == "byte" else "bpe"), None
+    if not value.strip() or not Path(value).is_dir():
+        raise UserError(
+            f"--tokenizer {value!r}: expected byte, bpe or a checkpoint directory (whose own "
+            "tokenizer to use), and there is no such directory"
+        )
+    return "checkpoint", value
+
+
 def run(args: argparse.Namespace) -> int:
+    kind, checkpoint = tokenizer_choice(args.tokenizer)
     options = PrepareOptions(
-        tokenizer=args.tokenizer,
+        tokenizer=kind,
+        checkpoint=checkpoint,
         vocab_size=args.vocab_size,
         val_fraction=args.val_fraction,
         separator=args.separator,
@@ -197,6 +218,12 @@ def run(args: argparse.Namespace) -> int:
     short = short_for_default_eval(val)
     if short:
         print(f"  note: {short}")
+    if options.checkpoint is not None:
+        print(
+            f"  use it with: fixedfirst finish {options.checkpoint} --data {result.out} "
+            "--out DIR --tokens N (or [data] path of a run whose [model] checkpoint is it)"
+        )
+        return 0
     print(
         f'  use it with: [data] kind = "tokens", path = "{result.out}"; '
         f"[model] vocab_size >= {meta['vocab_size']}"

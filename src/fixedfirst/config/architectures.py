@@ -51,6 +51,9 @@ class LoopedArchitecture:
     multimodal model holds one inside, whose configuration is its `text_config`."""
     loop_keys: tuple[str, str]
     """The keys of the first looped layer and the layer after the last: [start, end)."""
+    no_readout: str
+    """Why the architecture has no readout between its loop passes, which the exit rules and the
+    exit frontier read after every pass (docs/guides/serving.md, other looped models)."""
 
 
 ARCHITECTURES = {
@@ -64,6 +67,8 @@ ARCHITECTURES = {
         model_types=("inkling2_loop", "inkling2_loop_text"),
         text_model="Inkling2LoopTextModel",
         loop_keys=("loop_layer_index_start", "loop_layer_index_end"),
+        no_readout="its forward runs every loop pass before the layers after the loop and the "
+        "head, so a pass's prediction exists only as a whole forward at that depth",
     ),
 }
 
@@ -122,9 +127,26 @@ OWN_FEATURES: tuple[tuple[str, str], ...] = (
         "not applied (a run's log says its memory is not estimated); `plan` refused",
     ),
     (
-        "`generate`, `inspect`, `export`, `diagnose`, `downstream`, `eval --task KIND`",
-        "refused: they serve fixedfirst's own model",
+        "`[model] checkpoint` (start from a checkpoint directory's weights), `fixedfirst "
+        "finish`, `eval` of a checkpoint directory, `export --format checkpoint`",
+        "apply: the architecture and its table come from the checkpoint's config.json, its "
+        "weights' checksum is recorded and checked on resume, the run hands back a checkpoint of "
+        "the same class (docs/guides/checkpoints.md)",
     ),
+    (
+        "`generate` (a fixed depth, `--prefill-depth`/`--decode-depth`, `--speculate`), "
+        "`inspect`, `downstream`, `eval --task KIND`, `export`",
+        "apply: decoding through the model's own cache, built for the deepest depth a decoding "
+        "uses, so that the depth may change between tokens (docs/guides/serving.md, other "
+        "looped models)",
+    ),
+    (
+        "the exit rules (`generate --exit`, `inspect --threshold`), `frontier`, "
+        "`serving-economics`",
+        "refused: Inkling2Loop has no readout between its passes",
+    ),
+    ("`--cache bounded:S`, `--cache last`", "refused: one cache layer per loop pass"),
+    ("`diagnose`, `export --format hf`", "refused: they are fixedfirst's own model's"),
 )
 """Which of fixedfirst's own features a run of a transformers architecture has (the
 configuration reference prints it; each refusal is one line, config/run.py and
@@ -259,13 +281,18 @@ def checked_options(architecture: LoopedArchitecture, options: dict[str, Any]) -
 
 @contextlib.contextmanager
 def quiet_transformers() -> Iterator[None]:
-    """transformers' warnings off while it checks a configuration: a small test model's
-    unused defaults (an end-of-text id beyond a tiny vocabulary) warn on every load."""
+    """transformers' warnings and progress bars off while it checks a configuration or loads a
+    checkpoint: a small test model's unused defaults (an end-of-text id beyond a tiny
+    vocabulary) warn on every load, and a refusal after a bar would not be one line."""
     from transformers.utils import logging
 
     level = logging.get_verbosity()
+    bars = logging.is_progress_bar_enabled()
     logging.set_verbosity_error()
+    logging.disable_progress_bar()
     try:
         yield
     finally:
         logging.set_verbosity(level)
+        if bars:
+            logging.enable_progress_bar()

@@ -17,7 +17,7 @@ from fixedfirst.config.run import RunConfig, section_names
 from fixedfirst.config.schema import toml_value
 from fixedfirst.config.sections import ScheduleConfig
 from fixedfirst.errors import UserError
-from fixedfirst.files.paths import resolve_data_path
+from fixedfirst.files.paths import resolve_paths
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -126,7 +126,7 @@ def load_config(
     schedule key its schedule never reads is refused rather than silently ignored."""
     data = {}
     if path is not None:
-        data = resolve_data_path(read_toml(path), Path(path).parent)
+        data = resolve_paths(read_toml(path), Path(path).parent)
         sweep = [key for key in SWEEP_KEYS if key in data]
         if sweep:
             raise UserError(

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeAlias
 
 from fixedfirst.config.architectures import compiles_as_one_graph
+from fixedfirst.config.checkpoints import checkpoint_model
 from fixedfirst.config.schema import Section, build_section, require, shown
 from fixedfirst.config.sections import (
     DataConfig,
@@ -145,7 +146,10 @@ def _top_level_key(key: str, value: Any) -> str:
 
 def model_section(raw: dict[str, Any]) -> ModelSection:
     """[model]: fixedfirst's looped transformer, or with `kind = "transformers"` a transformers
-    architecture with its table [model.transformers] taken out as its options."""
+    architecture with its table [model.transformers] taken out as its options; with
+    `checkpoint = DIR`, either one as DIR/config.json describes it (config/checkpoints.py)."""
+    if "checkpoint" in raw:
+        raw = checkpoint_model(raw)
     if "kind" not in raw:
         tables = [key for key, value in raw.items() if isinstance(value, dict)]
         if tables:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from fixedfirst.config.architectures import checked_options, looped_architecture
+from fixedfirst.config.checkpoints import check_checkpoint_keys
 from fixedfirst.config.limits import (
     MAX_BATCH,
     MAX_DEPTH,
@@ -79,10 +80,21 @@ class ModelConfig:
     """Share the embedding matrix with the output head."""
     rope_base: float = 10000.0
     """Rotary position embedding base."""
+    checkpoint: str | None = None
+    """A Hugging Face checkpoint directory whose weights the run starts from instead of a random
+    initialisation: fixedfirst's own export (`fixedfirst export --format hf`), whose config.json
+    gives every key above (a key given here too must agree); a relative path is read from the
+    configuration file's directory (docs/guides/checkpoints.md)."""
+    checkpoint_sha256: str | None = None
+    """The checksum of the checkpoint's weights, which a run records when it starts: a resume
+    from other weights is refused. Leave it out; fixedfirst computes it."""
+    checkpoint_depth: int | None = None
+    """The checkpoint's default depth (config.json's `depth`), where a control trains; read."""
 
     def __post_init__(self) -> None:
         check_fields(self)
         s = self.SECTION
+        check_checkpoint_keys(self)
         require(self.vocab_size >= 2, f"{s}.vocab_size", f"must be >= 2, got {self.vocab_size}")
         require(self.d_model >= 2, f"{s}.d_model", f"must be >= 2, got {self.d_model}")
         require(self.n_heads >= 1, f"{s}.n_heads", f"must be >= 1, got {self.n_heads}")
@@ -146,9 +158,22 @@ class TransformersModelConfig:
     configuration class (Inkling2LoopTextConfig: hidden_size, n_routed_experts, ...), checked
     by it and completed with its defaults in the run's config.toml. The number of loop passes
     is the schedule's and is not a key here."""
+    checkpoint: str | None = None
+    """A Hugging Face checkpoint directory (config.json, safetensors weights, tokenizer files)
+    whose weights the run starts from instead of a random initialisation. `architecture` and the
+    table [model.transformers] then come from its config.json (given here too, they must agree),
+    so `[model] checkpoint = "DIR"` alone is a whole [model]; a relative path is read from the
+    configuration file's directory (docs/guides/checkpoints.md)."""
+    checkpoint_sha256: str | None = None
+    """The checksum of the checkpoint's weights, which a run records when it starts: a resume
+    from other weights is refused. Leave it out; fixedfirst computes it."""
+    checkpoint_depth: int | None = None
+    """The loop passes the checkpoint was trained at (config.json's `loop_num_passes`), where a
+    finishing run's control trains. Read from the checkpoint; leave it out."""
 
     def __post_init__(self) -> None:
         check_fields(self)
+        check_checkpoint_keys(self)
         require(
             isinstance(self.architecture, str) and self.architecture.strip() != "",
             f"{self.SECTION}.architecture",

@@ -49,7 +49,9 @@ from fixedfirst.data.tokenizer import (
     TOKENIZER_DIR,
     BpeTokenizer,
     ByteTokenizer,
+    CheckpointTokenizer,
     Tokenizer,
+    checkpoint_tokenizer,
 )
 from fixedfirst.errors import UserError
 from fixedfirst.files.writing import write_error
@@ -70,9 +72,12 @@ SPLIT_NAMES = {"documents": "whole documents", "bytes": "the end of each documen
 class PrepareOptions:
     """Everything besides the inputs that decides what `prepare` writes."""
 
-    tokenizer: Literal["byte", "bpe"] = "byte"
+    tokenizer: Literal["byte", "bpe", "checkpoint"] = "byte"
     vocab_size: int | None = None
     """BPE only: the vocabulary size to train (the byte tokenizer's is always 257)."""
+    checkpoint: str | None = None
+    """`checkpoint` only: the checkpoint directory whose own tokenizer to use (a run from that
+    checkpoint trains on this data)."""
     val_fraction: float | None = DEFAULT_FRACTION
     """Fraction of the text (in bytes, in whole documents) held out for validation; None:
     chosen from the input's size (see split.py)."""
@@ -84,10 +89,19 @@ class PrepareOptions:
     shard_tokens: int = DEFAULT_SHARD_TOKENS
 
     def check(self) -> None:
-        if self.tokenizer not in ("byte", "bpe"):
-            raise UserError(f"--tokenizer {self.tokenizer!r}: expected byte or bpe")
+        if self.tokenizer not in ("byte", "bpe", "checkpoint"):
+            raise UserError(
+                f"--tokenizer {self.tokenizer!r}: expected byte, bpe or a checkpoint directory"
+            )
+        if (self.tokenizer == "checkpoint") != (self.checkpoint is not None):
+            raise UserError("a checkpoint's tokenizer needs its directory, and only it does")
         if self.tokenizer == "byte" and self.vocab_size is not None:
             raise UserError("--vocab-size applies to --tokenizer bpe only (byte-level has 257)")
+        if self.tokenizer == "checkpoint" and self.vocab_size is not None:
+            raise UserError(
+                "--vocab-size applies to --tokenizer bpe only (a checkpoint's tokenizer has its "
+                "own vocabulary)"
+            )
         if self.tokenizer == "bpe":
             if self.vocab_size is None:
                 raise UserError("--tokenizer bpe needs --vocab-size N (e.g. 2048)")
@@ -103,8 +117,10 @@ class PrepareOptions:
                 f"--shard-tokens must be >= {MIN_SHARD_TOKENS} (a file per handful of tokens "
                 f"helps nobody; the default is {DEFAULT_SHARD_TOKENS:,}), got {self.shard_tokens}"
             )
-        # Refuse a vocabulary the shards cannot hold now, not after training a tokenizer.
-        dtype_for_vocab(self.planned_vocab_size, self.dtype)
+        # Refuse a vocabulary the shards cannot hold now, not after training a tokenizer (a
+        # checkpoint's is checked once it is read).
+        if self.tokenizer != "checkpoint":
+            dtype_for_vocab(self.planned_vocab_size, self.dtype)
 
     @property
     def planned_vocab_size(self) -> int:
@@ -164,8 +180,11 @@ def fingerprint(
     """A digest of what `prepare` would write: the inputs' content digests, their order and
     formats, the options, and the data format version (not the paths: moving the corpus does not
     change the data). `version` 1 gives what data prepared before split by bytes recorded."""
+    described = asdict(options)
+    if described["checkpoint"] is None:  # as data prepared before checkpoints' tokenizers was
+        del described["checkpoint"]
     digest = hashlib.sha256()
-    digest.update(json.dumps([FORMAT, version, asdict(options)]).encode())
+    digest.update(json.dumps([FORMAT, version, described]).encode())
     for source, content in zip(inputs, digests, strict=True):
         digest.update(json.dumps([source.format, content]).encode())
     return digest.hexdigest()
@@ -244,13 +263,17 @@ def prepare(
     options.check()
     if batch_bytes < 1:
         raise UserError(f"--batch-mb must be > 0, got {batch_bytes / 2**20:g}")
+    given = None
+    if options.checkpoint is not None:
+        given = checkpoint_tokenizer(options.checkpoint)
+        dtype_for_vocab(given.vocab_size, options.dtype)
     named = resolve_inputs(specs, options.separator, options.text_field)
     check_out_of_inputs(out, named)
     _check_out_is_free(out)
     try:
         with Staging(out) as staging:
             inputs = copy_pipes(named, staging.scratch, options.separator, options.text_field)
-            return _prepare(inputs, named.notes, staging, options, progress, batch_bytes)
+            return _prepare(inputs, named.notes, staging, options, given, progress, batch_bytes)
     except OSError as e:
         raise write_error(out, e) from None
 
@@ -260,6 +283,7 @@ def _prepare(
     notes: list[str],
     staging: Staging,
     options: PrepareOptions,
+    given: CheckpointTokenizer | None,
     progress: bool,
     batch_bytes: int,
 ) -> PrepareResult:
@@ -276,8 +300,10 @@ def _prepare(
             f"most {MAX_SHARDS:,}); raise --shard-tokens (default {DEFAULT_SHARD_TOKENS:,})"
         )
     digests = [source.fingerprint() for source in inputs]
-    fp = fingerprint(inputs, digests, options)
-    existing = _existing(out, fp, fingerprint(inputs, digests, options, version=1))
+    # A checkpoint's tokenizer counts by what it is, not by where it was read from.
+    keyed = options if given is None else replace(options, checkpoint=given.fingerprint)
+    fp = fingerprint(inputs, digests, keyed)
+    existing = _existing(out, fp, fingerprint(inputs, digests, keyed, version=1))
     if existing is not None:
         if existing.get("format_version") == 1:
             notes.append(
@@ -286,7 +312,7 @@ def _prepare(
                 "the split by bytes"
             )
         return PrepareResult(out, existing, already_done=True, notes=notes)
-    meta = _write(staging.path, inputs, digests, fp, options, progress, batch_bytes)
+    meta = _write(staging.path, inputs, digests, fp, options, given, progress, batch_bytes)
     staging.publish()
     return PrepareResult(out, meta, already_done=False, notes=notes)
 
@@ -372,6 +398,7 @@ def _write(
     digests: list[str],
     fp: str,
     options: PrepareOptions,
+    given: Tokenizer | None,
     progress: bool,
     batch_bytes: int,
 ) -> dict[str, Any]:
@@ -384,6 +411,8 @@ def _write(
         if options.tokenizer == "bpe":
             assert options.vocab_size is not None
             tokenizer: Tokenizer = _train_bpe(inputs, split, options.vocab_size, progress)
+        elif given is not None:
+            tokenizer = given
         else:
             tokenizer = ByteTokenizer()
         if not split.holds_out_nothing():

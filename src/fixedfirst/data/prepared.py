@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from fixedfirst.config import RunConfig
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import shown
 
@@ -106,3 +107,36 @@ def passes_note(path: str | Path, tokens: int) -> str | None:
         f"training tokens of {shown(path)} (each after the first repeats them); prepare more "
         "text, or lower train.tokens, unless that is meant"
     )
+
+
+def check_checkpoint_data(config: RunConfig) -> None:
+    """Refuse, for a run that starts from a checkpoint, data that is not text in the
+    checkpoint's own tokens: prepared with its tokenizer (`prepare --tokenizer DIR`; matched
+    by the tokenizer's fingerprint, not by where it was read from), or the synthetic toy
+    language of a smoke test (ids the model learns, checked against its vocabulary)."""
+    from fixedfirst.data.tokenizer import CheckpointTokenizer
+
+    checkpoint = config.model.checkpoint
+    data = config.data
+    if checkpoint is None or data.kind == "synthetic":
+        return
+    how = (
+        f"prepare it with `fixedfirst prepare INPUT... --tokenizer {shown(checkpoint)} --out DATA`"
+    )
+    if data.kind != "tokens" or data.path is None:
+        raise UserError(
+            f"data.kind = {data.kind!r}: a run that starts from a checkpoint trains on text in "
+            f'the checkpoint\'s own tokens ([data] kind = "tokens"); {how}'
+        )
+    described = read_meta(data.path)["tokenizer"]
+    own = CheckpointTokenizer.load(checkpoint)
+    if described.get("kind") != CheckpointTokenizer.kind:
+        raise UserError(
+            f"{shown(data.path)} was tokenized by fixedfirst's {described.get('kind')} "
+            f"tokenizer, not by the checkpoint's own; {how}"
+        )
+    if described.get("fingerprint") != own.fingerprint:
+        raise UserError(
+            f"{shown(data.path)} was tokenized by another checkpoint's tokenizer than "
+            f"{shown(checkpoint)}'s (their fingerprints differ); {how}"
+        )

@@ -1,5 +1,6 @@
-"""Tokenizers: byte-level (needs nothing), byte-level BPE trained locally, and a word-level one
-for synthetic tasks whose text is made of a known set of words.
+"""Tokenizers: byte-level (needs nothing), byte-level BPE trained locally, a word-level one for
+synthetic tasks whose text is made of a known set of words, and a checkpoint's own (a Hugging
+Face tokenizer saved beside weights someone else trained).
 
 All share one interface (`encode`, `decode`, `vocab_size`, `eod_id`, `start_id`, `stop_id`,
 `save`). Byte and BPE tokenizers are saved beside the token shards they produced, so a run, its
@@ -17,6 +18,7 @@ whatever its script, encodes without an unknown token and decodes back exactly.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
@@ -243,6 +245,111 @@ class WordTokenizer(Tokenizer):
         return {**super().description(), "words": self.vocab}
 
 
+class CheckpointTokenizer(Tokenizer):
+    """A checkpoint's own tokenizer, for the text a run from that checkpoint trains on
+    (`fixedfirst prepare --tokenizer CHECKPOINT_DIR`): transformers' AutoTokenizer on the
+    checkpoint's files (never remote code), its end-of-sequence token as the end of every
+    document, its beginning-of-sequence token (when it has one) as the start. No special token
+    is added inside a document, and special-token strings in the text are encoded as text.
+    `fingerprint` names it, so that data and a checkpoint are matched by what their tokenizers
+    are, not by where they were read from."""
+
+    kind = "checkpoint"
+    FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+    """What a saved Hugging Face tokenizer holds at least one of."""
+
+    def __init__(self, hf_tokenizer, where: str) -> None:
+        self.hf = hf_tokenizer
+        self.backend = getattr(hf_tokenizer, "backend_tokenizer", None)
+        self.vocab_size = len(hf_tokenizer)
+        eos = hf_tokenizer.eos_token_id
+        if eos is None:
+            raise UserError(
+                f"{where}: its tokenizer names no end-of-sequence token (eos_token), which "
+                "fixedfirst places after every document; set eos_token in its "
+                "tokenizer_config.json"
+            )
+        self.eod_id = int(eos)
+        bos = hf_tokenizer.bos_token_id
+        self.bos_id = None if bos is None else int(bos)
+        if self.backend is not None:
+            self.fingerprint = hashlib.sha256(self.backend.to_str().encode()).hexdigest()
+            self.backend.encode_special_tokens = True
+        else:  # a tokenizer without a `tokenizers` backend: named by its vocabulary
+            vocab = sorted(hf_tokenizer.get_vocab().items())
+            self.fingerprint = hashlib.sha256(json.dumps(vocab).encode()).hexdigest()
+
+    @classmethod
+    def load(cls, directory: str | Path) -> CheckpointTokenizer:
+        """The tokenizer saved in `directory` (a checkpoint's, or its copy beside data)."""
+        directory = Path(directory)
+        if not any((directory / name).is_file() for name in cls.FILES):
+            raise UserError(
+                f"{directory}: no tokenizer files ({', '.join(cls.FILES[:2])}); save the "
+                "checkpoint's tokenizer beside it with tokenizer.save_pretrained(DIR)"
+            )
+        try:
+            from transformers import AutoTokenizer
+        except ImportError:
+            raise UserError(
+                "a checkpoint's tokenizer is read by transformers: pip install 'fixedfirst[looped]'"
+            ) from None
+        from fixedfirst.config.architectures import quiet_transformers
+
+        try:
+            with quiet_transformers():  # a model_type it does not know (our export) warns
+                hf = AutoTokenizer.from_pretrained(
+                    str(directory), local_files_only=True, split_special_tokens=True
+                )
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+            raise UserError(
+                f"{directory}: its tokenizer cannot be read "
+                f"({lines[0] if lines else type(e).__name__})"
+            ) from None
+        return cls(hf, str(directory))
+
+    @property
+    def start_id(self) -> int:
+        return self.eod_id if self.bos_id is None else self.bos_id
+
+    def encode(self, text: str) -> list[int]:
+        return self.encode_batch([text])[0]
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        if self.backend is not None:  # parallel in Rust, no length warnings
+            encoded = self.backend.encode_batch(list(texts), add_special_tokens=False)
+            return [e.ids for e in encoded]
+        return [self.hf.encode(t, add_special_tokens=False) for t in texts]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.hf.decode(list(ids), skip_special_tokens=False)
+
+    def description(self) -> dict:
+        own = {"eod_token": self.hf.eos_token, "fingerprint": self.fingerprint}
+        return {**super().description(), **own}
+
+    def save(self, directory: Path) -> None:
+        super().save(directory)
+        self.hf.save_pretrained(str(directory))
+
+
+def checkpoint_tokenizer(directory: str | Path) -> CheckpointTokenizer:
+    """The tokenizer of the checkpoint directory `directory`, refused in one line when it has
+    ids its model has no row for (it is not the model's tokenizer)."""
+    from fixedfirst.config.run import model_section
+
+    model = model_section({"checkpoint": str(directory)})
+    tokenizer = CheckpointTokenizer.load(directory)
+    if tokenizer.vocab_size > model.vocab_size:
+        raise UserError(
+            f"{directory}: its tokenizer has {tokenizer.vocab_size:,} ids and its model only "
+            f"{model.vocab_size:,} (config.json): the tokenizer is not this model's; put the "
+            "model's own tokenizer files beside its weights"
+        )
+    return tokenizer
+
+
 def missing_files(directory: str | Path, kind: str) -> list[str]:
     """The files a saved tokenizer of `kind` needs that `directory` lacks (none: complete)."""
     needed = [DESCRIPTION_FILE, BPE_FILE] if kind == BpeTokenizer.kind else [DESCRIPTION_FILE]
@@ -266,6 +373,8 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         tokenizer: Tokenizer = ByteTokenizer()
     elif kind == BpeTokenizer.kind:
         tokenizer = BpeTokenizer.load(directory)
+    elif kind == CheckpointTokenizer.kind:
+        tokenizer = CheckpointTokenizer.load(directory)
     elif kind == WordTokenizer.kind:
         words = description.get("words")
         if not isinstance(words, list) or not all(isinstance(w, str) for w in words):

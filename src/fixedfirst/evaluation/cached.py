@@ -1,4 +1,5 @@
-"""Validation NLL of a run's checkpoint at many serving depths, kept beside the run as JSON.
+"""Validation NLL of a run's checkpoint (or of a checkpoint directory someone else trained) at
+many serving depths, kept beside the run as JSON.
 
 `fixedfirst eval` and the sweep report both measure through here, so one file format describes
 every depth-wise evaluation (docs/reference/files.md). `HeldOut` says which rows are scored and how,
@@ -69,10 +70,14 @@ def evaluate_run(
     device: str | torch.device = "cpu",
     *,
     data: str | None = None,
+    base: bool = False,
 ) -> dict[str, Any]:
     """Measure validation NLL of the checkpoint at `step` (default: the newest) at `depths`, on
-    the rows `held_out` names; `data`: where the run's data is now, when it moved."""
+    the rows `held_out` names, each with its interval over them (evaluation/profile.py);
+    `data`: where the run's data is now, when it moved; `base`: for a run that started from a
+    checkpoint directory, score that checkpoint too, on the same rows ("before")."""
     from fixedfirst.evaluation.nll import mean_serving_nll, score_held_out
+    from fixedfirst.evaluation.profile import base_profile, checkpoint_record, profile
     from fixedfirst.machine.device import resolve_dtype
     from fixedfirst.progress import Ticker
 
@@ -94,6 +99,10 @@ def evaluate_run(
     ticker = Ticker(f"eval {shown(run)} at depths up to {max(depths)}: batch")
     scores = score_held_out(loaded.model, val, depths, device, dtype, ticker, rows=True)
     scored = sum(b.scored_tokens for b in val)
+    before = None
+    if base and config.model.checkpoint is not None:
+        loaded.model.cpu()  # the checkpoint's model takes its place on the device
+        before = base_profile(config, val, depths, device, dtype, scores)
     return {
         "format": EVAL_FORMAT,
         "version": EVAL_VERSION,
@@ -112,9 +121,86 @@ def evaluate_run(
         "sequences": sum(len(b.inputs) for b in val),
         "validation_sha256": batches_sha256(val),
         "precision": "bf16" if dtype == torch.bfloat16 else "fp32",
-        "nll_by_depth": {str(d): v for d, v in scores.nll.items()},
+        **profile(scores, depths),
         "mean_serving_nll": mean_serving_nll(scores.nll),
-        "row_nll": {str(d): [round(v, 6) for v in scores.row_nll[d]] for d in depths},
+        "row_tokens": scores.row_tokens,
+        "checkpoint": checkpoint_record(config.model),
+        "base": before,
+    }
+
+
+CHECKPOINT_SEQ_LEN = 1024
+"""The block length a checkpoint is scored at by default (shorter when the model takes less)."""
+
+
+def evaluate_checkpoint(
+    directory: str | Path,
+    data: str,
+    depths: list[int],
+    blocks: int,
+    seq_len: int | None = None,
+    device: str | torch.device = "cpu",
+) -> dict[str, Any]:
+    """The profile of a checkpoint directory at `depths`: NLL on the first `blocks` rows of
+    `seq_len` tokens (default: CHECKPOINT_SEQ_LEN or the longest the model takes) of the
+    validation split of `data`, which must be text in the checkpoint's own tokens."""
+    from fixedfirst.config import DataConfig, RunConfig, TrainConfig
+    from fixedfirst.config.run import model_section
+    from fixedfirst.data.prepared import check_checkpoint_data
+    from fixedfirst.data.registry import build_source
+    from fixedfirst.errors import UserError
+    from fixedfirst.evaluation.nll import mean_serving_nll, score_held_out
+    from fixedfirst.evaluation.profile import checkpoint_record, profile
+    from fixedfirst.machine.device import resolve_dtype
+    from fixedfirst.model.kinds import initial_model
+    from fixedfirst.progress import Ticker
+    from fixedfirst.runs.identity import with_checkpoint_identity
+
+    if blocks < 2:
+        raise UserError(f"--blocks must be >= 2 (an interval needs two blocks), got {blocks}")
+    section = model_section({"checkpoint": str(directory)})
+    length = seq_len or min(CHECKPOINT_SEQ_LEN, section.max_seq_len)
+    if not 2 <= length <= section.max_seq_len:
+        raise UserError(
+            f"--seq-len {length}: must be in 2..{section.max_seq_len} (the longest sequence "
+            "the model takes)"
+        )
+    train = TrainConfig(seq_len=length, batch_size=min(ROWS_BATCH, blocks))
+    config = RunConfig(model=section, train=train, data=DataConfig(kind="tokens", path=data))
+    config = with_checkpoint_identity(config)
+    check_checkpoint_data(config)
+    source = build_source(config)
+    batch_size = train.batch_size
+    val = _first_rows(source.validation_batches(-(-blocks // batch_size), batch_size), blocks)
+    model = initial_model(config.model).to(device)
+    device = next(model.parameters()).device
+    dtype = resolve_dtype("auto", device)
+    ticker = Ticker(f"eval {shown(directory)} at depths up to {max(depths)}: batch")
+    scores = score_held_out(model, val, depths, device, dtype, ticker, rows=True)
+    return {
+        "format": EVAL_FORMAT,
+        "version": EVAL_VERSION,
+        "run": None,
+        "schedule": None,
+        "data": source.describe(),
+        "step": None,
+        "tokens": None,
+        "weights_sha256": config.model.checkpoint_sha256,
+        "depths": list(depths),
+        "batches": len(val),
+        "batch_size": batch_size,
+        "rows": blocks,
+        "seq_len": length,
+        "scored_tokens": sum(b.scored_tokens for b in val),
+        "validation_seed": None,
+        "sequences": sum(len(b.inputs) for b in val),
+        "validation_sha256": batches_sha256(val),
+        "precision": "bf16" if dtype == torch.bfloat16 else "fp32",
+        **profile(scores, depths),
+        "mean_serving_nll": mean_serving_nll(scores.nll),
+        "row_tokens": scores.row_tokens,
+        "checkpoint": checkpoint_record(config.model),
+        "base": None,
     }
 
 
@@ -151,27 +237,45 @@ def read_eval(path: Path) -> dict[str, Any] | None:
     return result
 
 
-def check_kept_eval(
-    run: str | Path, depths: list[int], step: int | None, data: str | None = None
-) -> None:
-    """Refuse, before measuring, an evaluation of `run` that would replace its saved evaluation
-    at other depths (`fixedfirst eval` twice at other depths silently kept only the second)."""
-    if not list(Path(run).glob("eval-step-*.json")):
-        return
-    path = eval_path(run, find_checkpoint(run, step, data=data)[1].step)
-    saved = read_eval(path)
-    kept = [int(d) for d in (saved or {}).get("nll_by_depth", {})]
-    if saved is not None and sorted(kept) != sorted(set(depths)):
+def write_eval(
+    result: dict[str, Any], path: Path, replace: bool = False
+) -> tuple[dict[str, Any], str]:
+    """Save `result` at `path` (through a temporary file, so an interrupted write never leaves
+    half a JSON), joined with the evaluation saved there when it asked the same question at
+    other depths (`profile.merged`): what was written, and a line saying what became of the
+    file that was there. An evaluation of another question (other weights, rows or precision)
+    at depths `result` lacks is replaced only with `replace` (`--force`): refused otherwise,
+    so that `fixedfirst eval` at other depths never loses the depths measured before."""
+    from fixedfirst.evaluation.profile import merged
+
+    saved = read_eval(path) if path.is_file() else None
+    joined = merged(saved, result)
+    if joined is not None:
+        kept = other_depths(saved, result)
+        how = f"kept its depths {', '.join(map(str, kept))}" if kept else "same depths"
+        write_json_atomic(path, joined)
+        return joined, f"wrote {shown(path)} (joined with the evaluation there: {how})"
+    lost = other_depths(saved, result)
+    if lost and not replace:
         raise UserError(
-            f"{path} holds the evaluation at depths {','.join(map(str, kept))}; this one at "
-            f"{','.join(map(str, depths))} would replace it: give --out FILE to keep both, or "
-            "--force to replace it"
+            f"{shown(path)} holds the evaluation at depths {','.join(map(str, lost))} of other "
+            f"weights, rows or precision, which this one at "
+            f"{','.join(map(str, result['depths']))} would replace: give --out FILE to keep "
+            "both, or --force to replace it"
         )
-
-
-def write_eval(result: dict[str, Any], path: Path) -> None:
-    """Write through a temporary file, so an interrupted write never leaves half a JSON."""
     write_json_atomic(path, result)
+    if saved is not None:
+        return result, (
+            f"wrote {shown(path)}, replacing an evaluation of other weights, rows or precision"
+        )
+    return result, f"wrote {shown(path)}"
+
+
+def other_depths(saved: dict[str, Any] | None, result: dict[str, Any]) -> list[int]:
+    """The depths of a `saved` evaluation that `result` does not measure."""
+    if saved is None:
+        return []
+    return sorted(set(map(int, saved.get("depths", []))) - set(map(int, result["depths"])))
 
 
 def cached_evaluation(
@@ -179,10 +283,11 @@ def cached_evaluation(
     depths: list[int],
     held_out: HeldOut = HeldOut(),
     device: str | torch.device = "cpu",
+    base: bool = False,
 ) -> tuple[dict[str, Any], bool]:
     """The evaluation of the run's newest checkpoint, from its saved JSON when that measured the
-    same weights at the same depths on the same rows in the same precision; else measured now
-    and saved.
+    same weights at the same depths on the same rows in the same precision (and, with `base`,
+    the checkpoint directory the run started from beside them); else measured now and saved.
 
     Returns (result, reused)."""
     from fixedfirst.machine.device import resolve_dtype
@@ -201,14 +306,32 @@ def cached_evaluation(
     precision = "bf16" if held_out.precision == "run" and run_precision else "fp32"
     if saved is not None and (
         saved.get("weights_sha256") == ckpt.meta["files"][MODEL_FILE]
-        and saved.get("depths") == list(depths)
+        and set(depths) <= set(saved.get("depths", []))
         and all(saved.get(key) == value for key, value in rows.items())
         and saved.get("rows") == held_out.rows
         and saved.get("validation_seed") == held_out.seed
         and saved.get("precision", "bf16" if run_precision else "fp32") == precision
+        and (not base or config.model.checkpoint is None or saved.get("base") is not None)
     ):
-        return saved, True
+        return only_depths(saved, depths), True
     with locks.holding(run, "eval"):  # measured now and written into the run
-        result = evaluate_run(run, depths, held_out, ckpt.step, device)
-        write_eval(result, path)
+        result = evaluate_run(run, depths, held_out, ckpt.step, device, base=base)
+        write_eval(result, path, replace=True)  # the cache follows the newest question
     return result, False
+
+
+def only_depths(result: dict[str, Any], depths: list[int]) -> dict[str, Any]:
+    """A saved evaluation cut to `depths` (it may hold more, joined from other evaluations)."""
+    from fixedfirst.evaluation.nll import mean_serving_nll
+    from fixedfirst.evaluation.profile import BY_DEPTH
+
+    keys = [str(d) for d in depths]
+    out = {**result, "depths": list(depths)}
+    for entry in BY_DEPTH:
+        if entry in result:
+            out[entry] = {k: result[entry][k] for k in keys if k in result[entry]}
+    if result.get("base") is not None:
+        base = result["base"]
+        out["base"] = {entry: {k: base[entry][k] for k in keys} for entry in base}
+    out["mean_serving_nll"] = mean_serving_nll({int(k): v for k, v in out["nll_by_depth"].items()})
+    return out

@@ -24,7 +24,7 @@ from fixedfirst.errors import UserError
 from fixedfirst.files import locks
 from fixedfirst.files.writing import write_json_atomic
 from fixedfirst.runs.checkpoint import MODEL_FILE
-from fixedfirst.runs.opening import find_checkpoint, load_run
+from fixedfirst.runs.opening import find_checkpoint, load_any_run
 
 TASK_EVAL_FORMAT = "fixedfirst-task-eval"
 TASK_EVAL_VERSION = 1
@@ -63,7 +63,7 @@ def cached_task_evaluation(
     except (OSError, ValueError):
         pass
     with locks.holding(run, "eval"):  # measured now and written into the run
-        loaded = load_run(run, ckpt.step, device)
+        loaded = load_any_run(run, ckpt.step, device)
         report = kind.evaluate(loaded.model, loaded.config, list(depths), limit)
         result = {
             "format": TASK_EVAL_FORMAT,

@@ -1,9 +1,10 @@
 """Where a path in a configuration points, how a run stores it, and how messages show it.
 
-A relative `data.path` means relative to the file that holds it (a run config, a sweep file,
-a preset), never to wherever the command happens to run: `cd elsewhere && fixedfirst eval RUN`
-must read the same data. A run stores the path absolute in its config.toml, so the run can be
-moved or shared and still find its validation data (docs/design.md §7). Messages show a path
+A relative `data.path` or `model.checkpoint` means relative to the file that holds it (a run
+config, a sweep file, a preset), never to wherever the command happens to run: `cd elsewhere &&
+fixedfirst eval RUN` must read the same data. A run stores the path absolute in its
+config.toml, so the run can be moved or shared and still find its validation data
+(docs/design.md §7). Messages show a path
 under the working directory relative to it, so they read as the user typed them.
 """
 
@@ -23,15 +24,23 @@ def against(base_dir: str | Path, path: str) -> str:
     return os.path.normpath(os.path.join(base_dir, expanded))
 
 
-def resolve_data_path(raw: dict[str, Any], base_dir: str | Path) -> dict[str, Any]:
-    """The raw configuration with a relative [data] path made relative to `base_dir` (the
-    directory of the file it was read from); everything else untouched."""
-    data = raw.get("data")
-    if not isinstance(data, dict) or not isinstance(data.get("path"), str):
-        return raw
-    if not data["path"].strip():  # left as written, for DataConfig to refuse by name
-        return raw
-    return {**raw, "data": {**data, "path": against(base_dir, data["path"])}}
+PATH_KEYS = (("data", "path"), ("model", "checkpoint"))
+"""The keys of a configuration that name a path: the prepared data, the checkpoint a run
+starts from."""
+
+
+def resolve_paths(raw: dict[str, Any], base_dir: str | Path) -> dict[str, Any]:
+    """The raw configuration with a relative data.path and model.checkpoint made relative to
+    `base_dir` (the directory of the file it was read from); everything else untouched."""
+    out = dict(raw)
+    for section, key in PATH_KEYS:
+        table = raw.get(section)
+        if not isinstance(table, dict) or not isinstance(table.get(key), str):
+            continue
+        if not table[key].strip():  # left as written, for the section to refuse by name
+            continue
+        out[section] = {**table, key: against(base_dir, table[key])}
+    return out
 
 
 def absolute(path: str) -> str:

@@ -1,4 +1,5 @@
-"""The `fixedfirst` model of lm-evaluation-harness: a run (or an export) at one serving depth.
+"""The `fixedfirst` model of lm-evaluation-harness: a run (or an export) at one serving depth, of
+fixedfirst's own looped transformer or of a transformers looped architecture (model/serving.py).
 
     --model fixedfirst --model_args run=RUN[,depth=K][,checkpoint=STEP][,exit=kl,threshold=T,
                                     max_depth=K][,cache=full|bounded:S|last][,seed=S]
@@ -24,6 +25,7 @@ from tqdm import tqdm
 from fixedfirst.errors import UserError
 from fixedfirst.harness import MODEL_NAME
 from fixedfirst.model import parse_cache_strategy
+from fixedfirst.model.serving import with_readout_per_pass
 from fixedfirst.runs.served import load_served
 from fixedfirst.serve.adaptive import DEFAULT_THRESHOLD, KLExit
 from fixedfirst.serve.decoding import decode_steps
@@ -70,6 +72,7 @@ class FixedFirstLM(LM):
         if exit == "kl":
             rule = KLExit(threshold, max_depth or self.served.default_depth)
             self.mode = Adaptive(rule, cache_strategy=strategy)
+            with_readout_per_pass(self.model, f"exit=kl ({self.mode.describe()})")
         else:
             depth = depth if depth is not None else self.served.default_depth
             self.mode = FixedDepth(depth, cache_strategy=strategy)
@@ -114,7 +117,7 @@ class FixedFirstLM(LM):
     def loglikelihood_rolling(
         self, requests: list[Instance], disable_tqdm: bool = False
     ) -> list[float]:
-        window = self.model.config.max_seq_len
+        window = self.model.max_seq_len
         results = []
         for request in tqdm(requests, disable=disable_tqdm or self.rank != 0):
             (text,) = request.args
@@ -143,7 +146,7 @@ class FixedFirstLM(LM):
         temperature = float(gen_kwargs.pop("temperature", 0.0) or 0.0)
         if not gen_kwargs.pop("do_sample", False):
             temperature = 0.0
-        window = self.model.config.max_seq_len
+        window = self.model.max_seq_len
         max_new = max(1, min(max_new, window - 1))
         ids = [self.tokenizer.start_id, *self.tokenizer.encode(context)]
         ids = ids[-(window - max_new) :]  # keep the end of a context too long for the window

@@ -7,10 +7,12 @@ so the numbers are those of `fixedfirst eval` on the same tokens: the mean over 
 positions equals eval's NLL when the sequences are eval's. That pass is what the full cache
 decodes; at a depth where the page's cache strategy keeps fewer entries than iterations, the
 window is instead decoded through that cache one position at a time (`serve.decoding.
-teacher_forced`), as generation would. Exit rules are the serving ones (serve/exit_rules.py),
-applied by `teacher_forced_exit` through the same cache: every position decoded under the rule
-as generation would if it had produced these tokens, earlier positions showing later ones what
-the strategy keeps of their iterations (docs/design.md §12, §19).
+teacher_forced`), as generation would. Another looped model (a transformers one) decodes each
+window in one step per depth through a fresh cache, the serving path (model/serving.py), which
+has no exit rules to show: it has no readout between its passes. Exit rules are the serving ones
+(serve/exit_rules.py), applied by `teacher_forced_exit` through the same cache: every position
+decoded under the rule as generation would if it had produced these tokens, earlier positions
+showing later ones what the strategy keeps of their iterations (docs/design.md §12, §19).
 
 A sequence longer than the model's window is scored in consecutive windows of max_seq_len
 positions, each from an empty context, as eval scores its validation windows.
@@ -28,6 +30,7 @@ from fixedfirst.data.registry import ScoredSequence
 from fixedfirst.evaluation.nll import autocast
 from fixedfirst.model import FULL_CACHE, CacheStrategy, LoopedTransformer
 from fixedfirst.model.loss import IGNORE_INDEX, next_token_loss
+from fixedfirst.model.serving import LoopedDecoder, model_device, with_readout_per_pass
 from fixedfirst.serve.decoding import teacher_forced
 from fixedfirst.serve.exit_rules import ExitRule
 from fixedfirst.serve.modes import Adaptive, FixedDepth
@@ -141,7 +144,7 @@ def _unpad(values: torch.Tensor, windows: list[Window]) -> list[np.ndarray]:
 
 @torch.no_grad()
 def inspect_sequences(
-    model: LoopedTransformer,
+    model: LoopedDecoder,
     sequences: list[ScoredSequence],
     depths: list[int],
     modes: list[Adaptive],
@@ -149,28 +152,39 @@ def inspect_sequences(
     dtype: torch.dtype = torch.float32,
 ) -> Inspection:
     """Score every position of `sequences` at every one of `depths` through the `cache` strategy
-    (one pass per window where it keeps every iteration) and in every adaptive mode (whose
-    max_depth should not pass max(depths), for the page to show it)."""
+    (our model: one pass of the recurrence per window where it keeps every iteration; another
+    looped model: one decoding step of each window per depth through a fresh cache) and in every
+    adaptive mode (whose max_depth should not pass max(depths), for the page to show it; only
+    our model reads out between passes)."""
     depths = sorted(set(depths))
-    one_pass = [d for d in depths if cache.keeps_every_iteration(d)]
-    device = next(model.parameters()).device
-    windows = windows_of(sequences, model.config.max_seq_len)
+    ours = model if isinstance(model, LoopedTransformer) else None
+    if modes:
+        ours = with_readout_per_pass(model, modes[0].describe())
+    one_pass = [d for d in depths if ours is not None and cache.keeps_every_iteration(d)]
+    device = model_device(model)
+    windows = windows_of(sequences, model.max_seq_len)
     width = max(w.end - w.start for w in windows)
-    was_training = model.training
-    model.eval()
     per_depth: dict[int, tuple[list, list, list]] = {d: ([], [], []) for d in depths}
     per_rule: list[tuple[list, list, list]] = [([], [], []) for _ in modes]
+    was_training = model.training
+    model.train(False)
     try:
-        for group in _batches(windows, width, model.config.vocab_size):
+        for group in _batches(windows, width, model.vocab_size):
             batch = [windows[i] for i in group]
             inputs, targets = _padded(sequences, batch, device)
+            prefill = 0 if ours is not None else inputs.shape[1]  # theirs: a window per step
             with autocast(device, dtype):
                 through_cache = (
-                    (d, teacher_forced(model, inputs, FixedDepth(d, cache_strategy=cache))[0])
+                    (
+                        d,
+                        teacher_forced(model, inputs, FixedDepth(d, cache_strategy=cache), prefill)[
+                            0
+                        ],
+                    )
                     for d in depths
                     if d not in one_pass
                 )
-                in_one_pass = model.logits_by_depth(inputs, one_pass) if one_pass else ()
+                in_one_pass = ours.logits_by_depth(inputs, one_pass) if ours and one_pass else ()
                 for depth, logits in itertools.chain(in_one_pass, through_cache):
                     scores = _scores(logits, targets)
                     for into, values in zip(per_depth[depth], scores, strict=True):

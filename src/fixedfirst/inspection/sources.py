@@ -14,7 +14,7 @@ from fixedfirst.data.registry import ScoredSequence, data_kind
 from fixedfirst.data.tokenizer import Tokenizer
 from fixedfirst.errors import UserError
 from fixedfirst.inspection.record import MAX_POSITIONS
-from fixedfirst.model import LoopedTransformer
+from fixedfirst.model.kinds import LoopedModel
 from fixedfirst.model.loss import IGNORE_INDEX
 from fixedfirst.runs.opening import LoadedRun, trained_source
 
@@ -72,7 +72,7 @@ def task_examples(
 
 
 def validation_sequences(
-    loaded: LoadedRun[LoopedTransformer] | None, indices: list[int], option: str
+    loaded: LoadedRun[LoopedModel] | None, indices: list[int], option: str
 ) -> list[ScoredSequence]:
     """Rows `indices` of the run's validation batches, as eval scores them."""
     if loaded is None:

@@ -14,29 +14,45 @@ import torch
 
 from fixedfirst.config import ModelSection, RunConfig, TransformersModelConfig
 from fixedfirst.model import transformers_loop
-from fixedfirst.model.interface import LoopedLM
 from fixedfirst.model.looped import LoopedTransformer
 from fixedfirst.model.lowrank import apply_lowrank
 from fixedfirst.model.memory import check_fits
+from fixedfirst.model.pretrained import load_own_export
 from fixedfirst.model.transformers_loop import TransformersLoop
 
+LoopedModel = LoopedTransformer | TransformersLoop
+"""A model a run's [model] names: a `LoopedLM` to train and evaluate, a `LoopedDecoder` to
+serve (model/serving.py)."""
 
-def build_model(model: ModelSection) -> LoopedLM:
+
+def build_model(model: ModelSection) -> LoopedModel:
     """The model on the CPU, initialised from the global random state (seed it first; moved to
     a device after, its weights are the same everywhere), refused in one line when its weights
-    alone would not fit in memory."""
+    alone would not fit in memory. A checkpoint [model] names is not read: this is the shape
+    that a run's own checkpoints load into (`initial_model` starts a run)."""
     if isinstance(model, TransformersModelConfig):
         return transformers_loop.build(model)
     check_fits(model, torch.device("cpu"))
     return LoopedTransformer(model)
 
 
-def build_run_model(config: RunConfig) -> LoopedLM:
-    """The model a run trains, as its first step finds it: initialised from `train.seed` (the
-    same weights on every rank and in every process that rebuilds it), with low-rank adapters
-    when `[train.lowrank]` asks for them (model/lowrank.py; the base weights then frozen)."""
+def initial_model(model: ModelSection) -> LoopedModel:
+    """The model a run starts from, on the CPU: with `checkpoint`, the weights of that
+    directory (model/pretrained.py); otherwise `build_model`'s initialisation."""
+    if model.checkpoint is None:
+        return build_model(model)
+    if isinstance(model, TransformersModelConfig):
+        return transformers_loop.from_checkpoint(model)
+    return load_own_export(model)
+
+
+def build_run_model(config: RunConfig) -> LoopedModel:
+    """The model a run trains, as its first step finds it: `initial_model` (the checkpoint
+    [model] names, or weights initialised from `train.seed`: the same on every rank and in
+    every process that rebuilds it), with low-rank adapters when `[train.lowrank]` asks for them
+    (model/lowrank.py; the base weights then frozen)."""
     torch.manual_seed(config.train.seed)
-    model = build_model(config.model)
+    model = initial_model(config.model)
     if config.train.lowrank is not None:
         if not isinstance(model, TransformersLoop):  # refused with the configuration
             raise ValueError("low-rank adapters are for a transformers looped architecture")
@@ -55,12 +71,19 @@ def parameter_counts(model: ModelSection) -> dict[str, int]:
 
 def foreign_model_note(model: ModelSection) -> str | None:
     """A line for the run's log about a model that is not ours (None for ours, whose shape its
-    config.toml says): which, how large, and what of ours it goes without."""
+    config.toml says): which, how large, what of ours it goes without, and the checkpoint it
+    starts from (for ours too)."""
+    start = (
+        ""
+        if model.checkpoint is None
+        else f" from the checkpoint {model.checkpoint} (trained at depth "
+        f"{model.checkpoint_depth}, weights SHA-256 {str(model.checkpoint_sha256)[:16]}...)"
+    )
     if not isinstance(model, TransformersModelConfig):
-        return None
+        return None if not start else f"model: fixedfirst's looped transformer{start}"
     total = transformers_loop.parameter_count(model)
     return (
-        f"model: transformers' {model.architecture}, {total:,} parameters; depth set by its "
-        "depth handle at every step; NLL by depth one forward per depth; memory not estimated "
-        "(the memory model is of fixedfirst's own model)"
+        f"model: transformers' {model.architecture}{start}, {total:,} parameters; depth set by "
+        "its depth handle at every step; NLL by depth one forward per depth; memory not "
+        "estimated (the memory model is of fixedfirst's own model)"
     )

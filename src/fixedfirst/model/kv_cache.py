@@ -287,13 +287,32 @@ class KVCache:
     """
 
     def __init__(
-        self, pad: torch.Tensor | None = None, strategy: CacheStrategy = FULL_CACHE
+        self,
+        pad: torch.Tensor | None = None,
+        strategy: CacheStrategy = FULL_CACHE,
+        max_depth: int | None = None,
     ) -> None:
         self._layers: dict[tuple, LayerCache] = {}
         self.length = 0
         """Number of columns (padding included) already processed."""
         self.padding = Padding.left(pad) if pad is not None and bool(pad.any()) else None
         self.strategy = strategy
+        self.max_depth = max_depth
+        """The deepest depth a step may run (None: the first step's depth): every column gets
+        an entry in each core slot up to it, whatever depth its own step ran."""
+
+    def build_for(self, depth: int) -> int:
+        """The deepest depth this cache serves, refusing a step deeper than it (a cache made
+        without one is built for its first step's depth)."""
+        if self.max_depth is None:
+            self.max_depth = depth
+        if depth > self.max_depth:
+            raise UserError(
+                f"depth {depth} is beyond the depth {self.max_depth} this cache was built for: "
+                f"build it for the deepest depth the decoding uses (new_cache(max_depth="
+                f"{depth}) in Python; the command line builds it for the deepest depth it is given)"
+            )
+        return self.max_depth
 
     def _stored_key(self, key: tuple) -> tuple:
         if key and key[0] == "core":
@@ -338,6 +357,46 @@ class KVCache:
                 layer.keys, layer.values = layer.keys[rows], layer.values[rows]
         if self.padding is not None:
             self.padding = self.padding.rows(rows)
+
+    def fill_unreached_slots(
+        self, depths: torch.Tensor, start: int, max_depth: int, core_layers: int
+    ) -> None:
+        """Give columns start.. an entry in every core slot up to `max_depth`: a row whose step
+        ran d iterations never wrote slot q >= d (the first iteration writing slot q is q + 1,
+        under every strategy) and shows there its iteration-d entry, slot d - 1's (docs/design.md
+        §1, §19). depths: (B,) the iterations each row ran.
+
+        Per core layer: the rows' own entries are gathered once from the slots they stopped in; a
+        slot no row reached takes them whole (one append), a slot some rows reached takes them
+        at the rows that stopped before it."""
+        slots = self.strategy.slots(max_depth)
+        reached = min(int(depths.max()), slots)  # slots 0..reached-1 hold the columns
+        shallowest = int(depths.min())
+        if shallowest >= slots:
+            return
+        rows = torch.arange(depths.shape[0], device=depths.device)
+        source = (depths - 1).clamp(max=reached - 1)
+        for layer_index in range(core_layers):
+            written = [self.layer("core", q, layer_index) for q in range(reached)]
+            own = []
+            for part in ("keys", "values"):
+                columns = torch.stack([getattr(w, part)[:, :, start:] for w in written])
+                own.append(columns[source, rows])  # (B, H, T, hd): each row's own entries
+            for q in range(shallowest, reached):
+                target = written[q]
+                assert target.keys is not None and target.values is not None
+                stopped = depths <= q
+                target.keys[stopped, :, start:] = own[0][stopped]
+                target.values[stopped, :, start:] = own[1][stopped]
+            for q in range(reached, slots):
+                target = self.layer("core", q, layer_index)
+                keys, values = own
+                if target.keys is None:  # its first columns are these tensors: a copy per slot,
+                    keys, values = (
+                        keys.clone(),
+                        values.clone(),
+                    )  # a bounded slot is written in place
+                target.append(keys, values)
 
     @property
     def num_entries(self) -> int:

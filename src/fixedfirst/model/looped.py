@@ -369,9 +369,33 @@ class LoopedTransformer(LoopedLM):
             rows[depth] = per_token.view(targets.shape).sum(dim=1)
         return {d: means[d] for d in depths}, {d: rows[d] for d in depths}
 
+    # -- serving (model/serving.py): decoding steps through a cache, at any depth -------------
+
+    readout_between_passes: str | None = None
+    """Our model reads out after any iteration (`readout`): exit rules may stop between them."""
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.config.max_seq_len
+
+    def new_cache(
+        self,
+        max_depth: int | None = None,
+        pad: torch.Tensor | None = None,
+        strategy: CacheStrategy = FULL_CACHE,
+        rollback: bool = False,
+    ) -> KVCache:
+        """A cache for steps at depths up to `max_depth` (None: the first step's), of a batch
+        left-padded by `pad`, keeping the core entries `strategy` says; it always rolls back."""
+        return KVCache(pad, strategy, max_depth)
+
     @torch.no_grad()
     def decode_step(self, tokens: torch.Tensor, depth: int, cache: KVCache) -> torch.Tensor:
-        """Process the next tokens (B, T) after what `cache` holds; return their logits."""
+        """Process the next tokens (B, T) after what `cache` holds at `depth`; return their
+        logits. Below the depth the cache was built for, each token shows later, deeper tokens
+        its last iteration's entries at the iterations it did not run (docs/design.md §1)."""
+        check_depth(depth)
+        built = cache.build_for(depth)
         start = cache.length
         positions = cache.positions(tokens.shape[1])
         e = self.encode(tokens, cache)
@@ -380,6 +404,9 @@ class LoopedTransformer(LoopedLM):
         for i in range(depth):
             state = self.iterate(state, injection, i, cache)
         logits = self.readout(state, cache)
+        if depth < built:
+            ran = torch.full((tokens.shape[0],), depth, device=tokens.device)
+            cache.fill_unreached_slots(ran, start, built, self.config.n_core)
         cache.length += tokens.shape[1]
         return logits
 

@@ -35,12 +35,18 @@ from fixedfirst.config.architectures import (
     model_class,
     quiet_transformers,
 )
+from fixedfirst.errors import UserError
+from fixedfirst.files.paths import shown
 from fixedfirst.model.handles import depth_handle
 from fixedfirst.model.interface import LoopedLM
 from fixedfirst.model.keep_float32 import keep_float32
+from fixedfirst.model.kv_cache import FULL_CACHE, CacheStrategy
+from fixedfirst.model.looped import check_depth
 from fixedfirst.model.loss import next_token_loss
 from fixedfirst.model.lowrank import is_lowrank
 from fixedfirst.model.memory import check_count_fits
+from fixedfirst.model.pass_cache import PassCache
+from fixedfirst.model.pretrained import weight_files
 
 
 class TransformersLoop(LoopedLM):
@@ -147,6 +153,58 @@ class TransformersLoop(LoopedLM):
     def compile_loop(self) -> None:
         raise ValueError(f"{self.never_compiled}; the trainer runs it eagerly")
 
+    # -- serving (model/serving.py): decoding steps through a cache, at any depth -------------
+
+    @property
+    def max_seq_len(self) -> int:
+        return int(
+            getattr(self.network.config, looped_architecture(self.architecture).positions_key)
+        )
+
+    @property
+    def readout_between_passes(self) -> str:
+        """Why no exit rule can stop between this model's passes."""
+        return looped_architecture(self.architecture).no_readout
+
+    def new_cache(
+        self,
+        max_depth: int | None = None,
+        pad: torch.Tensor | None = None,
+        strategy: CacheStrategy = FULL_CACHE,
+        rollback: bool = False,
+    ) -> PassCache:
+        """A cache with every pass's layers up to `max_depth` (model/pass_cache.py), of a batch
+        left-padded by `pad`; `rollback`: it can drop its last columns (speculation)."""
+        if strategy != FULL_CACHE:
+            raise UserError(
+                f"--cache {strategy.name}: a cache strategy bounds the core entries of "
+                f"fixedfirst's own looped transformer; transformers' {self.architecture} keeps "
+                "one cache layer per loop pass (use --cache full)"
+            )
+        if max_depth is None:
+            raise ValueError("a transformers model's cache is built for a max_depth")
+        self.handle.set_depth(check_depth(max_depth))  # refuses a depth the model cannot run
+        architecture = looped_architecture(self.architecture)
+        return PassCache(self.network.config, architecture.loop_keys, max_depth, pad, rollback)
+
+    @torch.inference_mode()
+    def decode_step(self, tokens: torch.Tensor, depth: int, cache: PassCache) -> torch.Tensor:
+        """Process the next tokens (B, T) after what `cache` holds, `depth` passes each; return
+        their logits. A step below the cache's depth shows later tokens its last pass's entries
+        at the passes it did not run (model/pass_cache.py). Inference mode, not only no_grad:
+        the same steps under no_grad took 1.12-1.14x the CPU time (docs/log.md, 2026-12-07); the
+        cache's tensors are then inference tensors, which `PassCache.truncate` edits in
+        inference mode too."""
+        cache.check_depth(depth)
+        self.handle.set_depth(depth)
+        inputs = cache.inputs(tokens.shape[1])
+        logits = self.network(
+            input_ids=tokens, cache=cache.transformers_cache, use_cache=True, **inputs
+        ).logits
+        cache.carry_forward(depth, tokens.shape[1])
+        cache.length += tokens.shape[1]
+        return logits
+
 
 def build(config: TransformersModelConfig) -> TransformersLoop:
     """The model of `config` on the CPU, initialised by transformers from the global random
@@ -157,6 +215,48 @@ def build(config: TransformersModelConfig) -> TransformersLoop:
     check_count_fits(lambda: parameter_count(config), described, torch.device("cpu"))
     with quiet_transformers():
         network = model_class(architecture)(configuration)
+    return TransformersLoop(network, config.architecture)
+
+
+def from_checkpoint(config: TransformersModelConfig) -> TransformersLoop:
+    """The model of `config` with the weights of its checkpoint directory, on the CPU in
+    float32, loaded by the architecture's own `from_pretrained` (which converts the names and
+    layouts it saves under, streaming the shards into a model built without initialisation);
+    weights the checkpoint lacks, or holds in another shape, are refused in one line rather than
+    initialised at random."""
+    assert config.checkpoint is not None
+    directory = config.checkpoint
+    weight_files(directory)  # a missing or truncated shard is one line before anything loads
+    architecture = looped_architecture(config.architecture)
+    configuration = build_configuration(architecture, config.options)
+    described = f"transformers' {config.architecture}"
+    check_count_fits(lambda: parameter_count(config), described, torch.device("cpu"))
+    try:
+        with quiet_transformers():
+            network, info = model_class(architecture).from_pretrained(
+                directory,
+                config=configuration,
+                dtype=torch.float32,
+                local_files_only=True,
+                output_loading_info=True,
+            )
+    except (OSError, ValueError, RuntimeError, KeyError) as e:
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        raise UserError(
+            f"model.checkpoint = {shown(directory)}: transformers cannot load it "
+            f"({lines[0] if lines else type(e).__name__})"
+        ) from None
+    problems = [f"{k} missing" for k in sorted(info["missing_keys"])]
+    problems += [
+        f"{k[0] if isinstance(k, tuple) else k} of another shape"
+        for k in sorted(info["mismatched_keys"])
+    ]
+    if problems:
+        raise UserError(
+            f"model.checkpoint = {shown(directory)}: its weights do not fit the model its "
+            f"config.json describes ({'; '.join(problems[:3])}); transformers would initialise "
+            "them at random: copy the checkpoint again, or save it whole with save_pretrained"
+        )
     return TransformersLoop(network, config.architecture)
 
 

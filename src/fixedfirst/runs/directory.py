@@ -246,10 +246,14 @@ def config_record(config: RunConfig) -> dict[str, Any]:
 
 
 def stored(config: RunConfig) -> RunConfig:
-    """`config` as a run directory stores it: data.path absolute (docs/design.md §7)."""
-    if config.data.path is None:
-        return config
-    return replace(config, data=replace(config.data, path=absolute(config.data.path)))
+    """`config` as a run directory stores it: data.path and model.checkpoint absolute
+    (docs/design.md §7)."""
+    if config.data.path is not None:
+        config = replace(config, data=replace(config.data, path=absolute(config.data.path)))
+    if config.model.checkpoint is not None:
+        model = replace(config.model, checkpoint=absolute(config.model.checkpoint))
+        config = replace(config, model=model)
+    return config
 
 
 def check_resume(saved: RunConfig, new: RunConfig, run: Path) -> None:

@@ -5,7 +5,9 @@
       config.json         what the model is and where it came from (below)
       tokenizer/          the tokenizer's files (absent for runs on data without text)
 
-config.json: {"format": "fixedfirst-export", "version": 1, "model": {ModelConfig fields},
+config.json: {"format": "fixedfirst-export", "version": 1, "model": {the run's [model]: the
+ModelConfig fields of fixedfirst's own looped transformer, or kind, architecture and the table
+"transformers" of a transformers looped architecture},
 "tokenizer": {"kind", "vocab_size", "start_id", "stop_id", "directory"} or null,
 "default_depth": the deepest depth the run trained at, "source": {run, step, tokens, schedule,
 weights_sha256}, "fixedfirst_version"}.
@@ -28,10 +30,10 @@ from typing import Any
 
 import torch
 
-from fixedfirst.config import ModelConfig, build_section
+from fixedfirst.config.run import model_section
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import shown
-from fixedfirst.model import LoopedTransformer
+from fixedfirst.model.kinds import LoopedModel, build_model
 
 EXPORT_FORMAT = "fixedfirst-export"
 EXPORT_VERSION = 1
@@ -95,7 +97,7 @@ def check_weights(directory: Path, config: dict[str, Any]) -> None:
         )
 
 
-def load(directory: str | Path, device: str | torch.device = "cpu") -> LoopedTransformer:
+def load(directory: str | Path, device: str | torch.device = "cpu") -> LoopedModel:
     """The exported model, in eval mode on `device`, for inference at any depth; a run
     directory works too (its newest valid checkpoint), as for `load_served`."""
     from fixedfirst.runs.checkpoint import MODEL_FILE, Checkpoint
@@ -104,15 +106,15 @@ def load(directory: str | Path, device: str | torch.device = "cpu") -> LoopedTra
     directory = Path(directory)
     if directory.is_dir() and not is_export(directory):
         from fixedfirst.runs.directory import RunDir
-        from fixedfirst.runs.opening import load_run
+        from fixedfirst.runs.opening import load_any_run
 
         if RunDir(directory).config_path.is_file():
-            return load_run(directory, device=device).model
+            return load_any_run(directory, device=device).model
     config = read_export(directory)
     if not isinstance(config.get("model"), dict):
         raise UserError(f"{directory / CONFIG_FILE}: no model configuration")
     check_weights(directory, config)
-    model = LoopedTransformer(build_section(ModelConfig, config["model"]))
+    model = build_model(model_section(dict(config["model"])))
     # The same reader as a training checkpoint's weights: names and shapes checked, tied
     # tensors stored once; an export's model.safetensors has the checkpoint's layout.
     Checkpoint(directory, meta={}).load_model(model)

@@ -18,10 +18,13 @@ a new run: `fixedfirst branch` (`branch.py`).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from fixedfirst.config import RunConfig
 from fixedfirst.errors import UserError
+from fixedfirst.files.paths import shown
+from fixedfirst.model.pretrained import weights_sha256
 
 MAY_CHANGE = frozenset(
     f"train.{key}"
@@ -41,8 +44,10 @@ MAY_CHANGE = frozenset(
         "log_to",
         "log_axis",
     )
-) | {"data.path"}
-"""[train] and [data] keys a resume may change; every [eval] key may change too."""
+) | {"data.path", "model.checkpoint"}
+"""[train], [data] and [model] keys a resume may change (where the data and the checkpoint
+are, not what they are: their fingerprint and checksum define the run); every [eval] key may
+change too."""
 
 CONFIG_KEY = "config"
 """meta.json's key for the configuration a checkpoint was trained with."""
@@ -53,7 +58,7 @@ def identity(config: RunConfig) -> dict[str, Any]:
     value, from the configuration resolved as a run stores it."""
     from fixedfirst.data.registry import resolve_data
 
-    resolved = resolve_data(config)
+    resolved = identified(resolve_data(config))
     sections = resolved.to_dict()
     auto = resolved.schedule.auto_switch
     out: dict[str, Any] = {}
@@ -66,6 +71,36 @@ def identity(config: RunConfig) -> dict[str, Any]:
     for key in MAY_CHANGE - ({"train.log_every"} if auto else set()):
         out.pop(key, None)
     return out
+
+
+def identified(config: RunConfig) -> RunConfig:
+    """`config` with its checkpoint's checksum where it records none (a configuration as written,
+    compared with a run's record); a recorded one is taken as it is, without reading the
+    weights (a finished run compares without its checkpoint)."""
+    if config.model.checkpoint is None or config.model.checkpoint_sha256 is not None:
+        return config
+    return with_checkpoint_identity(config)
+
+
+def with_checkpoint_identity(config: RunConfig) -> RunConfig:
+    """`config` with the checksum of the weights of the checkpoint its [model] starts from:
+    computed when the configuration records none (a new run), checked when it does (a resume,
+    a copied config.toml), so that a run never goes on from weights other than those it
+    started from. Unchanged without a checkpoint."""
+    model = config.model
+    if model.checkpoint is None:
+        return config
+    found = weights_sha256(model.checkpoint)
+    recorded = model.checkpoint_sha256
+    if recorded is not None and recorded != found:
+        raise UserError(
+            f"model.checkpoint = {shown(model.checkpoint)}: its weights are not those this run "
+            f"started from (SHA-256 {found[:16]}... now, {recorded[:16]}... in "
+            "model.checkpoint_sha256); a run goes on from the weights it started from: point "
+            "model.checkpoint at them, or start a new run from these (without "
+            "checkpoint_sha256)"
+        )
+    return replace(config, model=replace(model, checkpoint_sha256=found))
 
 
 def run_defining_differences(saved: RunConfig, new: RunConfig) -> list[str]:

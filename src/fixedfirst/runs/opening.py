@@ -19,7 +19,7 @@ from fixedfirst.data.source import BatchSource
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import absolute, shown
 from fixedfirst.model import LoopedLM, LoopedTransformer
-from fixedfirst.model.kinds import build_run_model
+from fixedfirst.model.kinds import LoopedModel, build_model, build_run_model
 from fixedfirst.model.memory import check_fits
 from fixedfirst.runs.checkpoint import Checkpoint, CheckpointManager, warn
 from fixedfirst.runs.directory import RunDir
@@ -130,13 +130,17 @@ def load_any_run(
     step: int | None = None,
     device: str | torch.device = "cpu",
     data: str | None = None,
-) -> LoadedRun[LoopedLM]:
-    """`load_run` for a run of any model its [model] names (model/kinds.py), as
-    evaluation by depth scores it."""
+) -> LoadedRun[LoopedModel]:
+    """`load_run` for a run of any model its [model] names (model/kinds.py), as evaluation by
+    depth scores it and serving decodes it."""
     config, ckpt = find_checkpoint(run, step, data=data)
-    # On the CPU; its trained weights are replaced (a low-rank run's frozen base is rebuilt as
-    # the run built it, and checked against the checkpoint).
+    # On the CPU; its trained weights are replaced. A full run's checkpoint holds every weight,
+    # so its shape will do (a run from a checkpoint directory reads without it); a low-rank
+    # run's frozen base is rebuilt as the run built it, and checked against the checkpoint.
     with torch.random.fork_rng(devices=[]):  # the caller's random state is left as it was
-        model = build_run_model(config)
+        if config.train.lowrank is None:
+            model = build_model(config.model)
+        else:
+            model = build_run_model(config)
     ckpt.load_model(model)
     return LoadedRun(Path(run), config, model.to(device).eval(), ckpt)

@@ -1,8 +1,10 @@
 """Open what is to be served: a training run or an export, as one model plus its tokenizer.
 
-`fixedfirst generate`, `fixedfirst downstream` and the lm-evaluation-harness model all take
+`fixedfirst generate`, `inspect`, `downstream` and the lm-evaluation-harness model all take
 either a run directory (a checkpoint of it: the newest by default) or a directory written by
-`fixedfirst export`; this module tells them apart and returns the same thing for both.
+`fixedfirst export`, of fixedfirst's own looped transformer or of a transformers looped
+architecture (`[model] kind = "transformers"`); this module tells them apart and returns the same
+thing for all: a model that serving decodes (model/serving.py).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from fixedfirst.config import RunConfig
 from fixedfirst.data.tokenizer import Tokenizer, load_tokenizer, missing_files
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import shown
-from fixedfirst.model import LoopedTransformer
+from fixedfirst.model.kinds import LoopedModel
 from fixedfirst.runs.directory import RunDir
 from fixedfirst.runs.exported import (
     CONFIG_FILE,
@@ -26,13 +28,13 @@ from fixedfirst.runs.exported import (
     load,
     read_export,
 )
-from fixedfirst.runs.opening import LoadedRun, load_run
+from fixedfirst.runs.opening import LoadedRun, load_any_run
 from fixedfirst.runs.tokenizer import run_tokenizer
 
 
 @dataclass
 class Served:
-    model: LoopedTransformer
+    model: LoopedModel
     """In eval mode."""
     tokenizer: Tokenizer | None
     """None only when asked for with require_tokenizer=False (runs on synthetic data)."""
@@ -40,7 +42,7 @@ class Served:
     """The deepest depth the model trained at: the serving depth when none is asked for."""
     description: str
     """Where the weights came from, for messages and result files."""
-    run: LoadedRun[LoopedTransformer] | None = None
+    run: LoadedRun[LoopedModel] | None = None
     """The run and checkpoint, when served from a run directory."""
 
 
@@ -95,7 +97,7 @@ def load_served(
             f"copy the export again whole, or export the run again (`fixedfirst export RUN "
             f"--out {shown(path)}`)"
         )
-    loaded = load_run(path, checkpoint, device, data=data)
+    loaded = load_any_run(path, checkpoint, device, data=data)
     tokenizer = run_tokenizer(
         loaded.config,
         loaded.checkpoint.meta.get("data"),

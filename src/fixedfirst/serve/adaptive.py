@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from fixedfirst.errors import UserError
 from fixedfirst.model import KVCache, LoopedTransformer, sample_next
 from fixedfirst.model.kv_cache import RowSubset
+from fixedfirst.model.serving import check_prompt
 from fixedfirst.serve.exit_rules import ExitRule, KLExit, kl_divergence
 from fixedfirst.serve.modes import Adaptive
 
@@ -138,60 +138,12 @@ def adaptive_step(
         else:  # state is an earlier iteration's output here (k > 1), ours to write into
             state[rows] = active
         rows = rows[~stop]
-    _fill_unreached_slots(model, cache, depths, start, rule.max_depth)
+    cache.fill_unreached_slots(depths, start, rule.max_depth, model.config.n_core)
     for layer, (keys, values) in zip(coda, kept.coda, strict=True):
         layer.append(keys, values)
     cache.length += 1
     assert kept.logits is not None
     return AdaptiveStep(kept.logits, depths)
-
-
-def _fill_unreached_slots(
-    model: LoopedTransformer, cache: KVCache, depths: torch.Tensor, start: int, max_depth: int
-) -> None:
-    """Give position `start` an entry in every core slot up to max_depth: a row that stopped at
-    depth d never wrote slot q >= d (the first iteration writing slot q is q + 1, under every
-    strategy), and shows there its iteration-d entry (slot d - 1's).
-
-    Per core layer: the rows' own entries are gathered once from the slots they stopped in; a
-    slot no row reached takes them whole (one append), a slot some rows reached takes them at the
-    rows that stopped before it."""
-    slots = cache.strategy.slots(max_depth)
-    reached = min(int(depths.max()), slots)  # slots 0..reached-1 hold the column
-    shallowest = int(depths.min())
-    if shallowest >= slots:
-        return
-    rows = torch.arange(depths.shape[0], device=depths.device)
-    source = (depths - 1).clamp(max=reached - 1)
-    for layer_index in range(model.config.n_core):
-        written = [cache.layer("core", q, layer_index) for q in range(reached)]
-        own = []
-        for part in ("keys", "values"):
-            columns = torch.stack([getattr(w, part)[:, :, start] for w in written])
-            own.append(columns[source, rows])  # (B, H, hd): each row's stopping entry
-        whole = [x[:, :, None] for x in own]  # the same as a column (B, H, 1, hd)
-        for q in range(shallowest, reached):
-            target = written[q]
-            assert target.keys is not None and target.values is not None
-            stopped = depths <= q
-            target.keys[stopped, :, start] = own[0][stopped]
-            target.values[stopped, :, start] = own[1][stopped]
-        for q in range(reached, slots):
-            target = cache.layer("core", q, layer_index)
-            keys, values = whole
-            if target.keys is None:  # its first columns are these tensors: a copy per slot, as
-                keys, values = keys.clone(), values.clone()  # a bounded slot is written in place
-            target.append(keys, values)
-
-
-def check_prompt(model: LoopedTransformer, prompt: torch.Tensor, max_new_tokens: int) -> None:
-    if prompt.dim() != 2 or prompt.shape[1] == 0:
-        raise UserError("prompt must be a (batch, length) tensor with length >= 1")
-    total = prompt.shape[1] + max_new_tokens
-    if total > model.config.max_seq_len:
-        raise UserError(
-            f"prompt + new tokens = {total} exceeds model.max_seq_len = {model.config.max_seq_len}"
-        )
 
 
 @torch.no_grad()
@@ -209,7 +161,7 @@ def stream_adaptive(
     pad: (B,) leading pad columns of each row of a left-padded prompt (serve/batching.py)."""
     check_prompt(model, prompt, max_new_tokens)
     rule, generator = mode.rule, mode.sampling.generator(prompt.device)
-    cache = KVCache(pad, mode.cache_strategy)
+    cache = KVCache(pad, mode.cache_strategy, rule.max_depth)
     if prompt.shape[1] > 1:
         model.decode_step(prompt[:, :-1], rule.max_depth, cache)
     step = adaptive_step(model, prompt[:, -1:], cache, rule)
@@ -234,7 +186,8 @@ def teacher_forced_exit(
     B, T = tokens.shape
     if not 0 <= prefill <= T:
         raise ValueError(f"prefill {prefill} outside 0..{T}")
-    rule, cache = mode.rule, KVCache(strategy=mode.cache_strategy)
+    rule = mode.rule
+    cache = KVCache(strategy=mode.cache_strategy, max_depth=rule.max_depth)
     logits, depths = [], []
     if prefill:
         logits.append(model.decode_step(tokens[:, :prefill], rule.max_depth, cache))

@@ -68,7 +68,7 @@ def generate_batch(
     if tokenizer is None:
         raise UserError("this model has no tokenizer")
     rows = [prompt_ids(served, p) for p in prompts]
-    window = served.model.config.max_seq_len
+    window = served.model.max_seq_len
     longest = max(len(r) for r in rows)
     if longest + max_new_tokens > window:
         raise UserError(

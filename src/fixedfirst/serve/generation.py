@@ -77,7 +77,7 @@ def prompt_ids(served: Served, prompt: str) -> list[int]:
 
 def room_after(served: Served, prompt: str) -> int:
     """How many new tokens fit the model's window after `prompt` (may be <= 0)."""
-    return served.model.config.max_seq_len - len(prompt_ids(served, prompt))
+    return served.model.max_seq_len - len(prompt_ids(served, prompt))
 
 
 def encode_prompt(served: Served, prompt: str, max_new_tokens: int) -> torch.Tensor:
@@ -85,7 +85,7 @@ def encode_prompt(served: Served, prompt: str, max_new_tokens: int) -> torch.Ten
     if max_new_tokens < 1:
         raise UserError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
     ids = prompt_ids(served, prompt)
-    window = served.model.config.max_seq_len
+    window = served.model.max_seq_len
     if len(ids) > window:
         raise UserError(
             f"the prompt is {len(ids)} tokens (with the start-of-document token), longer than "

@@ -1,6 +1,7 @@
 """The decoding mode as one typed value, validated when it is made.
 
-    FixedDepth(depth, sampling)                     every token at `depth`
+    FixedDepth(depth, sampling, prefill_depth)      every token at `depth`, the prompt at
+                                                    prefill_depth (default: `depth` too)
     Speculated(depth, draft_depth, draft_tokens)    greedy at `depth`, drafted at draft_depth
     Adaptive(rule, sampling)                        each token until `rule` says it settled
 
@@ -81,21 +82,44 @@ GREEDY = Sampling()
 
 @dataclass(frozen=True)
 class FixedDepth:
-    """Every token runs `depth` core iterations."""
+    """Every generated token runs `depth` loop passes; the prompt runs `prefill_depth` (None:
+    `depth` too). The cache is built for `cache_depth` (None: the deeper of the two), so that
+    the prompt's depth and the tokens' may differ (docs/design.md §19)."""
 
     depth: int
     sampling: Sampling = GREEDY
     cache_strategy: CacheStrategy = FULL_CACHE
+    prefill_depth: int | None = None
+    cache_depth: int | None = None
 
     def __post_init__(self) -> None:
         check_depth(self.depth)
+        if self.prefill_depth is not None:
+            check_depth(self.prefill_depth, "the prefill depth")
+        if self.cache_depth is not None:
+            check_depth(self.cache_depth, "the cache depth")
+            deepest = max(self.depth, self.prompt_depth)
+            if deepest > self.cache_depth:
+                raise UserError(
+                    f"depth {deepest} is beyond the depth {self.cache_depth} the cache is built "
+                    f"for (--cache-depth {self.cache_depth}): give --cache-depth >= {deepest}, "
+                    "or leave it out (the cache is then built for the deepest depth decoded)"
+                )
+
+    @property
+    def prompt_depth(self) -> int:
+        """The depth the prompt is prefilled at."""
+        return self.depth if self.prefill_depth is None else self.prefill_depth
 
     @property
     def max_depth(self) -> int:
-        return self.depth
+        """The deepest depth the cache holds entries for."""
+        return self.cache_depth or max(self.depth, self.prompt_depth)
 
     def describe(self) -> str:
-        return f"depth {self.depth}"
+        if self.prompt_depth == self.depth:
+            return f"depth {self.depth}"
+        return f"prefill at depth {self.prompt_depth}, decode at depth {self.depth}"
 
 
 @dataclass(frozen=True)

@@ -3,16 +3,18 @@ exit rule, through a cache strategy.
 
 This is what multiple-choice evaluation asks of a language model: for each (context,
 continuation) pair of token ids, log p(continuation | context) and whether greedy decoding would
-have produced the continuation. At a fixed depth every pair is one forward pass of
-`context + continuation[:-1]` (the last continuation token is only a target), many pairs to a
-batch, longest first so that a batch pads little. A pair longer than the model's window loses
-tokens from the left of its context, the tokens the continuation depends on least; a continuation
-that alone exceeds the window cannot be scored whole and is refused.
+have produced the continuation. At a fixed depth every pair is one decoding step of
+`context + continuation[:-1]` (the last continuation token is only a target) through a fresh
+cache, what a forward of the sequence computes, for any looped model serving decodes
+(model/serving.py), many pairs to a batch, longest first so that a batch pads little. A pair
+longer than the model's window loses tokens from the left of its context, the tokens the
+continuation depends on least; a continuation that alone exceeds the window cannot be scored
+whole and is refused.
 
-Under an exit rule, or through a cache that does not keep every iteration, the positions that
-predict the continuation are decoded one at a time as generation would decode them, one pair at
-a time (`serve.decoding.teacher_forced`); the context before its last token is prefilled in one
-pass, exactly as a prompt is in generation.
+Under an exit rule, with a prefill depth other than the decoding depth, or through a cache that
+does not keep every iteration, the positions that predict the continuation are decoded one at a
+time as generation would decode them, one pair at a time (`serve.decoding.teacher_forced`); the
+context before its last token is prefilled in one pass, exactly as a prompt is in generation.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from fixedfirst.errors import UserError
-from fixedfirst.model import LoopedTransformer
+from fixedfirst.model.serving import LoopedDecoder, model_device
 from fixedfirst.serve.decoding import teacher_forced
 from fixedfirst.serve.modes import Adaptive, FixedDepth
 
@@ -47,7 +49,7 @@ def model_inputs(pair: Pair, window: int) -> tuple[list[int], list[int]]:
 
 @torch.no_grad()
 def score_pairs(
-    model: LoopedTransformer,
+    model: LoopedDecoder,
     pairs: Sequence[Pair],
     mode: FixedDepth | Adaptive,
     batch_size: int = 16,
@@ -56,11 +58,11 @@ def score_pairs(
     decoded in `mode`."""
     if batch_size < 1:
         raise UserError(f"batch size must be >= 1, got {batch_size}")
-    window = model.config.max_seq_len
-    device = next(model.parameters()).device
+    window = model.max_seq_len
+    device = model_device(model)
     prepared = [model_inputs(pair, window) for pair in pairs]
     results: list[tuple[float, bool]] = [(0.0, True)] * len(prepared)
-    if isinstance(mode, Adaptive) or not mode.cache_strategy.keeps_every_iteration(mode.depth):
+    if not _one_step(mode):
         for i, (inputs, continuation) in enumerate(prepared):
             if continuation:
                 tokens = torch.tensor([inputs], device=device)
@@ -68,7 +70,7 @@ def score_pairs(
                 logits, _ = teacher_forced(model, tokens, mode, prefill)
                 results[i] = _continuation_score(logits[0, prefill:], continuation)
         return results
-    depth = mode.depth
+    assert isinstance(mode, FixedDepth)
     order = sorted(
         (i for i, (_, c) in enumerate(prepared) if c), key=lambda i: -len(prepared[i][0])
     )
@@ -79,7 +81,9 @@ def score_pairs(
         for row, i in enumerate(batch):
             inputs = prepared[i][0]
             tokens[row, : len(inputs)] = torch.tensor(inputs)
-        logits = model(tokens.to(device), depth)  # right padding: causal, so it changes nothing
+        # One step through a fresh cache; right padding is causal, so it changes nothing.
+        cache = model.new_cache(mode.depth, strategy=mode.cache_strategy)
+        logits = model.decode_step(tokens.to(device), mode.depth, cache)
         for row, i in enumerate(batch):
             inputs, continuation = prepared[i]
             end = len(inputs)
@@ -87,6 +91,16 @@ def score_pairs(
                 logits[row, end - len(continuation) : end], continuation
             )
     return results
+
+
+def _one_step(mode: FixedDepth | Adaptive) -> bool:
+    """Whether a pair's positions may all be decoded in one step: one fixed depth for context
+    and continuation, through a cache that keeps every iteration (docs/design.md §19)."""
+    return (
+        isinstance(mode, FixedDepth)
+        and mode.prompt_depth == mode.depth
+        and mode.cache_strategy.keeps_every_iteration(mode.depth)
+    )
 
 
 def _continuation_score(logits: torch.Tensor, continuation: list[int]) -> tuple[float, bool]:

@@ -9,6 +9,12 @@ hiding their rejected columns (`KVCache.hide`). Both the reuse and the one-pass 
 every iteration's entries up to K, so speculation takes the full cache (or bounded with S >= K)
 and refuses the other strategies. docs/design.md §13 gives the rounds, the reuse and the costs,
 §19 the strategies.
+
+Any other looped model (a transformers one) speculates through its decoding steps alone
+(`stream_redrafted`): the drafts are decoded at D, rolled back, and the chunk is verified in one
+step at K from the first pass up, since its forward cannot start from a pass; a batch keeps its
+rows' shortest agreement, since a rejected draft's column cannot be hidden from a short
+convolution that has already read it.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from fixedfirst.model import KVCache, LoopedTransformer
-from fixedfirst.serve.adaptive import check_prompt
+from fixedfirst.model.serving import DecodingCache, LoopedDecoder, check_prompt
 from fixedfirst.serve.modes import Speculated
 
 
@@ -34,6 +40,9 @@ class SpeculationStats:
     """Draft tokens that matched the verifier before their row's first mismatch."""
     hidden: int = 0
     """Columns hidden in rows that agreed less than the batch's best row that round."""
+    dropped: int = 0
+    """Agreeing drafts dropped in rows that agreed more than the batch's worst row that round
+    (a model without hidden columns: `stream_redrafted`)."""
     emitted: int = 0
     """Tokens produced (the prefill's first token and plain steps included)."""
     reused_iterations: int = 0
@@ -74,20 +83,24 @@ def _draft(
 
 @torch.no_grad()
 def stream_speculative(
-    model: LoopedTransformer,
+    model: LoopedDecoder,
     prompt: torch.Tensor,
     max_new_tokens: int,
     mode: Speculated,
     pad: torch.Tensor | None = None,
     stats: SpeculationStats | None = None,
     reuse: bool = True,
-) -> Generator[torch.Tensor, None, KVCache]:
+) -> Generator[torch.Tensor, None, DecodingCache]:
     """Yield the next token (B, 1) one at a time: greedy decoding at `mode.depth`, drafted
     `mode.draft_tokens` at a time at `mode.draft_depth` and verified; the tokens are those of
     `FixedDepth(mode.depth, cache_strategy=mode.cache_strategy)`. Returns, when done, the cache
     it decoded into (a row leaves it once its tokens are all decided). pad: as in
     `model.stream`. stats: filled in as decoding goes. reuse: the verifier starts from the
-    draft's iterations (False: it recomputes them; the same tokens, more work)."""
+    draft's iterations (False: it recomputes them; the same tokens, more work). A model other
+    than ours decodes as `stream_redrafted` (its verifier always recomputes)."""
+    if not isinstance(model, LoopedTransformer):
+        stats = stats if stats is not None else SpeculationStats()
+        return (yield from stream_redrafted(model, prompt, max_new_tokens, mode, pad, stats))
     check_prompt(model, prompt, max_new_tokens)
     depth, draft_depth, draft_tokens = mode.depth, mode.draft_depth, mode.draft_tokens
     stats = stats if stats is not None else SpeculationStats()
@@ -170,3 +183,53 @@ def _round(
     stats.agreed += int(agree.sum())
     stats.emitted += int((agree + 1).sum())
     return [verified[r, : int(a) + 1] for r, a in enumerate(agree)]
+
+
+@torch.no_grad()
+def stream_redrafted(
+    model: LoopedDecoder,
+    prompt: torch.Tensor,
+    max_new_tokens: int,
+    mode: Speculated,
+    pad: torch.Tensor | None,
+    stats: SpeculationStats,
+) -> Generator[torch.Tensor, None, DecodingCache]:
+    """Depth-speculative greedy decoding through decoding steps alone: each round decodes N
+    drafts at the draft depth (their steps leave their entries for the deeper passes, the cache's
+    rule), rolls the cache back to the round's start, runs the last token and the drafts in one
+    step at the serving depth, and keeps the longest prefix of drafts that every row's verifier
+    agrees with plus the verifier's next token. The tokens are `FixedDepth(mode.depth)`'s."""
+    check_prompt(model, prompt, max_new_tokens)
+    depth, draft_depth = mode.depth, mode.draft_depth
+    batch = prompt.shape[0]
+    cache = model.new_cache(depth, pad, mode.cache_strategy, rollback=True)
+    token = model.decode_step(prompt, depth, cache)[:, -1].argmax(-1, keepdim=True)
+    cache.truncate(cache.length)  # what rollback recorded of the prompt is not needed
+    yield token
+    emitted = 1
+    stats.emitted += batch
+    while emitted < max_new_tokens:
+        n = min(mode.draft_tokens, max_new_tokens - emitted - 1)
+        start = cache.length
+        inputs = [token]
+        for _ in range(n):
+            drafted = model.decode_step(inputs[-1], draft_depth, cache)[:, -1]
+            inputs.append(drafted.argmax(-1, keepdim=True))
+        cache.truncate(start)
+        chunk = torch.cat(inputs, 1)  # (B, n + 1): the last token and the n drafts
+        verified = model.decode_step(chunk, depth, cache).argmax(-1)  # (B, n + 1)
+        agree = (chunk[:, 1:] == verified[:, :n]).long().cumprod(1).sum(1)  # (B,)
+        kept = int(agree.min())
+        cache.truncate(start + kept + 1)
+        stats.rounds += int(n > 0)
+        stats.drafted += n * batch
+        stats.agreed += int(agree.sum())
+        stats.dropped += int((agree - kept).sum())
+        stats.emitted += (kept + 1) * batch
+        stats.draft_iterations += draft_depth * n * batch
+        stats.verified_iterations += depth * chunk.numel()
+        for i in range(kept + 1):
+            yield verified[:, i : i + 1]
+        token = verified[:, kept : kept + 1]
+        emitted += kept + 1
+    return cache

@@ -132,6 +132,30 @@ def t_interval(samples: Sequence[float] | np.ndarray, level: float = 0.95) -> In
     return Interval(mean, mean - half, mean + half, sd, n, level)
 
 
+def ratio_interval(
+    sums: Sequence[float] | np.ndarray, counts: Sequence[float] | np.ndarray, level: float = 0.95
+) -> Interval:
+    """sum(sums) / sum(counts) over units (held-out blocks: each block's summed NLL and its
+    scored tokens) and its two-sided `level` t-interval by the ratio estimator's linearisation:
+    the residuals (sum_i - R count_i) / mean count over the units that count anything. With
+    equal counts it is `t_interval` of the per-unit means; a difference of two models scored on
+    the same units is the ratio of the differences of their sums (paired)."""
+    s = np.asarray(sums, dtype=np.float64)
+    c = np.asarray(counts, dtype=np.float64)
+    if s.shape != c.shape:
+        raise ValueError(f"sums and counts differ in shape: {s.shape} and {c.shape}")
+    keep = c > 0
+    s, c = s[keep], c[keep]
+    n = s.size
+    if n < 2:
+        raise ValueError(f"an interval needs at least 2 units that count something, got {n}")
+    ratio = float(s.sum() / c.sum())
+    residuals = (s - ratio * c) / c.mean()
+    sd = float(residuals.std(ddof=1))
+    half = t_quantile(0.5 + level / 2.0, n - 1) * sd / math.sqrt(n)
+    return Interval(ratio, ratio - half, ratio + half, sd, n, level)
+
+
 BootstrapOver = Literal["both", "rows", "columns"]
 BOOTSTRAP_OVER: tuple[str, ...] = ("both", "rows", "columns")
 

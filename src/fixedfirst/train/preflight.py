@@ -18,6 +18,7 @@ from fixedfirst.compute.memory import Placement
 from fixedfirst.compute.plan import RunPlan
 from fixedfirst.compute.run_cost import run_plan
 from fixedfirst.config import RunConfig
+from fixedfirst.data.prepared import check_checkpoint_data
 from fixedfirst.data.registry import build_source, resolve_data
 from fixedfirst.data.source import Batch, BatchSource
 from fixedfirst.errors import UserError
@@ -28,6 +29,7 @@ from fixedfirst.machine.device import (
     resolve_dtype,
 )
 from fixedfirst.model.lowrank import require_peft
+from fixedfirst.runs.identity import with_checkpoint_identity
 from fixedfirst.train import compilation, distributed, memory_check
 from fixedfirst.train.distributed import World
 from fixedfirst.train.sinks import check_packages
@@ -59,16 +61,20 @@ def preflight(config: RunConfig, world: World | None = None) -> Preflight:
     # The data kind's options complete, as config.toml stores them (a later change of a default
     # cannot change a saved run); an unknown kind or option is refused here.
     config = resolve_data(config)
+    # The checkpoint a run starts from, by the checksum of its weights (computed, or checked
+    # against the one a resumed run recorded); a missing or truncated shard is refused here.
+    if config.train.lowrank is not None:  # peft, or one line naming the extra
+        require_peft()
+    config = with_checkpoint_identity(config)
     world = world if world is not None else World.from_env()
     t = config.train
-    if t.lowrank is not None:  # peft, or one line naming the extra
-        require_peft()
     plan = run_plan(config)
     device = distributed.process_device(world, resolve_device(t.device))
     cuda_settings(device)  # before anything is allocated there
     dtype = resolve_dtype(t.precision, device)
     memory = memory_check.placement(config, device, dtype, world)
     memory_check.check_training_memory(config, memory, plan)
+    check_checkpoint_data(config)
     source = build_source(config)
     if source.vocab_size > config.model.vocab_size:
         raise UserError(

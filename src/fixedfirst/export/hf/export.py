@@ -14,15 +14,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from fixedfirst.config.checkpoints import OWN_DEPTH_KEY, OWN_EXPORT_KEYS, OWN_MODEL_TYPE
 from fixedfirst.errors import UserError
 from fixedfirst.export.hf.tokenizer import hf_tokenizer_files
 from fixedfirst.export.writer import check_out_dir, write_directory
-from fixedfirst.model import FULL_CACHE, BoundedCache, CacheStrategy
+from fixedfirst.model import FULL_CACHE, BoundedCache, CacheStrategy, LoopedTransformer
 from fixedfirst.runs.exported import is_export
 from fixedfirst.runs.served import load_served
 
 MODELING_FILE = "modeling_fixedfirst.py"
-MODEL_TYPE = "fixedfirst"
+MODEL_TYPE = OWN_MODEL_TYPE
 
 
 def hf_config(
@@ -37,6 +38,8 @@ def hf_config(
     from fixedfirst.config import ModelConfig, build_section
 
     shape = build_section(ModelConfig, model_config)
+    keys = {name: getattr(shape, key) for key, name in OWN_EXPORT_KEYS.items()}
+    keys["intermediate_size"] = shape.hidden_size  # the width in use (d_ff may be unset)
     return {
         "architectures": ["FixedFirstForCausalLM"],
         "model_type": MODEL_TYPE,
@@ -44,23 +47,8 @@ def hf_config(
             "AutoConfig": "modeling_fixedfirst.FixedFirstConfig",
             "AutoModelForCausalLM": "modeling_fixedfirst.FixedFirstForCausalLM",
         },
-        "vocab_size": shape.vocab_size,
-        "hidden_size": shape.d_model,
-        "num_attention_heads": shape.n_heads,
-        "n_prelude": shape.n_prelude,
-        "n_core": shape.n_core,
-        "n_coda": shape.n_coda,
-        "max_position_embeddings": shape.max_seq_len,
-        "intermediate_size": shape.hidden_size,
-        "mlp": shape.mlp,
-        "norm": shape.norm,
-        "injection": shape.injection,
-        "state_init": shape.state_init,
-        "eval_seed": shape.eval_seed,
-        "coda_norm": shape.coda_norm,
-        "rope_base": shape.rope_base,
-        "tie_word_embeddings": shape.tie_embeddings,
-        "depth": depth,
+        **keys,
+        OWN_DEPTH_KEY: depth,
         "cache_slots": cache.size if isinstance(cache, BoundedCache) else None,
         "bos_token_id": tokenizer.start_id,
         "eos_token_id": tokenizer.stop_id,
@@ -104,9 +92,13 @@ def export_hf(
     out: str | Path,
     step: int | None = None,
     cache: CacheStrategy = FULL_CACHE,
+    depth: int | None = None,
+    card: str | None = None,
 ) -> dict[str, Any]:
     """Write the run's checkpoint at `step` (default: the newest) as a transformers model into
-    `out`, generating through the `cache` strategy by default; return its config.json."""
+    `out`, generating through the `cache` strategy and at `depth` (default: the deepest the run
+    trained at) by default, its README.md `card` (default: `model_card`'s); return its
+    config.json."""
     from fixedfirst import __version__
     from fixedfirst.runs.checkpoint import MODEL_FILE, save_weights, tied_aliases
     from fixedfirst.schedules import describe
@@ -118,6 +110,8 @@ def export_hf(
     served = load_served(run, step, require_tokenizer=False)
     assert served.run is not None
     loaded = served.run
+    own = loaded.config.own_model("fixedfirst export --format hf")
+    assert isinstance(loaded.model, LoopedTransformer)
     if served.tokenizer is None:
         raise UserError(
             f"--format hf needs a tokenizer, and this run trained on [data] kind = "
@@ -134,13 +128,14 @@ def export_hf(
         "tokenizer": served.tokenizer.kind,
         "version": __version__,
     }
-    config = hf_config(model_config, served.default_depth, served.tokenizer, provenance, cache)
+    serving = served.default_depth if depth is None else depth
+    config = hf_config(model_config, serving, served.tokenizer, provenance, cache)
     model = loaded.model
     aliases = tied_aliases(model)
     weights = {
         k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in aliases
     }
-    if loaded.config.own_model("fixedfirst export").state_init == "normal":
+    if own.state_init == "normal":
         weights["eval_state"] = model.eval_state.detach().cpu().contiguous()
     generation = {
         "bos_token_id": config["bos_token_id"],
@@ -150,7 +145,7 @@ def export_hf(
     files["config.json"] = json.dumps(config, indent=2) + "\n"
     files["generation_config.json"] = json.dumps(generation, indent=2) + "\n"
     files[MODELING_FILE] = (resources.files("fixedfirst.export.hf") / MODELING_FILE).read_text()
-    files["README.md"] = model_card(config)
+    files["README.md"] = model_card(config) if card is None else card
 
     def fill(directory: Path) -> None:
         save_weights(weights, directory / "model.safetensors")

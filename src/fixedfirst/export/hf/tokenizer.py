@@ -18,12 +18,15 @@ only the data pipeline places document boundaries.
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from fixedfirst.data.tokenizer import (
     EOD_TOKEN,
     BpeTokenizer,
     ByteTokenizer,
+    CheckpointTokenizer,
     Tokenizer,
     WordTokenizer,
 )
@@ -91,7 +94,12 @@ def _token(tokenizer: Tokenizer, backend, token_id: int) -> str:
 
 def hf_tokenizer_files(tokenizer: Tokenizer, max_length: int) -> dict[str, str]:
     """{file name: text} of tokenizer.json and tokenizer_config.json, checked to give the same
-    ids as `tokenizer` on a sample text."""
+    ids as `tokenizer` on a sample text; a checkpoint's own tokenizer (a run that started from
+    our export) as the checkpoint had it."""
+    if isinstance(tokenizer, CheckpointTokenizer):
+        with tempfile.TemporaryDirectory() as directory:
+            tokenizer.hf.save_pretrained(directory)
+            return {p.name: p.read_text(encoding="utf-8") for p in Path(directory).iterdir()}
     tk = _tokenizers()
     backend = _backend(tokenizer)
     start = _token(tokenizer, backend, tokenizer.start_id)

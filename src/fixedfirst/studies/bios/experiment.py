@@ -111,8 +111,10 @@ def snapshot_checkpoint(run: Path, fraction: float) -> Checkpoint:
 def recall_of_checkpoint(
     run: Path, config: RunConfig, ckpt: Checkpoint, experiment: ExperimentConfig
 ) -> dict[str, Any]:
-    """The checkpoint's recall report, computed once and cached beside the run."""
+    """The checkpoint's recall report, computed once and cached beside the run, on the device
+    the run trained on (a GPU's run scores its thousands of people there, not on the host)."""
     from fixedfirst.data.registry import kind_options
+    from fixedfirst.machine.device import resolve_device
     from fixedfirst.model import LoopedTransformer
     from fixedfirst.tasks.bios.recall import evaluate_recall
     from fixedfirst.tasks.bios.world import build_world
@@ -127,7 +129,7 @@ def recall_of_checkpoint(
     model = LoopedTransformer(config.own_model("the bios recall metric"))
     ckpt.load_model(model)
     report = evaluate_recall(
-        model.eval(),
+        model.to(resolve_device(config.train.device)).eval(),
         build_world(kind_options(config), config.data.seed),
         experiment.depths,
         people=experiment.recall_people,

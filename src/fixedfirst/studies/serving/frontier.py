@@ -21,10 +21,12 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from fixedfirst.config import TransformersModelConfig
 from fixedfirst.data.source import Batch
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import shown
 from fixedfirst.model import LoopedTransformer, check_depth
+from fixedfirst.model.serving import no_readout_refusal, with_readout_per_pass
 from fixedfirst.progress import Progress
 from fixedfirst.serve.exit_rules import EXIT_RULES, exit_rule
 from fixedfirst.serve.frontier import (
@@ -194,6 +196,8 @@ def open_subject(
     if is_export(path):
         return open_export(path, settings, data, device)
     config = open_run(path, data)[1]
+    if isinstance(config.model, TransformersModelConfig):
+        raise no_readout_refusal("the exit frontier", config.model.architecture)
     if config.data.kind != "chains":
         require_data(config, path, data)  # before the weights are read
     loaded = load_run(path, device=device, data=data)
@@ -236,7 +240,7 @@ def open_export(
     config = read_export(path)
     if not Path(data).is_dir():
         raise UserError(f"--data {shown(data)}: no such data directory")
-    model = load(path, device)
+    model = with_readout_per_pass(load(path, device), "the exit frontier")
     source = TokenSource(data, model.config.max_seq_len)
     if source.vocab_size > model.config.vocab_size:
         raise UserError(

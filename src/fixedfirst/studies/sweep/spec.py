@@ -18,7 +18,7 @@ from fixedfirst.compute.plan import UNIFORM_REFERENCE
 from fixedfirst.compute.run_cost import run_plan
 from fixedfirst.config import SECTIONS, RunConfig, build_section, merge_tables, read_toml
 from fixedfirst.errors import UserError
-from fixedfirst.files.paths import resolve_data_path
+from fixedfirst.files.paths import resolve_paths
 from fixedfirst.studies.kit.claims import Claim
 from fixedfirst.studies.kit.runs import PlannedRun
 from fixedfirst.studies.kit.settings import distinct_seeds
@@ -114,13 +114,13 @@ def _base_dict(raw: dict[str, Any], path: Path) -> dict[str, Any]:
     if isinstance(base, str):
         base_path = Path(base) if Path(base).is_absolute() else path.parent / base
         try:
-            return resolve_data_path(read_toml(base_path), base_path.parent)
+            return resolve_paths(read_toml(base_path), base_path.parent)
         except UserError as e:
             raise UserError(f"{path}: base: {e}") from None
     if not isinstance(base, dict):
         raise UserError(f"{path}: base must be a file name or [base.SECTION] tables")
     _unknown(base, SECTION_NAMES, f"{path}: [base]", "section")
-    return resolve_data_path(base, path.parent)
+    return resolve_paths(base, path.parent)
 
 
 def _with_run_keys(base: dict[str, Any], run: dict[str, Any], where: str) -> dict[str, Any]:
@@ -158,8 +158,14 @@ def _run_name(entry: dict[str, Any], index: int, path: Path) -> str:
 
 def load_sweep(path: str | Path) -> SweepSpec:
     """Read and validate a sweep file; every run's configuration is built and checked."""
+    return parse_sweep(read_toml(path), path)
+
+
+def parse_sweep(raw: dict[str, Any], path: str | Path) -> SweepSpec:
+    """A sweep file's contents, validated as `load_sweep` does: what a script that changes a
+    committed sweep's budget before it runs (benchmarks/gpu_questions.py) hands over, with the
+    file's path for the messages and the relative data paths."""
     path = Path(path)
-    raw = read_toml(path)
     _unknown(raw, TOP_LEVEL_KEYS, str(path))
     base = _base_dict(raw, path)
     _build_config(base, f"{path}: base")
@@ -191,7 +197,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
             _check_flops_of(entry["flops_of"], entry, entry_names, flops_of, where)
         for seed in entry_seeds[name]:
             run = name if seed is None else f"{name}-seed{seed}"
-            data = _with_run_keys(base, resolve_data_path(entry, path.parent), where)
+            data = _with_run_keys(base, resolve_paths(entry, path.parent), where)
             if seed is not None:
                 data.setdefault("train", {})["seed"] = seed
             if "flops_of" in entry:

@@ -25,9 +25,9 @@ from typing import Any
 import torch
 
 from fixedfirst.errors import UserError
-from fixedfirst.model import LoopedTransformer
+from fixedfirst.model import LoopedLM, LoopedTransformer
 from fixedfirst.model.loss import IGNORE_INDEX
-from fixedfirst.model.shared_prefix import SharedPrefix
+from fixedfirst.model.shared_prefix import PrefixRows, SharedPrefix
 from fixedfirst.tasks.bios.templates import TEMPLATES_PER_ATTRIBUTE, render
 from fixedfirst.tasks.bios.tokenizer import BiosTokenizer
 from fixedfirst.tasks.bios.world import ATTRIBUTES, World
@@ -92,7 +92,7 @@ def shared_prefix_length(prompts: RecallPrompts) -> int:
 
 @torch.no_grad()
 def exact_match(
-    model: LoopedTransformer,
+    model: LoopedLM,
     prompts: RecallPrompts,
     depths: Iterable[int],
     batch_size: int = 512,
@@ -102,12 +102,14 @@ def exact_match(
 
     share_prefix: run each person's common prefix (`<bos>` and the name) once and score the 30
     continuations after it (model/shared_prefix.py), about half the work of whole prompts; the
-    same answers up to float rounding. Runs in eval mode (the fixed evaluation initial state)
-    and restores the model's mode after."""
+    same answers up to float rounding. Our model only: another looped model scores whole
+    prompts, one forward per depth. Runs in eval mode (the fixed evaluation initial state) and
+    restores the model's mode after."""
     depths = sorted(set(depths))
     if batch_size < 1:
         raise UserError(f"batch size must be >= 1, got {batch_size}")
-    skip = shared_prefix_length(prompts) if share_prefix else 0
+    ours = isinstance(model, LoopedTransformer)
+    skip = shared_prefix_length(prompts) if share_prefix and ours else 0
     # People per prefill: their prompts fill a few batches, so sorting them by length still
     # leaves little padding, and the prefix's keys (every layer application) stay small.
     block = max(1, PREFILL_BATCHES * batch_size // PROMPTS_PER_PERSON) if skip else prompts.people
@@ -120,6 +122,7 @@ def exact_match(
             rows = torch.arange(people.start * PROMPTS_PER_PERSON, people.stop * PROMPTS_PER_PERSON)
             shared = None
             if skip:
+                assert isinstance(model, LoopedTransformer)
                 prefixes = prompts.inputs[rows[::PROMPTS_PER_PERSON], :skip]
                 shared = model.prefill_shared(prefixes.to(_device(model)), depths)
             for chunk, table in _score_rows(model, prompts, rows, depths, batch_size, skip, shared):
@@ -135,12 +138,12 @@ PREFILL_BATCHES = 4
 """Batches of continuations per shared-prefix prefill (see `exact_match`)."""
 
 
-def _device(model: LoopedTransformer) -> torch.device:
+def _device(model: LoopedLM) -> torch.device:
     return next(model.parameters()).device
 
 
 def _score_rows(
-    model: LoopedTransformer,
+    model: LoopedLM,
     prompts: RecallPrompts,
     rows: torch.Tensor,
     depths: list[int],
@@ -164,12 +167,28 @@ def _score_rows(
             groups = (chunk - rows[0]) // PROMPTS_PER_PERSON
             after = shared.rows(groups.to(device))
         # Logits at the answer positions only: the head (2767 columns for the default world)
-        # at ~3 of each prompt's positions, at every one of the serving depths.
+        # at ~3 of each prompt's positions, at every one of the serving depths (our model).
         table = {}
-        for depth, logits in model.logits_by_depth(tokens, depths, positions.to(device), after):
+        for depth, logits in _answer_logits(model, tokens, depths, positions.to(device), after):
             predicted = logits.argmax(dim=-1)
             table[depth] = ((predicted == answers) | ~scored).all(dim=1).cpu()
         yield chunk, table
+
+
+def _answer_logits(
+    model: LoopedLM,
+    tokens: torch.Tensor,
+    depths: list[int],
+    positions: torch.Tensor,
+    after: PrefixRows | None,
+) -> Iterator[tuple[int, torch.Tensor]]:
+    """(depth, logits (B, P, V) at `positions`): read out there only by our model, gathered
+    from every position's logits of another's (`LoopedLM.logits_by_depth`)."""
+    if isinstance(model, LoopedTransformer):
+        yield from model.logits_by_depth(tokens, depths, positions, after)
+        return
+    for depth, logits in model.logits_by_depth(tokens, depths):
+        yield depth, logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1]))
 
 
 def recalled_facts(correct: torch.Tensor, min_correct: int = MIN_CORRECT_TEMPLATES) -> torch.Tensor:
@@ -221,7 +240,7 @@ class RecallReport:
 
 
 def evaluate_recall(
-    model: LoopedTransformer,
+    model: LoopedLM,
     world: World,
     depths: Iterable[int],
     tokenizer: BiosTokenizer | None = None,
@@ -233,9 +252,9 @@ def evaluate_recall(
     People are drawn independently, so the first n are an unbiased sample when the full
     evaluation is too slow; the cost is people x 30 prompts x ~10 tokens x max(depths)."""
     tokenizer = tokenizer or BiosTokenizer.for_pools(world.pools)
-    if model.config.vocab_size < tokenizer.vocab_size:
+    if model.vocab_size < tokenizer.vocab_size:
         raise UserError(
-            f"the model's vocab_size {model.config.vocab_size} is below the bios vocabulary "
+            f"the model's vocab_size {model.vocab_size} is below the bios vocabulary "
             f"({tokenizer.vocab_size} tokens): it was not trained on this world"
         )
     prompts = build_prompts(world, tokenizer, people)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fixedfirst.config import RunConfig
 from fixedfirst.data.registry import DataKind, TaskReport, kind_options, register_kind
-from fixedfirst.model import LoopedTransformer
+from fixedfirst.model import LoopedLM
 from fixedfirst.tasks.bios.example import biography_example
 from fixedfirst.tasks.bios.recall import evaluate_recall
 from fixedfirst.tasks.bios.source import BiosSource
@@ -13,7 +13,7 @@ from fixedfirst.tasks.bios.world import BiosOptions, build_world
 
 
 def evaluate_task(
-    model: LoopedTransformer, config: RunConfig, depths: list[int], limit: int | None
+    model: LoopedLM, config: RunConfig, depths: list[int], limit: int | None
 ) -> TaskReport:
     """Recalled bits per person at every depth, over the first `limit` people (default all)."""
     world = build_world(kind_options(config), config.data.seed)

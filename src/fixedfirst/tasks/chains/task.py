@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fixedfirst.config import RunConfig
 from fixedfirst.data.registry import DataKind, TaskReport, kind_options, register_kind
-from fixedfirst.model import LoopedTransformer
+from fixedfirst.model import LoopedLM
 from fixedfirst.tasks.chains.accuracy import correctness_by_depth
 from fixedfirst.tasks.chains.bands import bands_of
 from fixedfirst.tasks.chains.example import evaluation_example, label_words
@@ -17,7 +17,7 @@ DEFAULT_SEQUENCES = 256
 
 
 def evaluate_task(
-    model: LoopedTransformer, config: RunConfig, depths: list[int], limit: int | None
+    model: LoopedLM, config: RunConfig, depths: list[int], limit: int | None
 ) -> TaskReport:
     """Accuracy per serving depth in each difficulty band, on the first `limit` sequences."""
     options: ChainsOptions = kind_options(config)
