@@ -39,8 +39,8 @@ def plain_loop(rank: int, out: dict) -> None:
     counter = PassCounter().attach(model)
     x = batches(4, 16, 99)
     cost = measure_flops(model, lambda: model(input_ids=x, labels=x).loss, tokens=x.numel())
-    counter.passes.clear()
     plan = plan_schedule(SCHEDULE, cost, 2 * x.numel(), steps=STEPS, switch=SWITCH)
+    counter.passes.clear()  # planning counts the plan's deepest depth once more
     ddp = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
     scheduler = DepthScheduler(plan, depth_handle(ddp))
     optimizer = torch.optim.AdamW(ddp.parameters(), lr=3e-3)
@@ -65,8 +65,8 @@ def trainer_run(rank: int, out: dict, directory: Path) -> None:
     counter = PassCounter().attach(model)
     x = batches(4, 16, 99)
     cost = measure_flops(model, lambda: model(input_ids=x, labels=x).loss, tokens=x.numel())
-    counter.passes.clear()
     plan = plan_schedule(SCHEDULE, cost, 2 * x.numel(), steps=STEPS, switch=SWITCH)
+    counter.passes.clear()  # planning counts the plan's deepest depth once more
     rows = [{"input_ids": r, "labels": r} for r in batches(2 * STEPS * 2, 16, 5)]
     args = TrainingArguments(
         output_dir=str(directory),

@@ -50,9 +50,14 @@ def code_blocks(text: str) -> list[tuple[str, list[str]]]:
 
 
 def shell_commands(lines: list[str]) -> list[list[str]]:
-    """Each shell line as words, continuations joined, comments, prompts and variables dropped."""
+    """Each shell line as words, continuations joined, comments, prompts and variables dropped.
+    In a transcript (a block where some line starts with the `$ ` prompt) only prompted lines are
+    commands: the rest is what they printed."""
     commands, pending = [], ""
+    transcript = any(line.lstrip().startswith("$ ") for line in lines)
     for line in lines:
+        if transcript and not pending and not line.lstrip().startswith("$ "):
+            continue
         if line.rstrip().endswith("\\"):
             pending += line.rstrip()[:-1] + " "
             continue
