@@ -14,7 +14,8 @@ reads. The sections, in order:
    CPU, in fp32 (TF32 off) and bf16, each within its tolerance; a few training steps from the
    same weights on both, with a deterministic initial state (zeros).
 3. host syncs in one trainer step (its batch path and `train_step`): counted by dispatch
-   (train/host_syncs.py) and, on CUDA, by `torch.cuda.set_sync_debug_mode`.
+   (train/host_syncs.py) and, on CUDA, by `torch.cuda.set_sync_debug_mode`; the text of every
+   warning the step raised is kept in first-run.json's "warnings", counted or not.
 4. the trainer end to end: a short run (synthetic data) through `Trainer`, its warm-up
    measurement before step 0 and, on a GPU, its last evaluation in bf16 and in fp32.
 5. speed: configs/lm-200m.toml's training step at depths 1, 2, 4, 8, 16, eager: tokens/s and
@@ -74,6 +75,9 @@ PARITY_DEPTHS = (1, 4, 16)
 TOLERANCE = {"fp32": 1e-4, "bf16": 2e-2}
 """Largest |NLL difference| (nats) from the CPU's fp32: fp32 differs in summation order only;
 bf16 autocast rounds every matmul's inputs (tests/test_gpu.py holds bf16 training to 0.02)."""
+SYNC = "called a synchronizing"
+"""How torch words each sync under its sync debug mode. Its notice that the mode is a prototype
+also says "synchronizing", and is not a sync."""
 COLD_COMPILE_S = {"cuda": 150.0, "cpu": 60.0}
 """What the compiled section budgets for building its graphs before it starts (a guess on a GPU
 until this script has run there; on a CPU docs/guides/study-speed.md's 40-60 s)."""
@@ -86,7 +90,7 @@ class Report:
     def __init__(self, out: Path, command: str) -> None:
         out.mkdir(parents=True, exist_ok=True)
         self.markdown, self.json = out / "first-run.md", out / "first-run.json"
-        self.data: dict = {"format": "first-run/1", "command": command, "rows": []}
+        self.data: dict = {"format": "first-run/1", "command": command, "rows": [], "warnings": []}
         self.failed: list[str] = []
         header = f"# {command}\n\n| section | check | result |\n| --- | --- | --- |\n"
         self.markdown.write_text(header)
@@ -100,6 +104,16 @@ class Report:
         self.data["rows"].append([section, check, result])
         if not ok:
             self.failed.append(f"{section}: {check}")
+        self.save()
+
+    def keep_warnings(
+        self, section: str, check: str, counted: list[str], discounted: list[str]
+    ) -> None:
+        """Keep the text of every warning a check counted and of every one it did not, so that a
+        count can be read again from first-run.json (a count of one means nothing without it)."""
+        self.data["warnings"].append(
+            {"section": section, "check": check, "counted": counted, "discounted": discounted}
+        )
         self.save()
 
     def save(self) -> None:
@@ -342,6 +356,12 @@ def parity(report: Report, s: Setup) -> None:
         )
 
 
+def sync_warnings(caught: list[warnings.WarningMessage]) -> tuple[list[str], list[str]]:
+    """The texts of the warnings a step raised: those counted as syncs, and the rest."""
+    texts = [f"{w.category.__name__}: {w.message}" for w in caught]
+    return [t for t in texts if SYNC in t], [t for t in texts if SYNC not in t]
+
+
 def host_syncs(report: Report, s: Setup) -> None:
     """One step as the trainer takes it: the next batch, `train_step`, the batch after it."""
     section = "host syncs"
@@ -370,14 +390,14 @@ def host_syncs(report: Report, s: Setup) -> None:
         finally:
             if s.cuda:
                 torch.cuda.set_sync_debug_mode("default")
-    # torch words each sync "called a synchronizing CUDA operation"; its notice that the
-    # mode is a prototype also says "synchronizing", and is not a sync.
-    driver = [w for w in caught if "called a synchronizing" in str(w.message)]
+    driver, other = sync_warnings(caught)
     seen = f"; CUDA's sync debug mode: {len(driver)}" if s.cuda else ""
     total = counted.total + len(driver)
+    check = "one trainer step (batch path and train_step), eager"
+    report.keep_warnings(section, check, driver, other)
     report.row(
         section,
-        "one trainer step (batch path and train_step), eager",
+        check,
         f"{counted.total} by dispatch ({dict(counted.by_op) or 'none'}){seen}",
         total == 0,
     )

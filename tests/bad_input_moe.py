@@ -97,6 +97,14 @@ MOE_CASES: list[Case] = [
         "'rewarm-0.2' (A short rewarmed finish serves shallow) is not one of the arms",
     ),
     Case(
+        "finishing-control-twice",
+        "finishing",
+        "`--set experiment.controls=[0.1, 0.1]` (a control named twice)",
+        [*FINISHING, "--set", "experiment.controls=[0.1, 0.1]"],
+        "experiment.controls: the base continued at its own depth for these fractions of its "
+        "tokens, each once and in (0, 10]",
+    ),
+    Case(
         "finishing-unknown-rate",
         "finishing",
         '`--set experiment.rates=["cosine"]`',

@@ -168,7 +168,8 @@ def test_holm_corrects_every_same_seed_difference_and_the_report_says_so():
     mean over the six depths is half of it, the same t, as is the mean off depth (8..64). Three
     pairs x (the mean, the mean off depth, depth 4, depth 64) make a family of 12; only fixed
     K=4's depth-4 lead over the other two (38, 34, 38 against 2-3.5 bits: p ~ 0.001) survives
-    Holm (0.001 <= 0.05 / 12, then 0.02 > 0.05 / 10); seven exclude zero uncorrected."""
+    Holm; seven exclude zero uncorrected. Fixed-first minus uniform at depth 4 is zero in every
+    seed, so it leaves the family: 11 remain (0.001 <= 0.05 / 11, then 0.02 > 0.05 / 9)."""
     bits = three_seeds()
     base = {0: (1.0, 2.0, 2.0, 8.0), 1: (1.0, 2.0, 3.0, 9.0), 2: (1.0, 2.0, 3.5, 10.0)}
     lead = T_99_2 / math.sqrt(3)
@@ -176,7 +177,13 @@ def test_holm_corrects_every_same_seed_difference_and_the_report_says_so():
         d1, d2, d4, deep = base[seed]
         bits[("fixed-first-4-0.8", seed)] = row(d1, d2, d4, deep + lead + z)
     a = analyse(results(bits))
-    assert a["exploratory"] == {"size": 12, "uncorrected": 7, "corrected": 2}
+    family = a["exploratory"]
+    assert (family["size"], family["zero"], family["uncorrected"], family["corrected"]) == (
+        11,
+        1,
+        7,
+        2,
+    )
     entry = next(
         c for c in a["comparisons"] if (c["a"], c["b"]) == ("fixed-first-4-0.8", "uniform-1-16")
     )
@@ -186,8 +193,9 @@ def test_holm_corrects_every_same_seed_difference_and_the_report_says_so():
     fixed = next(c for c in a["comparisons"] if (c["a"], c["b"]) == ("fixed-4", "uniform-1-16"))
     assert fixed["depth_4"]["holm"] == "positive"
     text = " ".join(findings({**results(bits), "analysis": a}))
-    assert "of the 12 the report computes (every pair of the 3 arms," in text
-    assert "Same-seed differences of the average, exploratory (Holm over 12): " in text
+    assert "of the 11 the report computes (every pair of the 3 arms," in text
+    assert "Same-seed differences of the average, exploratory (Holm over 11): " in text
+    assert "1 difference zero in every seed is left out of it." in text
     assert (
         "fixed-first K0=4, switch 0.8 minus uniform 1..16 +2.0 [+0.8, +3.3] bits (cannot tell; "
         "uncorrected higher)" in text

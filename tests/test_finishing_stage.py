@@ -11,9 +11,11 @@ import pytest
 
 from fixedfirst.cli.main import main
 from fixedfirst.config import FinishingLR, RunConfig, load_config
+from fixedfirst.errors import UserError
 from fixedfirst.runs.directory import RunDir
 from fixedfirst.schedules import Schedule
-from fixedfirst.train.finishing_stage import finishing_stage
+from fixedfirst.train.branch import branch_run
+from fixedfirst.train.finishing_stage import continued_stage, finishing_stage
 from fixedfirst.train.optim import lr_at
 
 FIXED = """
@@ -117,3 +119,33 @@ def test_branch_finish_goes_on_from_the_end_of_a_fixed_run(tmp_path, monkeypatch
     summary = json.loads((tmp_path / "finish/summary.json").read_text())
     assert summary["steps"] == 30
     assert load_config("fixed.toml").schedule.kind == "fixed"
+
+
+def test_the_control_trains_on_at_its_own_depth_for_the_finish_s_tokens():
+    """The control of a 10% finish: the same 43 steps more, each at the base's depth, at the
+    final rate held constant."""
+    config = RunConfig.from_dict({"schedule": {"kind": "fixed", "depth": 4}})
+    control = continued_stage(config, 433, 0.1)
+    finish = finishing_stage(config, 433, 0.1, 8)
+    assert control.train.tokens == finish.train.tokens == 476 * config.train.tokens_per_step
+    assert control.schedule == config.schedule and control.train.flops is None
+    assert control.train.finishing == FinishingLR(433, "constant") == finish.train.finishing
+    with pytest.raises(UserError, match="trained at one depth"):
+        continued_stage(finish, 476, 0.1)
+
+
+def test_the_control_goes_on_from_the_end_of_a_fixed_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fixed.toml").write_text(FIXED)
+    assert cli("train", "fixed.toml", "--out", "base") == 0
+    base = RunDir(tmp_path / "base")
+    branch_run(
+        base, RunDir(tmp_path / "control"), continued_stage(base.saved_config(), 20, 0.5), None
+    )
+    assert cli("train", "--resume", "--out", "control") == 0
+    lines = [json.loads(x) for x in (tmp_path / "control/metrics.jsonl").read_text().splitlines()]
+    steps = [x for x in lines if "depth" in x]
+    assert {x["depth"] for x in steps} == {2}
+    after = [x for x in steps if x["step"] > 20]
+    assert after and all(x["lr"] == pytest.approx(0.001) for x in after)
+    assert json.loads((tmp_path / "control/summary.json").read_text())["steps"] == 30

@@ -5,10 +5,12 @@ from the source tree (PYTHONPATH=src), not from an installed package."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,6 +45,9 @@ def test_the_smoke_run_passes_every_section_and_writes_what_it_prints(tmp_path):
     graphs = "graphs compiled after the warm-up (the depths above, an evaluation at 1..16)"
     assert results[graphs] == "0"
     assert results["wall-clock"].endswith("of CPU); 0 check(s) failed")
+    (kept,) = json.loads((out / "first-run.json").read_text())["warnings"]
+    assert kept["check"] == "one trainer step (batch path and train_step), eager"
+    assert kept["counted"] == [] and isinstance(kept["discounted"], list)
     speed = json.loads((out / "first-run.json").read_text())["speed"]["rows"]
     measured = [(r["mode"], r["depth"]) for r in speed]
     assert measured == [(m, d) for m in ("eager", "compiled") for d in (1, 2, 4, 8, 16)]
@@ -64,3 +69,26 @@ def test_the_gpu_check_command_is_the_first_run():
     done = first_run("--help", script="gpu_check.py")
     assert done.returncode == 0, done.stderr
     assert "--steps" in done.stdout and "--no-compile" in done.stdout and "--budget" in done.stdout
+
+
+def test_every_warning_of_the_sync_count_is_kept_with_its_text(tmp_path, monkeypatch):
+    """A sync under CUDA's debug mode is counted, the mode's notice that it is a prototype is
+    not, and first-run.json keeps both texts: a count is read again from what it counted."""
+    spec = importlib.util.spec_from_file_location("first_run", ROOT / "benchmarks/first_run.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "first_run", module)  # its dataclasses look themselves up
+    spec.loader.exec_module(module)
+    sync = "called a synchronizing CUDA operation"
+    notice = "Synchronization debug mode is a prototype feature; it may miss synchronizing calls"
+    caught = [
+        warnings.WarningMessage(UserWarning(notice), UserWarning, "x.py", 1),
+        warnings.WarningMessage(UserWarning(sync), UserWarning, "y.py", 2),
+    ]
+    counted, discounted = module.sync_warnings(caught)
+    assert counted == [f"UserWarning: {sync}"] and discounted == [f"UserWarning: {notice}"]
+    report = module.Report(tmp_path, "benchmarks/first_run.py")
+    report.keep_warnings("host syncs", "one step", counted, discounted)
+    kept = json.loads((tmp_path / "first-run.json").read_text())["warnings"]
+    assert kept == [
+        {"section": "host syncs", "check": "one step", "counted": counted, "discounted": discounted}
+    ]

@@ -82,8 +82,10 @@ def test_finishing_study_branches_every_base_at_its_end(tmp_path, capsys):
     results = json.loads((out / "results.json").read_text())
     e = results["experiment"]
     bases = {r["seed"]: r for r in results["runs"].values() if r["arm"] == "base"}
-    finishes = [r for r in results["runs"].values() if r["arm"] != "base"]
+    finishes = [r for r in results["runs"].values() if r["arm"] not in ("base", "continued-0.2")]
+    controls = {r["seed"]: r for r in results["runs"].values() if r["arm"] == "continued-0.2"}
     assert sorted(bases) == e["seeds"] and len(finishes) == 2 * 2 * len(e["seeds"])
+    assert sorted(controls) == e["seeds"]
     for run in results["runs"].values():
         assert set(run) >= RUN_KEYS
         check_scores(run["scores"], e["depths"], results["task"]["eval_ops"])
@@ -97,9 +99,18 @@ def test_finishing_study_branches_every_base_at_its_end(tmp_path, capsys):
         assert saved.schedule.k0 == e["depth"] and saved.schedule.k_max == e["k_max"]
         assert saved.train.finishing is not None and saved.train.finishing.lr == run["rate"]
         assert saved.train.finishing.start_step == base["steps"]
+    for seed, control in controls.items():  # the base at its own depth, as long as the 20% finish
+        finish = results["runs"][f"finish-constant-0.2-seed{seed}"]
+        assert (control["steps"], control["tokens"]) == (finish["steps"], finish["tokens"])
+        saved = RunDir(out / "runs" / f"continued-0.2-seed{seed}").saved_config()
+        assert (saved.schedule.kind, saved.schedule.depth) == ("fixed", e["depth"])
+        assert saved.train.finishing is not None and saved.train.finishing.lr == "constant"
+        assert saved.train.finishing.start_step == bases[seed]["steps"]
+        assert control["flops"] > bases[seed]["flops"]
     numbers = json.loads((out / "report.json").read_text())
     assert finishing_report.report_markdown(numbers) == (out / "report.md").read_text()
     assert "## What finishing buys" in (out / "report.md").read_text()
+    assert "| continued at K=2, 20% |" in (out / "report.md").read_text()
     capsys.readouterr()
     assert cli(*args) == 0
     assert "trained 0 run(s), reused 2" in capsys.readouterr().out

@@ -28,6 +28,7 @@ def summary(arm: str, seed: int, saved: float, by_exit: float, rules: dict[str, 
         by[compute] = {
             "saved": saved * scale,
             "saved_by_exit": by_exit * scale,
+            "cheapest_fixed": round(16 * (1 - saved * scale) / (1 - by_exit * scale)),
             "rules": {r: {"saved": v * scale, "saved_by_exit": 0.0} for r, v in rules.items()},
         }
     return {"arm": arm, "seed": seed, "best_fixed_depth": 16, "by": by}
@@ -105,16 +106,26 @@ def test_the_best_rule_per_arm_and_the_exploratory_family_under_holm():
     # uniform: kl and argmax differ by 0.00, 0.01, 0.01: an interval across zero
     assert arms["uniform"]["lead"]["sign"] == "cannot tell"
     family = a["exploratory"]
-    # ff - uniform in the other three quantities, and each arm's best rule against its runner-up
-    assert len(family) == 3 + 2
+    # ff - uniform in the other three quantities and in the least iterations per token, and
+    # each arm's best rule against its runner-up
+    assert len(family) == 3 + 1 + 2
     by_name = {(d["a"], d["compute"], d["quantity"]): d for d in family}
-    exiting = by_name[("ff", "iterations", "saved_by_exit")]
-    assert exiting["mean"] == 0 and exiting["holm"] == "cannot tell"
+    for compute in ("iterations", "flops"):  # both arms exit alike: zero in every seed, left out
+        exiting = by_name[("ff", compute, "saved_by_exit")]
+        assert exiting["mean"] == 0 and exiting["holm"] == "zero in every seed"
+    # the least iterations per token: the best fixed depth (16) times 1 - saved, paired by seed
+    least = by_name[("ff", "iterations", "least")]
+    expected = t_interval(
+        [16 * (u - f) for f, u in zip(SAVED["ff"], SAVED["uniform"], strict=True)]
+    )
+    assert (least["mean"], least["low"], least["high"]) == pytest.approx(expected)
     ff_lead = by_name[("ff: kl", "iterations", "saved")]
     assert ff_lead["sign"] == "positive" and ff_lead["holm"] in ("positive", "cannot tell")
-    # Holm at 5% over 5: the smallest p must be at most 1%, the next at most 1.25%, ...
-    ranked = sorted(family, key=lambda d: d["p"])
-    limits = [0.05 / (len(family) - k) for k in range(len(family))]
+    # Holm at 5% over the 4 that are not zero: the smallest p must be at most 1.25%, ...
+    members = [d for d in family if d["holm"] != "zero in every seed"]
+    assert len(members) == 4
+    ranked = sorted(members, key=lambda d: d["p"])
+    limits = [0.05 / (len(members) - k) for k in range(len(members))]
     first_kept = next((k for k, d in enumerate(ranked) if d["p"] > limits[k]), len(ranked))
     for k, d in enumerate(ranked):
         assert d["holm"] == (d["sign"] if k < first_kept else "cannot tell")

@@ -1,25 +1,54 @@
-"""Every number in README.md's results and the study pages' prose is the value it names.
+"""Every number in README.md, the study pages and the guides that quote a study is the value it
+names, or says it comes from no report.
 
 The convention is tests/tied_numbers.py's (and docs/development/reports.md): a block of prose
 opens with the files its numbers come from, each number (or number with its interval) is
 followed by a tie `<!--@NAME-->`, and a legend says which table cell, line or JSON value NAME is.
-A number edited by hand no longer matches its value; a number added without a tie is neither
-tied nor a setting; both fail here, naming the page and the line.
+A number edited by hand (digits, a word such as "four", or a sign) no longer matches its value; a
+number added without a tie is neither tied nor a setting; both fail here, naming the page and the
+line. On those pages a number outside every tied block fails too, unless it is quoted, in code,
+a setting, or in prose marked `<!-- not from a report: WHY -->`.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
+from tests.test_committed_reports import COMMITTED, FIGURES
 from tests.test_doc_quotes import blocks, site_pages
-from tests.tied_numbers import Block, check_block, prose_numbers, tied_blocks
+from tests.tied_numbers import Block, check_block, prose_numbers, tied_blocks, unmarked_numbers
 
 ROOT = Path(__file__).resolve().parents[1]
-TIED_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs" / "studies").glob("*.md"))]
-"""Pages whose prose numbers are all tied: no block of loose `numbers from` quotes left."""
+STUDY_OUTPUTS = {
+    *(f"docs/figures/{report}" for study in COMMITTED for report in study.reports),
+    *(str(path.relative_to(ROOT)) for path in FIGURES.glob("first-run-*/first-run.md")),
+}
+"""What a study's command wrote (COMMITTED's reports) and the first GPU run's outputs."""
+
+
+def quotes_a_study(page: Path) -> bool:
+    """Whether a page quotes or ties numbers of a study's output."""
+    text = page.read_text()
+    sources = {path for _, paths, _ in blocks(text) for path in paths}
+    sources |= {
+        str(path.relative_to(ROOT)) for b in tied_blocks(text, ROOT) for path in b.files.values()
+    }
+    return bool(sources & STUDY_OUTPUTS)
+
+
+TIED_PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs" / "studies").glob("*.md")),
+    *filter(quotes_a_study, sorted((ROOT / "docs" / "guides").glob("*.md"))),
+]
+"""Pages whose every number is tied, quoted, a setting or marked as not from a report: no block
+of loose `numbers from` quotes left. The README is held so whole: its results, the worked
+example's report, and the rest (commands, the package) marked as not from a report."""
+
 
 TABLE = """| arm | gap (a/b - 1) | 95% interval | change | 95% interval |
 | --- | --- | --- | --- | --- |
@@ -179,3 +208,83 @@ def test_the_readme_and_the_study_pages_tie_their_prose_numbers(page):
         table = [line for line in results.splitlines() if line.startswith("| ")]
         tied = "\n".join(block.text for block in tied_blocks(text, ROOT))
         assert table and all(line in tied for line in table), "README's results table is not tied"
+
+
+@pytest.mark.parametrize("page", TIED_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_number_of_these_pages_is_tied_or_marked(page):
+    problems = [f"{page.relative_to(ROOT)}: {p}" for p in unmarked_numbers(page.read_text())]
+    assert not problems, "\n".join(problems)
+
+
+def test_numbers_written_as_words_are_numbers(files):
+    legend = 'n: r | count "uniform at"'
+    assert check(files, "in four of 5 seeds", "") == [
+        "line 1: four is not tied (nor a setting)"
+    ]  # "5 seeds" is the study's count of seeds, a setting; "four" a measurement
+    assert check(files, "worse in four seeds", "") == ["line 1: four is not tied (nor a setting)"]
+    assert check(files, "uniform trails in one<!--@n--> report", legend) != []  # "one": no number
+    assert check(files, "the two rates and three claims, four times the tokens", "") == []
+    assert check(files, "uniform trails in two<!--@n--> lines", legend) == [
+        "line 1: two is tied to @n, which is 1"
+    ]
+    counted = 'n: r | count "of the ceiling" "claimed"'
+    assert check(files, "Two reports: 1<!--@n--> line", counted) == [
+        "line 1: Two is not tied (nor a setting)"
+    ]
+
+
+def test_a_sign_is_part_of_the_number(files):
+    legend = "m: j /claims/0/mean"
+    # Written without a sign, a number is positive: a negative value needs its sign, or a tie
+    # that says the prose turns it round.
+    (problem,) = check(files, "0.076 nats<!--@m--> above", legend)
+    assert "written without its sign" in problem
+    assert check(files, "0.076 nats<!--@m--> above", "m: -j /claims/0/mean") == []
+    assert check(files, "-0.076 nats<!--@m-->", legend) == []
+    assert check(files, "+0.076 nats<!--@m-->", "m: -j /claims/0/mean") == []
+    assert check(files, "-0.076 nats<!--@m-->", "m: -j /claims/0/mean") != []
+
+
+def test_numbers_from_no_report_are_marked_with_a_reason(files):
+    legend = "k4: t | K0=4 | gap (a/b - 1)\nwall: not from a report: the command's log"
+    prose = "+1.61%<!--@k4-->, in 103 minutes and 17 s<!--@wall-->"
+    assert check(files, prose, legend) == []
+    assert check(files, "+1.61%<!--@k4--><!--@wall-->", legend) == ["line 1: @wall marks no number"]
+    # A mark covers its own sentence: a number of an earlier one is still untied.
+    assert check(files, "+1.61%<!--@k4-->. Four held. It took 9 s<!--@wall-->", legend) == [
+        "line 1: Four is not tied (nor a setting)"
+    ]
+    page = (
+        "# A study\n\nIt took 103 minutes.\n\n<!-- not from a report: the command's log -->\n"
+        "It took 103 minutes.\n<!-- end not from a report -->\n\n```\n$ sleep 5\n```\n"
+        "<!-- quoted from docs/figures/bios-report.md -->\n| 1 |\n<!-- end quote -->\n"
+        "With 3 seeds at K = 4 (`--jobs 2`), <!-- 7 --> [a](x-2.md).\n"
+    )
+    assert unmarked_numbers(page) == [
+        "line 3: 103 is neither tied nor marked as not from a report (nor a setting)"
+    ]
+
+
+def test_the_pages_held_whole_include_the_guides_that_quote_a_study():
+    names = {page.name for page in TIED_PAGES}
+    assert {"any-loop.md", "gpu-planning.md", "README.md", "figure1.md"} <= names
+    assert "configuration.md" not in names
+
+
+def test_the_readme_results_table_reads_at_a_glance():
+    """One row a study: a one-word verdict, an answer of one sentence of about 150 characters
+    with at most one number and its interval beside the paper's, the seeds in one format and
+    the fresh-seed record in its own column."""
+    results = (ROOT / "README.md").read_text().split("## Results\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in results.splitlines() if line.startswith("| [")]
+    assert len(rows) >= 10
+    for row in rows:
+        study, _, verdict, answer, seeds, fresh = (
+            re.sub(r"<!--.*?-->", "", cell).strip() for cell in row.strip("| ").split(" | ")
+        )
+        assert re.fullmatch(r"[A-Z][a-z]+", verdict), f"{study}: verdict {verdict!r}"
+        assert len(answer) <= 180 and ". " not in answer, f"{study}: answer {answer!r}"
+        assert len(re.findall(r"\[[^\]]*\d[^\]]*\]", answer)) <= 1, f"{study}: intervals"
+        assert re.fullmatch(r"\d seeds?|computed", seeds), f"{study}: seeds {seeds!r}"
+        record = r"\d of \d held \(\d seeds\)|not run|computed|run on them|rerun as the \w+ study"
+        assert re.fullmatch(record, fresh), f"{study}: fresh seeds {fresh!r}"

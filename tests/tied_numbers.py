@@ -23,6 +23,8 @@ GitHub. A REFERENCE is one of
                                            the list, or the n-th: `95% interval#2`)
     ALIAS | "TEXT" ["MORE" ...]            the one line of a file that contains TEXT (once): the
                                            numbers after it, or after the first MORE after it
+    ALIAS | line "TEXT"                    every number of the one line that contains TEXT
+    ALIAS | count "TEXT" ["MORE" ...]      how many lines contain TEXT (and each MORE)
     ALIAS /json/pointer                    a JSON value (RFC 6901): a number or a list of them
 
 followed, optionally, by `[i]` or `[i-j]` (the i-th to j-th of its numbers, from 1) and ` %` (times
@@ -51,10 +53,47 @@ from pathlib import Path
 
 START = re.compile(r"^<!-- numbers tied to ((?:\w+=\S+ ?)+) -->$")
 END = "<!-- end tied numbers -->"
+UNTIED = re.compile(r"^<!-- not from a report: (\S.*) -->$")
+UNTIED_END = "<!-- end not from a report -->"
+ELSEWHERE = re.compile(r"^not from a report: (\S.*)$")
+"""A legend line's reference for numbers that no committed output holds (a wall-clock from a
+command's log, an earlier run's numbers kept in the log): `NAME: not from a report: WHY`. Its
+tie marks the numbers of the sentence it ends, no earlier ones."""
+SENTENCE_END = re.compile(r"(?<![\d.])[.!?](?=\s)")
+SKIPPED = (
+    (re.compile(r"^<!-- quoted from \S+ -->$"), "<!-- end quote -->"),
+    (START, END),
+    (UNTIED, UNTIED_END),
+)
+"""Blocks whose numbers a page check leaves to another: quotes (tests/test_doc_quotes.py), tied
+prose (`check_block`) and prose marked as not from a report."""
 TIE = re.compile(r"<!--@([\w.-]+)-->")
 LEGEND = re.compile(r"<!--@\n(.*?)-->", re.S)
 COMMENT = re.compile(r"<!--.*?-->", re.S)
 NUMBER = re.compile(r"(?<![\w.])[+-]?\d(?:[\d,]*\d)?(?:\.\d+)?(?:[eE][+-]?\d+)?")
+"""A number as a report writes it: digits (a source's numbers are only these)."""
+CARDINALS = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen twenty"
+)
+WORDS = {
+    **{word: value for value, word in enumerate(CARDINALS.split(" "))},
+    **{"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80},
+    "ninety": 90,
+}
+"""Numbers written as words: "in four of five seeds" says a count as surely as "4 of 5" does."""
+WORD = "|".join(word for word in WORDS if word not in ("zero", "one"))
+"""The words read as numbers in prose: not "zero", nearly always the reference a difference is
+tested against ("cannot be told from zero"), nor "one", nearly always an article or a pronoun
+("one held-out set", "the one whose seeds spread most")."""
+PROSE_NUMBER = re.compile(NUMBER.pattern + r"|(?<![\w-])(?:" + WORD + r")\b(?!-\w)", re.IGNORECASE)
+"""A number of prose: digits, or a word ("four"; a compound such as "one-layer" is a setting)."""
+COUNTED = (
+    r"arms?|levels?|factors?|workers?|cores?|people|blocks|rows|claims?|comparisons|"
+    r"schedules|processes|threads?|layers?|templates|attributes|experts|passes|tasks|sets|runs|"
+    r"rates|bands|depths|trainings|recalls|checkpoints|gaps|GPUs|H100s|ranks|rules|prompts|"
+    r"thresholds|sequences|rounds|repeats"
+)
 SELECTION = re.compile(r"\s*\[(\d+)(?:-(\d+))?\]$")
 SETTINGS = re.compile(
     r"|".join(
@@ -62,24 +101,38 @@ SETTINGS = re.compile(
             r"\b(?:switch(?:es|ing)?(?:\s+at)?|K0\s?=\s?\d+,?\s+at)\s+0\.\d+\b",  # a switch
             r"\b(?:K0|K|k|u|d|S|L)\s?=\s?\d+\b(?!\.\d)",  # serving depth, K0, updates, width
             r"\bdepths?[-\s]\d+\b(?!\.\d)",  # a serving depth
-            r"\b\d+\.\.\d+\b",  # a range of depths, seeds or difficulties
+            r"\b\d+\.\.\w+\b",  # a range of depths, seeds or difficulties (1..k_max)
             r"\b\d+x\b",  # a multiple of a depth
-            r"\b\d+[MB]\b",  # a model's size
-            r"\b\d[\d,]*\s+(?:seeds?|arms?|levels?|factors?|workers?|cores?|people|blocks|rows)\b",
+            r"\b[a-z]+-\d+[a-z]+\b",  # a preset's name: lm-200m, lm-1b
+            r"\b\d+\.\d+\.\d+(?:\+\w+)?",  # a release: torch 2.11.0+cu130
+            r"\b\d+%(?=\s+(?:[\w-]+\s+)?finish)",  # a finishing arm: a 10% constant-rate finish
+            r"\b\d+-(?=[a-z])",  # a compound: a 5-seed run, a 2-core machine
+            rf"(?i:\b(?:\d+|{WORD})\s+times\s+the\b)",  # a multiple of a setting
+            r"\b\d+[MBk]\b",  # a model's or a vocabulary's size
+            rf"(?i:\b(?:\d[\d,]*|{WORD})(?:\s+(?:primary|more|other|named|held-out|evaluation|validation|exit))?\s+(?:{COUNTED})\b)",
+            r"\b\d[\d,]*(?:\s+fresh)?\s+seeds?\b",  # a count of seeds, in digits: "in four
+            # seeds" is a measurement
             r"\b[Ss]eeds?\s+\d+(?:(?:,\s+|\s+and\s+)\d+)*\b(?!\.\d)",
+            r"(?m:^\s*\d+\.(?=\s))",  # a numbered list's item
             r"\b(?:primary\s+)?claims?\s+\d\b",
             r"\b\d+%\s+(?:interval|t-interval|bands?|confidence)",
-            r"\b\d+%\s+of\s+the\s+(?:FLOP\s+budget|budget|steps|tokens)\b",
+            r"\b\d+%\s+of\s+(?:the|its)\s+(?:original\s+)?(?:FLOP\s+budget|budget|steps|tokens)\b",
             r"\b\d{4}-\d{2}-\d{2}\b",  # a date
+            r"\b\d{1,2}:\d{2}\b",  # a time of day
+            r"\bthreshold\s+\d[\d.e-]*",  # an exit rule's setting
+            r"\b\d+\s+degrees?\s+of\s+freedom\b",
+            r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b",  # a commit
             r"§\d+",
             r"\b(?:Figure|Table|issue|step)\s+\d+\b",
             r"\b\d+/\d+\b",  # a fraction of the tokens
             r"`[^`]*`",  # code
+            r"[\w.-]+\.(?:md|txt|json|png|toml|py)\b",  # a file's name
             r"\]\([^)]*\)",  # a link's address
         )
     )
 )
-"""Numbers that name a setting, not a measurement: never tied, never checked."""
+"""Numbers that name a setting, not a measurement: never tied, never checked. A count of seeds is
+a setting in digits ("3 seeds") and a measurement in words ("in four seeds")."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +143,10 @@ class Value:
 
 
 def written(token: str) -> tuple[float, int]:
-    """(value, decimal places as written): "+1.60" -> (1.6, 2), "6.7e-3" -> (0.0067, 4)."""
+    """(value, decimal places as written): "+1.60" -> (1.6, 2), "6.7e-3" -> (0.0067, 4),
+    "four" -> (4.0, 0)."""
+    if token.lower() in WORDS:
+        return float(WORDS[token.lower()]), 0
     token = token.replace(",", "")
     mantissa, _, exponent = token.lower().partition("e")
     return float(token), len(mantissa.partition(".")[2]) - int(exponent or 0)
@@ -115,6 +171,9 @@ class Source:
 
     values: list[Value]
     pairs: list[tuple[int, int]]
+    elsewhere: str | None = None
+    """Why the numbers tied here come from no committed output (`not from a report: WHY`): the
+    tie then marks the numbers of its sentence before it, instead of checking them."""
 
     def selected(self, first: int, last: int) -> Source:
         keep = range(first - 1, last)
@@ -205,6 +264,17 @@ def resolve(reference: str, files: dict[str, Path]) -> Source:
         if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in listed):
             raise ValueError(f"{rest} in {path.name} is not a number or a list of numbers")
         source = Source([Value(float(v), None) for v in listed], [])
+    elif rest.startswith("|") and body.startswith("count ") and body.count('"') >= 2:
+        anchors = re.findall(r'"([^"]+)"', body)
+        lines = path.read_text().splitlines()
+        counted = sum(all(anchor in line for anchor in anchors) for line in lines)
+        source = Source([Value(float(counted), 0)], [])
+    elif rest.startswith("|") and body.startswith("line ") and body.count('"') == 2:
+        anchor = re.findall(r'"([^"]+)"', body)[0]
+        lines = [line for line in path.read_text().splitlines() if anchor in line]
+        if len(lines) != 1:
+            raise ValueError(f'"{anchor}" must be in one line of {path.name}, not {len(lines)}')
+        source = Source(*numbers_with_brackets(lines[0]))
     elif rest.startswith("|") and body.startswith('"') and body.count('"') >= 2:
         anchors = re.findall(r'"([^"]+)"', body)
         lines = [line for line in path.read_text().splitlines() if anchors[0] in line]
@@ -221,7 +291,9 @@ def resolve(reference: str, files: dict[str, Path]) -> Source:
         cells = table_cells(path.read_text().splitlines(), row.split(" & "), columns.split(" + "))
         source = Source(*numbers_with_brackets(cells))
     else:
-        raise ValueError('neither | ROW | COLUMN, | "TEXT" nor /json/pointer')
+        raise ValueError(
+            'neither | ROW | COLUMN, | "TEXT", | line "TEXT", | count "TEXT" nor /json/pointer'
+        )
     if chosen:
         first = int(chosen.group(1))
         source = source.selected(first, int(chosen.group(2) or first))
@@ -272,7 +344,10 @@ def legend(text: str, files: dict[str, Path]) -> tuple[dict[str, Source], set[st
             if name in names:
                 raise ValueError(f"@{name} is defined twice")
             try:
-                if kind == ":":
+                marked = ELSEWHERE.match(body.strip())
+                if kind == ":" and marked:
+                    names[name] = Source([], [], marked.group(1))
+                elif kind == ":":
                     names[name] = resolve(body, files)
                 else:
                     names[name] = Source([Value(evaluate(body, names), None)], [])
@@ -285,12 +360,12 @@ def legend(text: str, files: dict[str, Path]) -> tuple[dict[str, Source], set[st
 
 def matches(token: str, value: Value) -> bool:
     """Whether the prose's `token` is `value` at the precision written (and not more precise
-    than the source writes it); a token without a sign is held to the value's magnitude."""
+    than the source writes it), sign included: a token written without one is positive, so
+    prose that says a negative value the other way round ("0.076 nats above") ties `-ALIAS`."""
     x, places = written(token.lstrip("+"))
-    y = value.number if token[0] in "+-" else abs(value.number)
     if value.places is not None and places > value.places:
         return False
-    return abs(x - y) <= 0.5 * 10.0**-places * (1 + 1e-9)
+    return abs(x - value.number) <= 0.5 * 10.0**-places * (1 + 1e-9)
 
 
 @dataclass(frozen=True)
@@ -335,7 +410,7 @@ def prose_numbers(prose: str) -> list[tuple[int, str]]:
     settings = [m.span() for m in SETTINGS.finditer(prose)]
     return [
         (m.start(), m.group(0))
-        for m in NUMBER.finditer(prose)
+        for m in PROSE_NUMBER.finditer(prose)
         if not any(a <= m.start() < b for a, b in settings)
     ]
 
@@ -367,6 +442,13 @@ def check_block(block: Block) -> list[str]:
             problems.append(f"line {line(tie.start())}: <!--@{name}--> has no legend line")
             untied += pending
             continue
+        if source.elsewhere is not None:
+            ends = [m.end() for m in SENTENCE_END.finditer(text, 0, tie.start())]
+            sentence = max([*ends, 0])
+            untied += [(at, token) for at, token in pending if at < sentence]
+            if not any(at >= sentence for at, _ in pending):
+                problems.append(f"line {line(tie.start())}: @{name} marks no number")
+            continue
         n = len(source.values)
         if len(pending) < n:
             problems.append(
@@ -378,9 +460,48 @@ def check_block(block: Block) -> list[str]:
         for (at, token), value in zip(pending[-n:], source.values, strict=True):
             if not matches(token, value):
                 shown = f"{value.number:.{value.places}f}" if value.places else f"{value.number:g}"
-                problems.append(f"line {line(at)}: {token} is tied to @{name}, which is {shown}")
+                sign = token[0] not in "+-" and matches(token, Value(-value.number, value.places))
+                why = " (written without its sign: write it, or tie -ALIAS)" if sign else ""
+                problems.append(
+                    f"line {line(at)}: {token} is tied to @{name}, which is {shown}{why}"
+                )
     untied += [(at, token) for at, token in prose_numbers(text) if at >= start]
     problems += [f"line {line(at)}: {token} is not tied (nor a setting)" for at, token in untied]
     unused = names.keys() - used - read
     problems += [f"@{name} is in the legend but tied to nothing" for name in sorted(unused)]
+    return problems
+
+
+def unmarked_numbers(page: str) -> list[str]:
+    """Every number of a page that is neither in a quote, in tied prose, in prose marked as not
+    from a report, in code, nor a setting: "line N: TOKEN ..." for each."""
+    problems, segment, first, closing, in_fence = [], [], 0, None, False
+
+    def flush() -> None:
+        text = "\n".join(segment)
+        for at, token in prose_numbers(text):
+            problems.append(
+                f"line {first + text.count(chr(10), 0, at)}: {token} is neither tied nor marked "
+                "as not from a report (nor a setting)"
+            )
+        segment.clear()
+
+    for number, line in enumerate(page.splitlines(), 1):
+        if line.startswith("```"):
+            in_fence = not in_fence
+            line = ""
+        if closing is not None:
+            closing = None if line == closing else closing
+            continue
+        if in_fence:
+            flush()
+            continue
+        closing = next((end for start, end in SKIPPED if start.match(line)), None)
+        if closing is not None:
+            flush()
+            continue
+        if not segment:
+            first = number
+        segment.append(line)
+    flush()
     return problems

@@ -1,14 +1,16 @@
 """A finishing stage for a run trained at one depth: the configuration of its branch
 (`fixedfirst branch --finish`).
 
-A looped model trained at a fixed depth K serves well at K only (docs/studies/chains.md). A
-finishing stage goes on from its last checkpoint for a fraction of the tokens it was trained on,
-each step at a depth drawn uniformly from k_min..k_max, at a learning rate of its own
-(`train.finishing`, train/optim.py). Written as a run, the branch is a fixed-first run whose
-switch is the branch step: the steps before it are the original run's (fixed at K, the same
-learning rate), so the branch resumes exactly where the run ended, and a resume, an evaluation or
-a study reads it as any other run (docs/guides/any-loop.md, "make your fixed-depth looped model
-depth-flexible").
+A looped model trained at a fixed depth K serves well at K and, in our studies, deeper, but
+poorly shallower (docs/guides/any-loop.md). A finishing stage goes on from its last checkpoint
+for a fraction of the tokens it was trained on, each step at a depth drawn uniformly from
+k_min..k_max, at a learning rate of its own (`train.finishing`, train/optim.py). Written as a
+run, the branch is a fixed-first run whose switch is the branch step: the steps before it are
+the original run's (fixed at K, the same learning rate), so the branch resumes exactly where the
+run ended, and a resume, an evaluation or a study reads it as any other run
+(docs/guides/any-loop.md, "make your fixed-depth looped model depth-flexible"). Its control, the
+run trained on at its own depth for the same tokens at its final rate (`continued_stage`), is
+what the finishing study sets a finish against.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Literal
 
-from fixedfirst.config import FinishingLR, RunConfig, ScheduleConfig
+from fixedfirst.config import FinishingLR, RunConfig, ScheduleConfig, TrainConfig
 from fixedfirst.errors import UserError
 
 
@@ -32,6 +34,35 @@ def finishing_stage(
     """The configuration of `config`'s run (fixed depth, trained `trained_steps` steps) going on
     for `fraction` of its tokens more at depths uniform in 1..k_max, at the finishing rate `lr`
     (`rewarm`: up to `peak` of the peak rate over `warmup` of the finishing steps)."""
+    total = extended_steps(config, trained_steps, fraction)
+    finish = ScheduleConfig(
+        kind="fixed-first",
+        depth=config.schedule.depth,
+        k0=config.schedule.depth,
+        switch=trained_steps / total,
+        finish="uniform",
+        k_min=1,
+        k_max=k_max,
+    )
+    return replace(
+        config,
+        schedule=finish,
+        train=extended_train(config, total, FinishingLR(trained_steps, lr, peak, warmup)),
+    )
+
+
+def continued_stage(config: RunConfig, trained_steps: int, fraction: float) -> RunConfig:
+    """The control a finishing stage is set against: `config`'s run trained on at its own fixed
+    depth for the same `fraction` of its tokens, at its final rate held constant. A finish that
+    beats it buys its gain from the depths it draws, not from training longer."""
+    total = extended_steps(config, trained_steps, fraction)
+    constant = FinishingLR(trained_steps, "constant")
+    return replace(config, train=extended_train(config, total, constant))
+
+
+def extended_steps(config: RunConfig, trained_steps: int, fraction: float) -> int:
+    """The steps of a run trained `trained_steps` steps at one depth and then `fraction` of its
+    tokens more, refused in one line when the run is not at one depth or the share is none."""
     schedule = config.schedule
     if schedule.kind != "fixed":
         raise UserError(
@@ -49,20 +80,11 @@ def finishing_stage(
             f"--finish {fraction}: {fraction:g} of {trained_steps} steps is less than one step; "
             "finish for a larger fraction"
         )
-    total = trained_steps + extra
-    finish = ScheduleConfig(
-        kind="fixed-first",
-        depth=schedule.depth,
-        k0=schedule.depth,
-        switch=trained_steps / total,
-        finish="uniform",
-        k_min=1,
-        k_max=k_max,
-    )
-    train = replace(
-        config.train,
-        tokens=total * config.train.tokens_per_step,
-        flops=None,
-        finishing=FinishingLR(trained_steps, lr, peak, warmup),
-    )
-    return replace(config, schedule=finish, train=train)
+    return trained_steps + extra
+
+
+def extended_train(config: RunConfig, total: int, finishing: FinishingLR) -> TrainConfig:
+    """The run's training section for `total` steps, the steps from `finishing.start_step` on at
+    the finishing rate."""
+    tokens = total * config.train.tokens_per_step
+    return replace(config.train, tokens=tokens, flops=None, finishing=finishing)

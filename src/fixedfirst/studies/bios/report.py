@@ -16,9 +16,11 @@ from typing import Any
 
 from fixedfirst.studies.bios.analysis import COLLAPSE, FIXED, NOTHING, analyse
 from fixedfirst.studies.bios.figure import label
+from fixedfirst.studies.kit.claims import ZERO_EVERYWHERE
 from fixedfirst.studies.kit.paragraphs import (
     claimed,
     exploratory_section,
+    holm_reach,
     kept_by_holm,
     primary_section,
     produced_by,
@@ -41,7 +43,12 @@ SETUP_FIELDS = (
     "primary",
 )
 
-SIGN_WORDS = {"positive": "higher", "negative": "lower", "cannot tell": "cannot tell"}
+SIGN_WORDS = {
+    "positive": "higher",
+    "negative": "lower",
+    "cannot tell": "cannot tell",
+    ZERO_EVERYWHERE: ZERO_EVERYWHERE,
+}
 
 
 def bits(c: dict[str, Any]) -> str:
@@ -107,7 +114,7 @@ def findings(results: dict[str, Any]) -> list[str]:
             f"computes ({which}, at every budget fraction: recall averaged over serving "
             f"depths{off_words}, and at single depths; it lists the averages), each keeps its "
             "uncorrected 95% interval and its word is corrected over all of them by Holm's "
-            f"method: {kept_by_holm(family)}."
+            f"method: {kept_by_holm(family)}. " + holm_reach(family, lambda x: f"{x:.2f} bits")
         )
     for fraction in fractions:
         cells = {

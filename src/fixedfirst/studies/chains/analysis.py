@@ -20,8 +20,10 @@ import numpy as np
 
 from fixedfirst.stats.evidence import over_seeds
 from fixedfirst.studies.kit.claims import (
+    ZERO_EVERYWHERE,
     Claim,
     correct_family,
+    family_counts,
     primary_verdict,
     same_seed_difference,
 )
@@ -250,13 +252,9 @@ def _correct(family: dict[Key, list[dict[str, Any]]], primary: dict[Key, str]) -
     for first, *again in kept.values():
         for d in again:
             d["p"] = first["p"]
-            d["holm"] = d["sign"] if first["holm"] != "cannot tell" else "cannot tell"
-    firsts = [found[0] for found in kept.values()]
-    return {
-        "size": len(firsts),
-        "uncorrected": sum(d["sign"] != "cannot tell" for d in firsts),
-        "corrected": sum(d["holm"] != "cannot tell" for d in firsts),
-    }
+            kept_side = first["holm"] not in ("cannot tell", ZERO_EVERYWHERE)
+            d["holm"] = d["sign"] if kept_side else first["holm"]
+    return family_counts([found[0] for found in kept.values()])
 
 
 def _solved(runs: dict[int, dict[str, Any]], depths: list[int], deepest: int) -> dict[str, Any]:

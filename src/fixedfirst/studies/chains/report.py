@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from fixedfirst.studies.chains.analysis import analyse, analysed_scores
+from fixedfirst.studies.kit.claims import ZERO_EVERYWHERE
 from fixedfirst.studies.kit.depth_arms import BAND_CLAIMS
 from fixedfirst.studies.kit.paragraphs import (
     claimed,
     exploratory_section,
+    holm_reach,
     kept_by_holm,
     primary_section,
     produced_by,
@@ -32,7 +34,12 @@ NUMBERS_FORMAT = "fixedfirst-chains-report"
 RUN_FIELDS = ("schedule", "label", "description", "seed", "steps", "tokens", "flops", "wall_s")
 
 TABLE_DEPTHS = (1, 2, 4, 8, 16, 32, 64)
-SIGN_WORDS = {"positive": "higher", "negative": "lower", "cannot tell": "cannot tell"}
+SIGN_WORDS = {
+    "positive": "higher",
+    "negative": "lower",
+    "cannot tell": "cannot tell",
+    ZERO_EVERYWHERE: ZERO_EVERYWHERE,
+}
 
 
 def _pct(x: float) -> str:
@@ -329,7 +336,8 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         f"difference is exploratory: of the {family['size']} the report computes (every set, "
         "band and depth; it lists some), each keeps its uncorrected 95% interval, and its "
         "word is corrected over all of them by Holm's method, so that the chance of any "
-        f"wrong direction among them is at most 5%: {kept_by_holm(family)}.",
+        f"wrong direction among them is at most 5%: {kept_by_holm(family)}. "
+        + holm_reach(family, lambda x: f"{100 * x:.1f} points"),
         "",
         *primary_section("comparisons", primary_findings(results)),
         *exploratory_section(family, findings(results)),

@@ -7,13 +7,17 @@ the `dense` preset, transformers' looped mixture-of-experts at 2 passes in `moe`
 base branches (`fixedfirst branch --finish`, train/finishing_stage.py) into finishing stages of
 every fraction of its tokens in `fractions`, each at every finishing rate in `rates` (constant
 at the base's final rate, or a re-warmup to `rewarm_peak` of the peak and a decay), each step at
-a depth uniform in 1..k_max. The base (0% finishing) and every finish are scored by depth and
+a depth uniform in 1..k_max. A finish trains more tokens than its base, so each fraction in
+`controls` also continues the base at its own depth K, at its final rate held constant, for as
+many tokens (`continued_stage`): the control that tells the finishing depths' gain from more
+training's. The base (0% finishing) and every finish are scored by depth and
 difficulty on the chains task (studies/kit/depth_scoring.py) and read by the chains study's rules,
 against the base, with the preset's primary comparisons (studies/kit/depth_arms.py).
 
 The finishes are evaluation jobs of their base run (they wait for it, side by side with other
-runs under --jobs); each lives in DIR/runs/finish-RATE-FRACTION-seedN/, a run directory of its
-own, and a second invocation reuses or resumes it like any run of a study.
+runs under --jobs); each lives in DIR/runs/finish-RATE-FRACTION-seedN/ (a control in
+DIR/runs/continued-FRACTION-seedN/), a run directory of its own, and a second invocation reuses
+or resumes it like any run of a study.
 """
 
 from __future__ import annotations
@@ -32,15 +36,24 @@ from fixedfirst.studies.kit.presets import Arm, Evaluated, PresetStudy
 from fixedfirst.studies.kit.results import cost, scored_bands, scoring
 from fixedfirst.studies.kit.runs import PlannedRun, finished_summary, run_directory, run_one
 from fixedfirst.studies.kit.workers import Job, run_progress
-from fixedfirst.train.finishing_stage import finishing_stage
+from fixedfirst.train.finishing_stage import continued_stage, finishing_stage
 
 Rate = Literal["constant", "rewarm"]
+CONTINUED = "continued"
+Stage = Literal["constant", "rewarm", "continued"]
+"""What a base is trained on with: a finish at one of the rates, or its control (`continued`)."""
 BASE = "base"
 """The arm of the base runs themselves: 0% finishing, the reference of every comparison."""
 
 
-def finish_arm(rate: str, fraction: float) -> str:
-    return f"{rate}-{fraction:g}"
+def finish_arm(stage: str, fraction: float) -> str:
+    return f"{stage}-{fraction:g}"
+
+
+def stage_run(stage: Stage, fraction: float, seed: int) -> str:
+    """The run directory's name of a base's finish or control."""
+    prefix = "" if stage == CONTINUED else "finish-"
+    return f"{prefix}{finish_arm(stage, fraction)}-seed{seed}"
 
 
 @dataclass
@@ -62,6 +75,10 @@ class FinishingSettings(DepthArmsSettings):
     """`rewarm`: the rate warmed up to, as a fraction of the base's peak rate."""
     rewarm_warmup: float = 0.1
     """`rewarm`: the fraction of the finishing steps spent warming up."""
+    controls: list[float] = field(default_factory=list)
+    """Controls as fractions of the base's training tokens: the base trained on at its own
+    depth, at its final rate held constant, for as many tokens as the finish of that fraction
+    (arm `continued-FRACTION`); none: no control arm."""
     depths: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8, 12, 16])
     compare_depths: list[int] = field(default_factory=lambda: [1, 4, 8, 16])
     """Depths at which every finish is compared with its base (the exploratory family)."""
@@ -84,6 +101,13 @@ class FinishingSettings(DepthArmsSettings):
             )
         if len(set(self.fractions)) != len(self.fractions) or not self.rates:
             raise UserError(f"{s}.fractions and {s}.rates: distinct values, at least one each")
+        if any(not 0 < f <= 10 for f in self.controls) or len(set(self.controls)) != len(
+            self.controls
+        ):
+            raise UserError(
+                f"{s}.controls: the base continued at its own depth for these fractions of its "
+                f"tokens, each once and in (0, 10], got {self.controls}"
+            )
         if len(set(self.rates)) != len(self.rates):
             raise UserError(f"{s}.rates: each rate once, got {self.rates}")
         if not 0 < self.rewarm_peak <= 1 or not 0 <= self.rewarm_warmup < 1:
@@ -93,14 +117,27 @@ class FinishingSettings(DepthArmsSettings):
             )
 
     def arms(self) -> tuple[list[str], str]:
-        """The base, then every finish, by rate then fraction."""
+        """The base, then every finish, by rate then fraction, then every control."""
         names = [BASE, *(finish_arm(r, f) for r in self.rates for f in sorted(self.fractions))]
-        return names, f"{self.SECTION}.rates and {self.SECTION}.fractions"
+        names += [finish_arm(CONTINUED, f) for f in sorted(self.controls)]
+        s = self.SECTION
+        return names, f"{s}.rates, {s}.fractions and {s}.controls"
 
-    def finish(self, config: RunConfig, steps: int, rate: Rate, fraction: float) -> RunConfig:
-        """The finishing stage of a base run of `config` trained `steps` steps."""
+    def stages(self) -> list[tuple[Stage, float]]:
+        """(stage, fraction) of every finish and control of a base, in the arms' order."""
+        stages: list[tuple[Stage, float]] = []
+        for rate in self.rates:
+            for fraction in sorted(self.fractions):
+                stages.append((rate, fraction))
+        return stages + [("continued", f) for f in sorted(self.controls)]
+
+    def finish(self, config: RunConfig, steps: int, stage: Stage, fraction: float) -> RunConfig:
+        """The finishing stage (or the control) of a base run of `config` trained `steps`
+        steps."""
+        if stage == "continued":
+            return continued_stage(config, steps, fraction)
         return finishing_stage(
-            config, steps, fraction, self.k_max, rate, self.rewarm_peak, self.rewarm_warmup
+            config, steps, fraction, self.k_max, stage, self.rewarm_peak, self.rewarm_warmup
         )
 
 
@@ -110,10 +147,10 @@ def score_job(run: Path, settings: FinishingSettings) -> dict[str, Any]:
 
 
 def finish_job(
-    base: Path, root: Path, name: str, rate: Rate, fraction: float, settings: FinishingSettings
+    base: Path, root: Path, name: str, stage: Stage, fraction: float, settings: FinishingSettings
 ) -> dict[str, Any]:
-    """Branch the finished base into its finishing stage DIR/runs/NAME (unless done), train it
-    to the end (or reuse it) and score it."""
+    """Branch the finished base into its finishing stage or control DIR/runs/NAME (unless
+    done), train it to the end (or reuse it) and score it."""
     from fixedfirst.runs.directory import RunDir
     from fixedfirst.train.branch import branch_run
 
@@ -121,7 +158,7 @@ def finish_job(
     summary = finished_summary(source)
     if summary is None:
         raise UserError(f"{base} is not trained to the end; its finishes wait for it")
-    config = settings.finish(source.saved_config(), summary["steps"], rate, fraction)
+    config = settings.finish(source.saved_config(), summary["steps"], stage, fraction)
     out = run_directory(root, name)
     if not out.holds_run():
         branch_run(source, out, config, None)
@@ -133,7 +170,8 @@ def finish_job(
 
 
 class FinishingStudy(PresetStudy[FinishingSettings]):
-    """Base runs at a fixed depth, each finished at every (rate, fraction) and scored."""
+    """Base runs at a fixed depth, each finished at every (rate, fraction), continued at its
+    depth for every control fraction, and scored."""
 
     name = "finishing"
     evaluated = "finishing stages"
@@ -149,32 +187,27 @@ class FinishingStudy(PresetStudy[FinishingSettings]):
     def runs(self) -> list[PlannedRun]:
         runs = super().runs()
         for planned in runs:  # every finish can be configured: refused now, not part-way
-            for _, rate, fraction in self.finishes(planned):
-                self.finish_plan(planned, rate, fraction)
+            for _, stage, fraction in self.finishes(planned):
+                self.finish_plan(planned, stage, fraction)
         return runs
 
-    def finishes(self, planned: PlannedRun) -> list[tuple[str, Rate, float]]:
-        """(run name, rate, fraction) of every finish of the base run `planned`."""
+    def finishes(self, planned: PlannedRun) -> list[tuple[str, Stage, float]]:
+        """(run name, stage, fraction) of every finish and control of the base run `planned`."""
         seed = planned.config.train.seed
-        e = self.experiment
-        return [
-            (f"finish-{finish_arm(r, f)}-seed{seed}", r, f)
-            for r in e.rates
-            for f in sorted(e.fractions)
-        ]
+        return [(stage_run(s, f, seed), s, f) for s, f in self.experiment.stages()]
 
-    def finish_plan(self, planned: PlannedRun, rate: Rate, fraction: float) -> Any:
-        """The plan of a finish of the base run `planned` (steps, tokens, FLOPs)."""
+    def finish_plan(self, planned: PlannedRun, stage: Stage, fraction: float) -> Any:
+        """The plan of a finish or control of the base run `planned` (steps, tokens, FLOPs)."""
         steps = run_plan(planned.config).total_steps
-        return run_plan(self.experiment.finish(planned.config, steps, rate, fraction))
+        return run_plan(self.experiment.finish(planned.config, steps, stage, fraction))
 
     def evaluations(self, planned: PlannedRun, run: Path) -> list[Job]:
         root, e = run.parent.parent, self.experiment
         jobs = [scoring(planned.name, run, score_job, e, bands=scored_bands)]
-        for name, rate, fraction in self.finishes(planned):
-            args = (root, name, rate, fraction, e)
+        for name, stage, fraction in self.finishes(planned):
+            args = (root, name, stage, fraction, e)
             job = scoring(name, run, finish_job, *args, bands=scored_bands, label=name)
-            budget = self.finish_plan(planned, rate, fraction).flops
+            budget = self.finish_plan(planned, stage, fraction).flops
             job.progress = run_progress(run_directory(root, name).path, budget)
             jobs.append(job)
         return jobs
@@ -194,13 +227,13 @@ class FinishingStudy(PresetStudy[FinishingSettings]):
                 "scores": run.values[0]["scores"],
             }
             planned = PlannedRun(run.outcome.name, run.config)
-            for (name, rate, fraction), done in zip(
+            for (name, stage, fraction), done in zip(
                 self.finishes(planned), run.values[1:], strict=True
             ):
                 runs[name] = {
-                    "arm": finish_arm(rate, fraction),
+                    "arm": finish_arm(stage, fraction),
                     "seed": run.seed,
-                    "rate": rate,
+                    "rate": "constant" if stage == CONTINUED else stage,
                     "fraction": fraction,
                     **cost(done["summary"]),
                     "finishing_tokens": done["summary"]["tokens"] - tokens,

@@ -21,7 +21,7 @@ from fixedfirst.studies.kit.depth_tables import (
     primary_table,
     versus_table,
 )
-from fixedfirst.studies.kit.paragraphs import corrected_over, produced_by, table
+from fixedfirst.studies.kit.paragraphs import corrected_over, holm_reach, produced_by, table
 
 RUN_FIELDS = (
     "arm",
@@ -42,6 +42,8 @@ def labels(numbers: dict[str, Any]) -> dict[str, str]:
     for rate in e["rates"]:
         for fraction in e["fractions"]:
             out[f"{rate}-{fraction:g}"] = f"{rate}, {100 * fraction:g}% of the tokens"
+    for fraction in e.get("controls", []):  # results written before the control arm: none
+        out[f"continued-{fraction:g}"] = f"continued at K={e['depth']}, {100 * fraction:g}%"
     return out
 
 
@@ -69,6 +71,19 @@ def guide_table(numbers: dict[str, Any], a: dict[str, Any]) -> str:
         rows.append([names.get(arm, arm), shown, *row])
     head = ["finishing", "tokens", *(f"{r} K={d}" for r, d in cells)]
     return "\n".join(table(head, rows, compact=True))
+
+
+def control_sentence(e: dict[str, Any]) -> str:
+    """What the control arms are, where the preset has any (a finish trains more tokens than its
+    base; the control trains as many at the base's own depth)."""
+    controls = sorted(e.get("controls", []))
+    if not controls:
+        return ""
+    shares = ", ".join(f"{100 * f:g}%" for f in controls)
+    return (
+        f"The control (`continued`) trains the base on at its own depth K = {e['depth']}, at its "
+        f"final rate held constant, for as many tokens as the finish of {shares}. "
+    )
 
 
 def _difference(a: dict[str, Any], arm: str, role: str, depth: int) -> dict[str, Any] | None:
@@ -100,14 +115,17 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         f"tokens, each step at a depth uniform in 1..{e['k_max']}, at each finishing rate: "
         "`constant` at the base's final rate, `rewarm` linear to "
         f"{100 * e['rewarm_peak']:g}% of the peak over {100 * e['rewarm_warmup']:g}% of the "
-        "finishing steps, then a cosine decay to the final rate. Chance is "
+        "finishing steps, then a cosine decay to the final rate. "
+        + control_sentence(e)
+        + "Chance is "
         f"{100 * numbers['chance']:.1f}%. "
         + produced_by(f"finishing --preset {numbers['preset']}", numbers),
         "",
         "Intervals are 95% t-intervals over seeds; a comparison is a finish minus its own base "
         "(same seed), in points. The primary comparisons were named in the preset before the "
         "runs, each decided by its own interval; every other difference is exploratory, "
-        f"{corrected_over(a['exploratory'])}.",
+        f"{corrected_over(a['exploratory'])}. "
+        + holm_reach(a["exploratory"], lambda x: f"{100 * x:.1f} points"),
         "",
         "## Primary comparisons",
         "",

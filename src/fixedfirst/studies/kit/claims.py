@@ -24,7 +24,8 @@ from typing import Any, Literal
 
 from fixedfirst.config.schema import coerce, field_docs, require, shown, toml_value
 from fixedfirst.errors import UserError
-from fixedfirst.stats.evidence import holm, paired, sign, two_sided_p
+from fixedfirst.stats.evidence import LEVEL, holm, paired, sign, two_sided_p
+from fixedfirst.stats.intervals import t_quantile
 
 Side = Literal["above", "at least", "below"]
 
@@ -193,23 +194,64 @@ def same_seed_difference(a: Mapping[int, float], b: Mapping[int, float]) -> dict
     return {**interval.to_dict(), "sign": sign(interval)}
 
 
+ZERO_EVERYWHERE = "zero in every seed"
+"""The `holm` of a difference that is exactly zero in every seed: no test at all (its p-value is
+1 whatever the family), so it is left out of the family rather than raising its size."""
+
+
+def identically_zero(d: Mapping[str, Any]) -> bool:
+    """Whether a same-seed difference is exactly zero in every seed (both arms scored alike)."""
+    return d["mean"] == 0.0 and d["sd"] == 0.0
+
+
 def correct_family(differences: Sequence[dict[str, Any]]) -> None:
     """Give each same-seed difference of the family (an `Interval.to_dict()` with its `sign`) its
-    two-sided p-value against zero, `p`, and `holm`: its sign where Holm's method over the whole
-    family rejects zero at 5% family-wise error, otherwise "cannot tell"."""
-    p_values = [
-        two_sided_p(d["mean"], d["sd"] / math.sqrt(d["n"]), d["n"] - 1) for d in differences
-    ]
-    for d, p, rejected in zip(differences, p_values, holm(p_values), strict=True):
+    two-sided p-value against zero, `p`, and `holm`: its sign where Holm's method over the family
+    rejects zero at 5% family-wise error, otherwise "cannot tell". A difference zero in every
+    seed is left out of the family (`ZERO_EVERYWHERE`): it could never be declared, and counting
+    it would only make every other difference harder to declare."""
+    members = [d for d in differences if not identically_zero(d)]
+    for d in differences:
+        if identically_zero(d):
+            d["p"], d["holm"] = 1.0, ZERO_EVERYWHERE
+    p_values = [two_sided_p(d["mean"], d["sd"] / math.sqrt(d["n"]), d["n"] - 1) for d in members]
+    for d, p, rejected in zip(members, p_values, holm(p_values), strict=True):
         d["p"] = p
         d["holm"] = d["sign"] if rejected else "cannot tell"
 
 
-def family_counts(family: Sequence[dict[str, Any]]) -> dict[str, int]:
-    """An exploratory family's size, and how many of its differences exclude zero before and
-    after the correction."""
+def first_holm_t(size: int, n: int) -> float:
+    """The |t| the smallest p-value of a family of `size` must pass on `n` seeds: Holm's first
+    threshold, p <= 5% / size, for a two-sided t-test with n - 1 degrees of freedom."""
+    return t_quantile(1.0 - (1.0 - LEVEL) / (2 * size), n - 1)
+
+
+def least_declarable(members: Sequence[Mapping[str, Any]], size: int) -> float | None:
+    """The smallest mean difference that the first Holm threshold of a family of `size` could
+    have declared among `members` (each with the spread its seeds showed): |mean| must pass
+    first_holm_t times its standard error, and the member whose seeds agree most needs the
+    least. None when no member has a spread (or there is no family)."""
+    needed = [
+        first_holm_t(size, d["n"]) * d["sd"] / math.sqrt(d["n"])
+        for d in members
+        if d["n"] >= 2 and d["sd"] > 0.0
+    ]
+    return min(needed) if size and needed else None
+
+
+def family_counts(family: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """An exploratory family (as `correct_family` left it): its size (the differences zero in
+    every seed left out, and counted as `zero`), how many of its differences exclude zero before
+    and after the correction, the |t| Holm's first threshold needs and the smallest mean
+    difference it could have declared with these seeds' spread (`least_declarable`)."""
+    members = [d for d in family if d["holm"] != ZERO_EVERYWHERE]
+    n = max((d["n"] for d in members), default=0)
     return {
-        "size": len(family),
-        "uncorrected": sum(d["sign"] != "cannot tell" for d in family),
-        "corrected": sum(d["holm"] != "cannot tell" for d in family),
+        "size": len(members),
+        "seeds": n,
+        "zero": len(family) - len(members),
+        "uncorrected": sum(d["sign"] != "cannot tell" for d in members),
+        "corrected": sum(d["holm"] != "cannot tell" for d in members),
+        "t_needed": first_holm_t(len(members), n) if members and n >= 2 else None,
+        "least_declarable": least_declarable(members, len(members)),
     }

@@ -8,7 +8,7 @@ piece here writes exactly what the reports have always said; a study passes its 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 NONE_NAMED = "None named in this preset."
@@ -69,6 +69,33 @@ def corrected_over(family: Mapping[str, int]) -> str:
     return (
         f"corrected over all {family['size']} by Holm's method ({family['uncorrected']} have an "
         f"interval off zero, {family['corrected']} keep a side after the correction)"
+    )
+
+
+def holm_reach(family: Mapping[str, Any], unit: Callable[[float], str]) -> str:
+    """What an exploratory family could have declared at all: the |t| Holm's first threshold
+    needs over its size, and the smallest mean difference that passes it with the spread its
+    seeds showed (`unit` writes a difference in the report's unit); and how many differences,
+    zero in every seed, were left out. Empty for a family of none."""
+    if not family["size"] or family.get("t_needed") is None:
+        return ""
+    size, least = family["size"], family.get("least_declarable")
+    reach = (
+        f"with these seeds' spread no mean difference smaller than {unit(least)} could have "
+        "been declared (the difference whose seeds agree most)"
+        if least is not None
+        else "no difference has a spread to test"
+    )
+    zero = family.get("zero", 0)
+    left_out = (
+        f"; {zero} {'difference' if zero == 1 else 'differences'} zero in every seed "
+        f"{'is' if zero == 1 else 'are'} left out of it"
+        if zero
+        else ""
+    )
+    return (
+        f"Holm's first threshold over {size} differences (p <= 5%/{size}) needs |t| >= "
+        f"{family['t_needed']:.1f} on {family['seeds'] - 1} degrees of freedom: {reach}{left_out}."
     )
 
 

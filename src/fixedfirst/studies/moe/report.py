@@ -14,7 +14,7 @@ from fixedfirst.studies.kit.depth_tables import (
     primary_table,
     versus_table,
 )
-from fixedfirst.studies.kit.paragraphs import corrected_over, produced_by, table
+from fixedfirst.studies.kit.paragraphs import corrected_over, holm_reach, produced_by, table
 from fixedfirst.studies.moe.router_analysis import analyse_router
 
 RUN_FIELDS = ("arm", "schedule", "seed", "steps", "tokens", "flops", "switch_step", "wall_s")
@@ -74,7 +74,8 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         "Intervals are 95% t-intervals over seeds (an accuracy's cut at 0 and 100%); a "
         "comparison is the same-seed difference in points. The primary comparisons were named "
         "in the preset before the runs and are each decided by their own interval; every other "
-        f"difference below is exploratory, {corrected_over(a['exploratory'])}.",
+        f"difference below is exploratory, {corrected_over(a['exploratory'])}. "
+        + holm_reach(a["exploratory"], lambda x: f"{100 * x:.1f} points"),
         "",
         "## Primary comparisons",
         "",

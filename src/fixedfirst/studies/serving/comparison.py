@@ -9,6 +9,14 @@ too. The primary comparisons, named in the config before the runs, are each deci
 interval; every other difference (the rest of the comparisons, and each schedule's best rule
 against its runner-up) is exploratory, and Holm's method corrects the family (`kit/claims.py`).
 A difference whose interval holds zero is "cannot tell".
+
+What exiting itself saves (issue 70): "saved" divides by each run's best fixed depth, an argmax
+over a flat curve that differs from run to run, so most of it is a shallower fixed depth
+matching that best one. Two quantities measure exiting against a reference every run shares:
+`saved_by_exit`, the share of the shallowest fixed depth that matches (the plateau's first depth)
+that exiting saves, and `least`, the least recurrent iterations per token at matched quality, in
+iterations (the best fixed depth times 1 - saved). Both come from each run's summary; they were
+chosen after the runs, so their differences are exploratory.
 """
 
 from __future__ import annotations
@@ -19,6 +27,11 @@ from fixedfirst.stats.evidence import common_seeds, over_seeds, paired, sign
 from fixedfirst.studies.kit.claims import correct_family, primary_verdict
 from fixedfirst.studies.serving.frontier_report import short
 from fixedfirst.studies.serving.settings import COMPUTES, QUANTITIES
+
+LEAST = "least"
+"""The least recurrent iterations per token at matched quality (iterations, not a share)."""
+MEASURES = (*((c, q) for c in COMPUTES for q in QUANTITIES), ("iterations", LEAST))
+"""(compute, quantity) of every difference a comparison computes, in the report's order."""
 
 
 def run_summary(document: dict[str, Any], arm: str, seed: int) -> dict[str, Any]:
@@ -57,6 +70,11 @@ def run_summary(document: dict[str, Any], arm: str, seed: int) -> dict[str, Any]
 
 
 def _values(runs: dict[int, dict[str, Any]], compute: str, quantity: str) -> dict[int, float]:
+    if quantity == LEAST:  # iterations per token: the best fixed depth's, less what is saved
+        return {
+            s: r["best_fixed_depth"] * (1.0 - r["by"]["iterations"]["saved"])
+            for s, r in runs.items()
+        }
     return {seed: r["by"][compute][quantity] for seed, r in runs.items()}
 
 
@@ -85,9 +103,12 @@ def arm_summary(runs: dict[int, dict[str, Any]]) -> dict[str, Any]:
     lead = None
     if len(ranked) > 1:
         lead = _difference(rule_values[ranked[0]], rule_values[ranked[1]])
+    floor = {s: float(r["by"]["iterations"]["cheapest_fixed"]) for s, r in runs.items()}
     return {
         "seeds": sorted(runs),
         "by": cells,
+        "least": over_seeds(_values(runs, "iterations", LEAST)).to_dict(),
+        "shallowest_matching_depth": over_seeds(floor).to_dict(),
         "rules": rules,
         "best_rule": ranked[0] if ranked else None,
         "runner_up": ranked[1] if len(ranked) > 1 else None,
@@ -112,16 +133,13 @@ def analyse(numbers: dict[str, Any]) -> dict[str, Any]:
         for c in numbers["comparisons"]:
             if c["a"] not in arms or c["b"] not in arms:
                 continue
-            for compute in COMPUTES:
-                for quantity in QUANTITIES:
-                    a = _values(by_arm[c["a"]], compute, quantity)
-                    b = _values(by_arm[c["b"]], compute, quantity)
-                    found = _difference(a, b)
-                    if found is not None:
-                        key = {"study": name, "a": c["a"], "b": c["b"]}
-                        differences.append(
-                            {**key, "compute": compute, "quantity": quantity, **found}
-                        )
+            for compute, quantity in MEASURES:
+                a = _values(by_arm[c["a"]], compute, quantity)
+                b = _values(by_arm[c["b"]], compute, quantity)
+                found = _difference(a, b)
+                if found is not None:
+                    key = {"study": name, "a": c["a"], "b": c["b"]}
+                    differences.append({**key, "compute": compute, "quantity": quantity, **found})
     primary = []
     for p in numbers["primary"]:
         match = next(

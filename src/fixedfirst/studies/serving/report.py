@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fixedfirst.studies.kit.paragraphs import table
-from fixedfirst.studies.serving.comparison import analyse
+from fixedfirst.studies.kit.claims import ZERO_EVERYWHERE, family_counts, least_declarable
+from fixedfirst.studies.kit.paragraphs import holm_reach, table
+from fixedfirst.studies.serving.comparison import LEAST, analyse
 
 QUANTITY_WORDS = {
     "saved": "saved at matched quality",
@@ -27,7 +28,17 @@ def estimate(cell: dict[str, Any]) -> str:
 
 
 def difference(d: dict[str, Any]) -> str:
+    """A paired difference: in points of a share, or in iterations per token (`LEAST`)."""
+    if d.get("quantity") == LEAST:
+        return f"{d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] iterations per token"
     return f"{100 * d['mean']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] points"
+
+
+def iterations(cell: dict[str, Any]) -> str:
+    """Iterations per token over seeds: mean [low, high], or the single seed's value."""
+    if cell.get("low") is None:
+        return f"{cell['mean']:.2f} (one seed)"
+    return f"{cell['mean']:.2f} [{cell['low']:.2f}, {cell['high']:.2f}]"
 
 
 def setup_lines(numbers: dict[str, Any]) -> list[str]:
@@ -65,6 +76,8 @@ def setup_lines(numbers: dict[str, Any]) -> list[str]:
 
 def quantity(d: dict[str, Any]) -> str:
     """A compared quantity in words: what is counted, and what saving."""
+    if d["quantity"] == LEAST:
+        return "least recurrent iterations per token at matched quality"
     return f"{COMPUTE_WORDS[d['compute']]} {QUANTITY_WORDS[d['quantity']]}"
 
 
@@ -113,6 +126,43 @@ def arm_lines(numbers: dict[str, Any], analysis: dict[str, Any]) -> list[str]:
     return lines
 
 
+def exit_lines(numbers: dict[str, Any], analysis: dict[str, Any]) -> list[str]:
+    """What exiting saves against a reference every run shares: the shallowest fixed depth that
+    matches the best one (the plateau's first depth), and the least iterations per token."""
+    lines = [
+        "## What exiting saves",
+        "",
+        '"Iterations saved" above is measured against each run\'s best fixed depth, which differs '
+        "from run to run (an argmax over a flat curve), so most of it is a shallower fixed depth "
+        "matching that best one. Measured against what every run shares: the least recurrent "
+        "iterations per token at matched quality, the shallowest fixed depth that matches (the "
+        "plateau's first depth), and the share of that depth's compute exiting saves. Chosen "
+        "after the runs (issue 70), so their differences are exploratory (below).",
+        "",
+    ]
+    head = [
+        "arm",
+        "least iterations per token",
+        "shallowest matching fixed depth",
+        "exiting saves of it, iterations",
+        "exiting saves of it, FLOPs",
+    ]
+    for study in numbers["studies"]:
+        arms = analysis["studies"][study["name"]]["arms"]
+        rows = [
+            [
+                arm,
+                iterations(a["least"]),
+                iterations(a["shallowest_matching_depth"]),
+                estimate(a["by"]["iterations"]["saved_by_exit"]),
+                estimate(a["by"]["flops"]["saved_by_exit"]),
+            ]
+            for arm, a in arms.items()
+        ]
+        lines += [f"### {study['name']}", "", *table(head, rows), ""]
+    return lines
+
+
 def rule_lines(numbers: dict[str, Any], analysis: dict[str, Any]) -> list[str]:
     lines = [
         "## Which exit rule, for which schedule",
@@ -145,6 +195,16 @@ def rule_lines(numbers: dict[str, Any], analysis: dict[str, Any]) -> list[str]:
 
 def exploratory_lines(analysis: dict[str, Any]) -> list[str]:
     family = analysis["exploratory"]
+    counts = family_counts(family)
+    members = [d for d in family if d["holm"] != ZERO_EVERYWHERE]
+    shares = [d for d in members if d["quantity"] != LEAST]
+    counts["least_declarable"] = least_declarable(shares, counts["size"])
+    per_token = least_declarable([d for d in members if d not in shares], counts["size"])
+    in_iterations = (
+        ""
+        if per_token is None
+        else f" In least iterations per token, the smallest is {per_token:.2f} iterations."
+    )
     rows = [
         [d["study"], f"{d['a']} - {d['b']}", quantity(d), difference(d), d["sign"], d["holm"]]
         for d in family
@@ -152,9 +212,11 @@ def exploratory_lines(analysis: dict[str, Any]) -> list[str]:
     return [
         "## Exploratory differences",
         "",
-        f"Every other paired difference ({len(family)}), each with its uncorrected sign and its "
-        "verdict after Holm's correction over all of them; an interval that holds zero is "
-        '"cannot tell".',
+        f"Every other paired difference ({counts['size']}), each with its uncorrected sign and "
+        "its verdict after Holm's correction over all of them; an interval that holds zero is "
+        '"cannot tell". '
+        + holm_reach(counts, lambda x: f"{100 * x:.1f} points (of a share)")
+        + in_iterations,
         "",
         *table(["study", "a - b", "quantity", "difference", "uncorrected", "Holm"], rows),
         "",
@@ -168,6 +230,7 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         *setup_lines(numbers),
         *primary_lines(analysis),
         *arm_lines(numbers, analysis),
+        *exit_lines(numbers, analysis),
         *rule_lines(numbers, analysis),
         *exploratory_lines(analysis),
     ]
