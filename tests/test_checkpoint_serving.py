@@ -102,3 +102,32 @@ def test_inspect_scores_each_depth_as_the_model_does(checkpoint, capsys, tmp_pat
     for depth in (1, 3):
         nll = F.cross_entropy(served.model(ids[:, :-1], depth)[0], ids[0, 1:]).item()
         assert f"| {depth} | {nll:.4f} |" in out
+
+
+def test_our_own_hf_export_serves_as_its_run_does(tmp_path, capsys):
+    """`export --format hf` of our looped transformer is a checkpoint directory too: served from
+    it (our model, its tokenizer read by transformers), it decodes what the run decodes, by
+    default at the depth the run trained at."""
+    from fixedfirst.config import load_config
+    from fixedfirst.data.prepare import PrepareOptions, prepare
+    from fixedfirst.train.trainer import Trainer
+    from tests.checkpoint_helpers import corpus
+    from tests.trainer_helpers import TINY_TOML
+
+    (tmp_path / "corpus.txt").write_text(corpus())
+    prepare([str(tmp_path / "corpus.txt")], tmp_path / "bytes", PrepareOptions(separator="%"))
+    toml = TINY_TOML.replace("vocab_size = 48", "vocab_size = 257").replace(
+        'kind = "fixed-first"', 'kind = "fixed"\ndepth = 3'
+    )
+    toml = toml.replace("k0 = 2\nswitch = 0.5\nk_max = 6\n", "")
+    (tmp_path / "own.toml").write_text(toml + '\n[data]\nkind = "tokens"\npath = "bytes"\n')
+    config = load_config(tmp_path / "own.toml", ["train.tokens=512"])
+    Trainer(config, str(tmp_path / "own"), quiet=True).train()
+    export = tmp_path / "export"
+    run_cli(capsys, "export", tmp_path / "own", "--format", "hf", "--out", export)
+    args = ["--prompt", "the river", "--max-new-tokens", NEW]
+    for depth in (["--depth", 1], []):
+        from_run, _ = run_cli(capsys, "generate", tmp_path / "own", *args, *depth)
+        from_export, err = run_cli(capsys, "generate", export, *args, *depth)
+        assert from_export == from_run
+    assert "depth 3, full cache" in err
