@@ -5,6 +5,7 @@ Part of the bad-input table (tests/bad_input_cases.py, docs/reference/bad-input.
 from __future__ import annotations
 
 from tests.bad_input_cases import Case
+from tests.bad_input_foreign import SKIP as FOREIGN_SKIP
 
 HUGE_STEP = [
     *["--set", "train.batch_size=1000000", "--set", "train.micro_batch_size=1000000"],
@@ -67,6 +68,38 @@ MEMORY_CASES: list[Case] = [
         ["plan", "tiny.toml", "--gpus", "3"],
         "train.batch_size = 8 must split into 3 GPU(s) of whole micro-batches of 4",
         needs=("tiny.toml",),
+    ),
+    Case(
+        "plan-model-config-no-depth-handle",
+        "plan",
+        "`plan --model-config config.json` of an architecture without a depth handle "
+        "(LlamaForCausalLM)",
+        ["plan", "--model-config", "config.json"],
+        "has no depth handle",
+        files={"config.json": '{"architectures": ["LlamaForCausalLM"], "hidden_size": 64}'},
+        skip=FOREIGN_SKIP,
+    ),
+    Case(
+        "plan-model-config-missing",
+        "plan",
+        "`plan --model-config` naming a file that is not there",
+        ["plan", "--model-config", "absent/config.json"],
+        "--model-config absent/config.json: cannot read it",
+    ),
+    Case(
+        "plan-model-config-garbled",
+        "plan",
+        "`plan --model-config` of a file that is not JSON (a config.json cut short)",
+        ["plan", "--model-config", "config.json"],
+        "not a transformers config.json",
+        files={"config.json": '{"architectures": ["Inkling2LoopForCausalLM"], "hidden'},
+    ),
+    Case(
+        "plan-config-and-model-config",
+        "plan",
+        "`plan` given both a run configuration and `--model-config`, or neither",
+        ["plan"],
+        "give a run configuration CONFIG.toml or --model-config CONFIG.json, one",
     ),
     Case(
         "train-step-does-not-fit",

@@ -1,5 +1,6 @@
 """`fixedfirst plan`: will a run fit on these GPUs, with which settings, and how long will it
-take?"""
+take? With `--model-config CONFIG.json`: what a finish of a transformers looped model would need
+at each depth, from its configuration alone (machine/finish_plan.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ The GPU is a kind from the table below (memory and bf16 peak from vendors' datas
 --gpu-memory and --peak-flops for another; on a machine with a GPU the default is that GPU,
 with its peak measured. Memory is per GPU at the deepest depth the schedule draws; "fits" means
 at most 90% of the GPU's memory (the rest is for the CUDA context and fragmentation). A sweep
-file (configs/sweeps/*.toml) is planned run by run.
+file (configs/sweeps/*.toml) is planned run by run. --model-config CONFIG.json plans a finish of
+a transformers looped model from its config.json alone (no weights): memory per GPU by depth,
+full and low-rank, with and without checkpointing, under FSDP2, and hours per billion tokens.
 """
 
 
@@ -23,7 +26,25 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     kinds = "\n".join(f"  {k:10s} {a.name}" for k, a in ACCELERATORS.items())
     parser.epilog = EPILOG + "\nGPU kinds:\n" + kinds
-    add_config_arguments(parser)
+    add_config_arguments(parser, required=False)
+    parser.add_argument(
+        "--model-config",
+        metavar="CONFIG.json",
+        help="plan a finish of a transformers looped model from its config.json alone (no weights)",
+    )
+    parser.add_argument(
+        "--depths", default="1..6", help="finishing depths to plan (--model-config; default 1..6)"
+    )
+    parser.add_argument(
+        "--seq-len",
+        type=int,
+        default=4096,
+        metavar="T",
+        help="tokens per sequence (--model-config)",
+    )
+    parser.add_argument(
+        "--micro-batch", type=int, default=1, metavar="B", help="sequences per GPU (--model-config)"
+    )
     parser.add_argument("--gpus", type=int, metavar="N", help="GPUs (default: 1, or all here)")
     parser.add_argument(
         "--gpu", metavar="KIND", help="GPU kind (default: this machine's GPU, else h100)"
@@ -45,12 +66,17 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fixedfirst.config import read_toml
+    from fixedfirst.errors import UserError
     from fixedfirst.machine.planning import plan_on_gpus
 
+    if (args.config is None) == (args.model_config is None):
+        raise UserError("give a run configuration CONFIG.toml or --model-config CONFIG.json, one")
+    if args.model_config is not None:
+        return run_finish_plan(args)
     configs = run_configs(args, is_sweep="runs" in read_toml(args.config))
     for config in configs.values():  # its memory model is of fixedfirst's own model
         config.own_model("fixedfirst plan")
-    hardware = hardware_from_args(args, next(iter(configs.values())))
+    hardware = hardware_from_args(args, next(iter(configs.values())).train.precision != "fp32")
     plans = {name: plan_on_gpus(config, hardware) for name, config in configs.items()}
     if len(plans) == 1 and None in plans:
         print(format_plan(plans[None], args.config))
@@ -78,9 +104,9 @@ def run_configs(args: argparse.Namespace, is_sweep: bool) -> dict:
     }
 
 
-def hardware_from_args(args: argparse.Namespace, config):
+def hardware_from_args(args: argparse.Namespace, bf16: bool, compiled: bool = True):
     """The GPUs to plan for: a kind from the table, this machine's GPU, or the flags' numbers
-    (which also override a kind's)."""
+    (which also override a kind's); `compiled`: a first run's compiled MFU where it has one."""
     import torch
 
     from fixedfirst.errors import UserError
@@ -95,7 +121,6 @@ def hardware_from_args(args: argparse.Namespace, config):
     )
     from fixedfirst.model.memory import GIB
 
-    bf16 = config.train.precision != "fp32"
     here = torch.cuda.is_available() and args.gpu is None
     gpus = args.gpus if args.gpus is not None else (torch.cuda.device_count() if here else 1)
     if not 1 <= gpus <= MAX_GPUS:
@@ -108,7 +133,7 @@ def hardware_from_args(args: argparse.Namespace, config):
     if args.mfu is not None and not 0 < args.mfu <= 1:
         raise UserError(f"--mfu must be in (0, 1], got {args.mfu}")
     if args.measured is not None:
-        mfu = measured_mfu(args.measured)
+        mfu = measured_mfu(args.measured, compiled)
     elif args.mfu is not None:
         mfu = MfuByDepth.flat(args.mfu, "--mfu")
     else:
@@ -290,4 +315,83 @@ def format_sweep(plans: dict, path: str) -> str:
     for said, names in runs_by_verdict.items():
         who = "every run" if len(names) == len(plans) else ", ".join(names)
         lines += [f"{who}: {said[0]}", *said[1:]]
+    return "\n".join(lines)
+
+
+def run_finish_plan(args: argparse.Namespace) -> int:
+    from fixedfirst.cli.arguments import parse_depths
+    from fixedfirst.config import LowRankConfig
+    from fixedfirst.errors import UserError
+    from fixedfirst.machine.finish_plan import model_options, plan_finish
+
+    if args.overrides:
+        raise UserError(
+            "--set changes a run configuration; --model-config plans from config.json alone"
+        )
+    for flag, value in (("--seq-len", args.seq_len), ("--micro-batch", args.micro_batch)):
+        if value < 1:
+            raise UserError(f"{flag} must be a positive whole number, got {value}")
+    architecture, options = model_options(args.model_config)
+    depths = parse_depths(args.depths)
+    hardware = hardware_from_args(args, bf16=True, compiled=False)
+    plan = plan_finish(
+        architecture, options, hardware, args.seq_len, args.micro_batch, depths, LowRankConfig()
+    )
+    print(format_finish_plan(plan, args.model_config))
+    return 0
+
+
+def format_finish_plan(plan, path: str) -> str:
+    """The plan's table, what it assumes, and what does not fit."""
+    from fixedfirst.compute.memory import MARGIN
+
+    full, adapted = plan.shapes[False], plan.shapes[True]
+    h = plan.hardware
+    strategy = "FSDP2 over the GPUs" if h.gpus > 1 else "one GPU"
+    lines = [
+        f"finishing plan for {path} ({plan.architecture}) on {hardware_line(h)}",
+        f"{full.parameters / 1e9:,.2f}B parameters; low-rank adapters (rank 16, the default "
+        f"[train.lowrank] targets) {adapted.trained / 1e6:,.1f}M trained",
+        f"{strategy}, bf16 autocast over fp32 weights, micro-batches of {plan.micro_batch} x "
+        f"{plan.seq_len} tokens per GPU; memory per GPU (GiB) of one finishing step at each "
+        "depth (compute/looped_memory.py: fitted on the CPU and checked there against measured "
+        "peaks at two sizes the fit never saw, docs/figures/bench-looped-memory.md; no GPU has "
+        "run this architecture)",
+        "",
+        "| depth | training | checkpointing | weights | gradients | AdamW | activations | peak "
+        f"| fits in {1 - MARGIN:.0%} | hours per 1e9 tokens |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for o in plan.options:
+        m = o.memory
+        lines.append(
+            f"| {o.depth} | {'low-rank' if o.lowrank else 'full'} | "
+            f"{'on' if o.checkpoint else 'off'} | {gib(m.parameters)} | {gib(m.gradients)} | "
+            f"{gib(m.optimizer)} | {gib(m.activations)} | {gib(m.peak)} | "
+            f"{'yes' if o.fits else 'no'} | {o.hours_per_billion:,.1f} |"
+        )
+    lines += [
+        "",
+        h.mfu.describe() + "; assumed for this architecture, which no GPU has run",
+        "hours: FLOPs counted from the shape (machine/finish_plan.py: the weights' matmuls, a "
+        "token's experts, eager attention, the head; at two small sizes 14-18% below torch's "
+        "count with eager experts, 27-36% for low-rank, whose adapters' own work it leaves out)",
+    ]
+    if h.gpus > 1:
+        lines.append(
+            f"the peak includes FSDP2's root unit (the looped layers with the embedding and head, "
+            f"{full.root / 1e9:,.2f}B parameters), gathered in fp32 for the whole step "
+            f"({gib(4 * full.root)} GiB per GPU), and full fine-tuning's root gradients, unsharded "
+            "until the backward ends"
+        )
+    refused = [o for o in plan.options if not o.fits]
+    if not refused:
+        lines.append("everything fits")
+    for lowrank in (False, True):
+        for checkpoint in (False, True):
+            out = [o.depth for o in refused if o.lowrank == lowrank and o.checkpoint == checkpoint]
+            if out:
+                what = f"{'low-rank' if lowrank else 'full'}, checkpointing "
+                what += "on" if checkpoint else "off"
+                lines.append(f"does not fit: {what} at depth {', '.join(map(str, out))}")
     return "\n".join(lines)

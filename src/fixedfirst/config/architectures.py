@@ -124,7 +124,9 @@ OWN_FEATURES: tuple[tuple[str, str], ...] = (
     ),
     (
         "the memory model: `train.check_memory`, `fixedfirst plan`",
-        "not applied (a run's log says its memory is not estimated); `plan` refused",
+        "`fixedfirst plan --model-config config.json` plans a finish from the configuration "
+        "alone (compute/looped_memory.py, fitted at small sizes); a run's own memory check "
+        "is not applied (its log says so) and `plan CONFIG.toml` refuses it",
     ),
     (
         "`[model] checkpoint` (start from a checkpoint directory's weights), `fixedfirst "

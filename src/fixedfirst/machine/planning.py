@@ -76,9 +76,10 @@ class MfuByDepth:
         return f"MFU by depth ({shown}; linear between), from {self.source}"
 
 
-def measured_mfu(directory: str | Path) -> MfuByDepth:
+def measured_mfu(directory: str | Path, compiled: bool = True) -> MfuByDepth:
     """The MFU by depth that a first run measured (benchmarks/first_run.py's output folder): its
-    compiled step where that section ran, else its eager one, against the datasheet's peak."""
+    compiled step where that section ran (and `compiled`), else its eager one, against the
+    datasheet's peak."""
     path = Path(directory) / FIRST_RUN_FILE
     try:
         data = json.loads(path.read_text())
@@ -89,7 +90,7 @@ def measured_mfu(directory: str | Path) -> MfuByDepth:
             f"{type(e).__name__}); give the folder benchmarks/first_run.py --out wrote"
         ) from None
     modes = {r["mode"] for r in rows if r["mfu"].get("datasheet")}
-    mode = "compiled" if "compiled" in modes else "eager"
+    mode = "compiled" if compiled and "compiled" in modes else "eager"
     points = sorted(
         (int(r["depth"]), float(r["mfu"]["datasheet"]))
         for r in rows
