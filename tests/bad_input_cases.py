@@ -737,13 +737,6 @@ def tear_last_metrics_line(work: Path) -> None:
         f.write('{"kind": "train", "step": 9, "lo')
 
 
-def transformers_export(work: Path) -> None:
-    """What `export --format hf` writes, as far as telling it apart needs: its config.json."""
-    (work / "hf-export").mkdir()
-    config = {"model_type": "fixedfirst", "auto_map": {}, "depth": 6}
-    (work / "hf-export" / "config.json").write_text(json.dumps(config))
-
-
 def tensorboard_in_run_config(work: Path) -> None:
     """The run was trained with its curves in TensorBoard on the step axis."""
     config = work / "run" / "config.toml"
@@ -975,14 +968,6 @@ COMMAND_CASES: list[Case] = [
         ["export", "tokens-run", "--out", "exported", "--format", "hf", "--cache", "bounded:0"],
         "--cache bounded:0: a bounded cache keeps S >= 1 slots per core layer, got S = 0",
         needs=("tokens-run", "data"),
-    ),
-    Case(
-        "generate-from-hf-export",
-        "generate",
-        "`generate` from a directory written by `export --format hf`",
-        ["generate", "hf-export", "--prompt", "river stone"],
-        "hf-export is a transformers export (--format hf): load it with AutoModelForCausalLM",
-        setup=transformers_export,
     ),
     Case(
         "figure3-nonexistent",

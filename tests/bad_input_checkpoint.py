@@ -1,8 +1,9 @@
 """Bad input around a checkpoint directory someone else trained (issue 66): a directory that is
 not a checkpoint, an architecture without a depth handle, a shard missing or cut short, pickled
 weights, a tokenizer that is not the model's, data in other tokens, a key that contradicts the
-checkpoint, a resume from other weights, and the commands' own misuses (`finish`, `eval` of a
-checkpoint directory, `export --format checkpoint`). Part of the bad-input table
+checkpoint, a resume from other weights, and the commands' own misuses (`finish`, `eval` and
+`generate` of a checkpoint directory, `export --format checkpoint`), and a directory that is
+none of what serving opens. Part of the bad-input table
 (tests/bad_input_cases.py, docs/reference/bad-input.md); the assets `ckpt` (the tiny
 Inkling2Loop checkpoint of tests/checkpoint_helpers.py), `ckpt-data` (text in its tokens) and
 `ckpt-run` (a run from it paused at step 2) are built by `build_checkpoint_assets`."""
@@ -42,6 +43,12 @@ def build_checkpoint_assets(root: Path) -> None:
         '[data]\nkind = "tokens"\npath = "ckpt-data"\n[eval]\nbatches = 1\n'
     )
     Trainer(load_config("ckpt.toml"), "ckpt-run", quiet=True).train(stop_after=2)
+
+
+def notes_directory(work: Path) -> None:
+    """A directory of something else: neither a run, an export nor a checkpoint."""
+    (work / "notes").mkdir()
+    (work / "notes" / "readme.txt").write_text("not a model\n")
 
 
 def shard(work: Path, index: int) -> Path:
@@ -230,6 +237,24 @@ CHECKPOINT_CASES: list[Case] = [
             "schedule.depth=3",
         ],
         "the finishing run trains at the checkpoint's own depth (3), so it is its own control",
+        needs=CHECKPOINT,
+        skip=SKIP,
+    ),
+    Case(
+        "generate-neither-run-export-nor-checkpoint",
+        "generate",
+        "`generate notes` of a directory that is neither a run, an export nor a checkpoint",
+        ["generate", "notes", "--prompt", "river stone"],
+        "notes is neither a run (config.toml), an export (`fixedfirst export`'s config.json) "
+        "nor a Hugging Face checkpoint directory",
+        setup=notes_directory,
+    ),
+    Case(
+        "generate-checkpoint-with-step",
+        "generate",
+        "`generate ckpt --checkpoint 2` of a checkpoint directory (one set of weights)",
+        ["generate", "ckpt", "--prompt", "river stone", "--checkpoint", "2"],
+        "--checkpoint is for a run; ckpt is a checkpoint directory",
         needs=CHECKPOINT,
         skip=SKIP,
     ),

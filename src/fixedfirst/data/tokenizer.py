@@ -299,7 +299,10 @@ class CheckpointTokenizer(Tokenizer):
         try:
             with quiet_transformers():  # a model_type it does not know (our export) warns
                 hf = AutoTokenizer.from_pretrained(
-                    str(directory), local_files_only=True, split_special_tokens=True
+                    str(directory),
+                    local_files_only=True,
+                    split_special_tokens=True,
+                    trust_remote_code=False,  # never run code; nor ask whether to (on stdout)
                 )
         except (OSError, ValueError, KeyError, TypeError) as e:
             lines = [line.strip() for line in str(e).splitlines() if line.strip()]

@@ -3,8 +3,11 @@
 `fixedfirst generate`, `inspect`, `downstream` and the lm-evaluation-harness model all take
 either a run directory (a checkpoint of it: the newest by default) or a directory written by
 `fixedfirst export`, of fixedfirst's own looped transformer or of a transformers looped
-architecture (`[model] kind = "transformers"`); this module tells them apart and returns the same
-thing for all: a model that serving decodes (model/serving.py).
+architecture (`[model] kind = "transformers"`), or a Hugging Face checkpoint directory of a looped
+architecture (what `[model] checkpoint = DIR` starts a run from: config.json, safetensors weights
+and the tokenizer's files, built as `fixedfirst eval CHECKPOINT_DIR` builds it, served by default
+at the depth it was trained at); this module tells them apart and returns the same thing for all:
+a model that serving decodes (model/serving.py).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pathlib import Path
 import torch
 
 from fixedfirst.config import RunConfig
+from fixedfirst.config.checkpoints import is_checkpoint_directory
 from fixedfirst.data.tokenizer import Tokenizer, load_tokenizer, missing_files
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import shown
@@ -63,6 +67,8 @@ def load_served(
     """A run directory (at `checkpoint`, default the newest) or an export directory; `data`:
     where a run's data is now, when it moved (needed only by a run without RUN/tokenizer)."""
     path = Path(path)
+    if is_checkpoint_directory(path):
+        return served_checkpoint(path, checkpoint, device, require_tokenizer, data)
     if is_export(path):
         if checkpoint is not None:
             raise UserError(f"{path} is an export of one checkpoint; --checkpoint does not apply")
@@ -97,6 +103,12 @@ def load_served(
             f"copy the export again whole, or export the run again (`fixedfirst export RUN "
             f"--out {shown(path)}`)"
         )
+    if path.is_dir() and not RunDir(path).config_path.is_file() and not has_checkpoints(path):
+        raise UserError(
+            f"{shown(path)} is neither a run (config.toml), an export (`fixedfirst export`'s "
+            "config.json) nor a Hugging Face checkpoint directory (config.json naming a "
+            "model_type, safetensors weights, tokenizer files); name one of those"
+        )
     loaded = load_any_run(path, checkpoint, device, data=data)
     tokenizer = run_tokenizer(
         loaded.config,
@@ -112,3 +124,37 @@ def load_served(
         f"{path} step {loaded.checkpoint.step}",
         loaded,
     )
+
+
+def has_checkpoints(path: Path) -> bool:
+    """Whether a directory without config.toml still holds a run's checkpoints (read from them)."""
+    return any(RunDir(path).checkpoints_path.glob("*"))
+
+
+def served_checkpoint(
+    path: Path,
+    checkpoint: int | None,
+    device: str | torch.device,
+    require_tokenizer: bool,
+    data: str | None,
+) -> Served:
+    """A Hugging Face checkpoint directory, its model built as `fixedfirst eval` builds it
+    (`initial_model` of `[model] checkpoint = path`), served by default at the depth it was
+    trained at (its config.json's passes), with the tokenizer saved beside its weights."""
+    from fixedfirst.config.run import model_section
+    from fixedfirst.data.tokenizer import CheckpointTokenizer, checkpoint_tokenizer
+    from fixedfirst.model.kinds import initial_model
+
+    for flag, value in (("--checkpoint", checkpoint), ("--data", data)):
+        if value is not None:
+            raise UserError(
+                f"{flag} is for a run; {shown(path)} is a checkpoint directory (one set of "
+                "weights, its tokenizer beside them)"
+            )
+    section = model_section({"checkpoint": str(path)})
+    tokenizer: Tokenizer | None = None
+    if require_tokenizer or any((path / name).is_file() for name in CheckpointTokenizer.FILES):
+        tokenizer = checkpoint_tokenizer(path)
+    model = initial_model(section).to(device).eval()
+    depth = section.checkpoint_depth or 1
+    return Served(model, tokenizer, depth, f"{path} (checkpoint trained at depth {depth})")
