@@ -44,6 +44,10 @@ THIRD_PARTY: dict[tuple[str, str], str] = {
         "fixedfirst/model/keep_float32.py",
         "_keep_in_fp32_modules_strict",
     ): "transformers' declaration of the weights a model keeps in float32; no public spelling",
+    (
+        "fixedfirst/compute/measured.py",
+        "_grouped_mm",
+    ): "torch's op for a mixture's experts, which its FLOP counter has no formula for",
 }
 """(file under src/, private name) -> why that member of another library is used."""
 
