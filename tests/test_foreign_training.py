@@ -139,9 +139,10 @@ def torchrun(config: Path, out: Path, *overrides: str) -> None:
     ("extra", "overrides"),
     [
         ("", ()),
-        (
+        pytest.param(  # 27 s of CPU; make test keeps the full-weights arm
             "\n[train.lowrank]\nrank = 4\n",
             ("train.checkpoint_activations=true", "train.precision=bf16"),
+            marks=pytest.mark.slow,
         ),
     ],
     ids=["full", "lowrank-checkpointed-bf16"],
