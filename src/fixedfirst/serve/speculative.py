@@ -59,6 +59,14 @@ class SpeculationStats:
 
 
 @torch.no_grad()
+def agreed_drafts(chunk: torch.Tensor, verified: torch.Tensor) -> torch.Tensor:
+    """Per row, how many of the drafts `chunk[:, 1:]` the verifying depth agrees with before its
+    first disagreement (`verified[:, i]` is its next token after `chunk[:, i]`): only an
+    agreeing prefix is what greedy decoding at that depth would have produced."""
+    n = chunk.shape[1] - 1
+    return (chunk[:, 1:] == verified[:, :n]).long().cumprod(1).sum(1)
+
+
 def _draft(
     model: LoopedTransformer, token: torch.Tensor, cache: KVCache, depth: int, n: int
 ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
@@ -171,7 +179,7 @@ def _round(
     cache.length = start + n + 1
     stats.draft_iterations += draft_depth * chunk.numel()
     verified = logits.argmax(-1)  # (R, n + 1): depth K's next token after each input
-    agree = (chunk[:, 1:] == verified[:, :n]).long().cumprod(1).sum(1)  # (R,)
+    agree = agreed_drafts(chunk, verified)  # (R,)
     best = int(agree.max())
     cache.truncate(start + best + 1)  # roll back the inputs after every row's kept drafts
     behind = agree < best
@@ -218,7 +226,7 @@ def stream_redrafted(
         cache.truncate(start)
         chunk = torch.cat(inputs, 1)  # (B, n + 1): the last token and the n drafts
         verified = model.decode_step(chunk, depth, cache).argmax(-1)  # (B, n + 1)
-        agree = (chunk[:, 1:] == verified[:, :n]).long().cumprod(1).sum(1)  # (B,)
+        agree = agreed_drafts(chunk, verified)  # (B,)
         kept = int(agree.min())
         cache.truncate(start + kept + 1)
         stats.rounds += int(n > 0)
