@@ -105,6 +105,28 @@ MOE_CASES: list[Case] = [
         "tokens, each once and in (0, 10]",
     ),
     Case(
+        "finishing-lowrank-twice",
+        "finishing",
+        "`--set experiment.lowrank=[0.1, 0.1]` (a low-rank finish named twice)",
+        [*FINISHING, "--set", "experiment.lowrank=[0.1, 0.1]"],
+        "experiment.lowrank: low-rank finishes for these fractions of the base's tokens, each "
+        "once and in (0, 10]",
+    ),
+    Case(
+        "finishing-lowrank-own-model",
+        "finishing",
+        "`--set experiment.lowrank=[0.1]` under fixedfirst's own looped transformer",
+        [*FINISHING, "--set", "experiment.lowrank=[0.1]"],
+        "experiment.lowrank: low-rank finishes adapt a transformers looped architecture",
+    ),
+    Case(
+        "finishing-lowrank-adapters-unused",
+        "finishing",
+        "`--set train.lowrank.rank=4` in a preset without low-rank finishes",
+        [*FINISHING, "--set", "train.lowrank.rank=4"],
+        "[train.lowrank] sets the adapters of the low-rank finishes, and this preset has none",
+    ),
+    Case(
         "finishing-unknown-rate",
         "finishing",
         '`--set experiment.rates=["cosine"]`',

@@ -11,7 +11,8 @@ from fixedfirst.cli.studies import add_study_arguments, conduct_depth_arms
 def register(parser: argparse.ArgumentParser) -> None:
     presets = (
         "dense (our chains model at K = 4), moe (the looped mixture-of-experts at 2 passes), "
-        "smoke (seconds), or a preset .toml"
+        "standin-chains and standin-text (an Inkling2Loop of ours at 3 passes, on chains and on "
+        "text, with a control and a low-rank finish), smoke (seconds), or a preset .toml"
     )
     add_study_arguments(parser, "their finishing stages", presets)
     parser.set_defaults(run=run)

@@ -64,9 +64,17 @@ def conduct_depth_arms(
     conducted = conduct(study, Path(args.out), args.quiet, args.jobs)
     if not args.quiet:
         primary = conducted.results["analysis"]["primary"]
-        findings = [
-            f"primary: {p['name']}: {points(p['difference'])} points, {p['verdict']}"
-            for p in primary
-        ]
+        if "nll" in conducted.results["analysis"]:  # on text: held-out NLL, not accuracy
+            from fixedfirst.studies.finishing.nll_report import nats
+
+            findings = [
+                f"primary: {p['name']}: {nats(p['difference'])} nats/token, {p['verdict']}"
+                for p in primary
+            ]
+        else:
+            findings = [
+                f"primary: {p['name']}: {points(p['difference'])} points, {p['verdict']}"
+                for p in primary
+            ]
         print_conducted(conducted, findings)
     return 0

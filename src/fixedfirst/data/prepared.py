@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from fixedfirst.config import RunConfig
+from fixedfirst.config import DataConfig, RunConfig
 from fixedfirst.errors import UserError
 from fixedfirst.files.paths import shown
 
@@ -109,16 +110,37 @@ def passes_note(path: str | Path, tokens: int) -> str | None:
     )
 
 
+TRAINED_ON = "fixedfirst-trained-on.json"
+"""A checkpoint directory's record of the [data] its weights were trained on, where fixedfirst
+wrote it from a run of its own (the finishing study's low-rank finishes start from their base's
+final weights so): a run from it may train on that same data, whatever its kind."""
+
+
+def write_trained_on(directory: Path, data: DataConfig) -> None:
+    """Record in the checkpoint directory `directory` the [data] its weights were trained on."""
+    (directory / TRAINED_ON).write_text(json.dumps({"data": asdict(data)}, indent=2) + "\n")
+
+
+def trained_on(checkpoint: str) -> dict[str, Any] | None:
+    """The [data] a checkpoint directory records its weights were trained on (None: no record,
+    a checkpoint trained elsewhere)."""
+    try:
+        return dict(json.loads((Path(checkpoint) / TRAINED_ON).read_text())["data"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def check_checkpoint_data(config: RunConfig) -> None:
     """Refuse, for a run that starts from a checkpoint, data that is not text in the
     checkpoint's own tokens: prepared with its tokenizer (`prepare --tokenizer DIR`; matched
-    by the tokenizer's fingerprint, not by where it was read from), or the synthetic toy
-    language of a smoke test (ids the model learns, checked against its vocabulary)."""
+    by the tokenizer's fingerprint, not by where it was read from), the synthetic toy language
+    of a smoke test (ids the model learns, checked against its vocabulary), or the very data
+    its weights were trained on by a run of ours (`TRAINED_ON`)."""
     from fixedfirst.data.tokenizer import CheckpointTokenizer
 
     checkpoint = config.model.checkpoint
     data = config.data
-    if checkpoint is None or data.kind == "synthetic":
+    if checkpoint is None or data.kind == "synthetic" or trained_on(checkpoint) == asdict(data):
         return
     how = (
         f"prepare it with `fixedfirst prepare INPUT... --tokenizer {shown(checkpoint)} --out DATA`"

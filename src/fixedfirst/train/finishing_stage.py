@@ -10,7 +10,9 @@ the original run's (fixed at K, the same learning rate), so the branch resumes e
 run ended, and a resume, an evaluation or a study reads it as any other run
 (docs/guides/any-loop.md, "make your fixed-depth looped model depth-flexible"). Its control, the
 run trained on at its own depth for the same tokens at its final rate (`continued_stage`), is
-what the finishing study sets a finish against.
+what the finishing study sets a finish against. A low-rank finish (`lowrank_stage`) trains
+adapters alone on the run's final weights, as a holder of a checkpoint they cannot fully retrain
+would.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Literal
 
-from fixedfirst.config import FinishingLR, RunConfig, ScheduleConfig, TrainConfig
+from fixedfirst.config import FinishingLR, LowRankConfig, RunConfig, ScheduleConfig, TrainConfig
 from fixedfirst.errors import UserError
 
 
@@ -58,6 +60,30 @@ def continued_stage(config: RunConfig, trained_steps: int, fraction: float) -> R
     total = extended_steps(config, trained_steps, fraction)
     constant = FinishingLR(trained_steps, "constant")
     return replace(config, train=extended_train(config, total, constant))
+
+
+def lowrank_stage(
+    config: RunConfig, trained_steps: int, fraction: float, k_max: int, adapters: LowRankConfig
+) -> RunConfig:
+    """A finishing stage of low-rank `adapters` alone, on the final weights of `config`'s run
+    (fixed depth, trained `trained_steps` steps): a run of its own, `fraction` of the run's tokens
+    long, at depths uniform in 1..k_max, at the run's final rate held constant. Its [model] is
+    still `config`'s; the caller points it at the final weights (`[model] checkpoint`), which
+    the adapters' frozen base must be."""
+    steps = extended_steps(config, trained_steps, fraction) - trained_steps
+    train = config.train
+    constant = replace(
+        train,
+        tokens=steps * train.tokens_per_step,
+        flops=None,
+        lr=train.lr * train.final_lr_fraction,
+        warmup=0.0,
+        final_lr_fraction=1.0,
+        finishing=None,
+        lowrank=adapters,
+    )
+    uniform = ScheduleConfig(kind="uniform", k_min=1, k_max=k_max)
+    return replace(config, schedule=uniform, train=constant)
 
 
 def extended_steps(config: RunConfig, trained_steps: int, fraction: float) -> int:

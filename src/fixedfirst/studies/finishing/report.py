@@ -44,6 +44,8 @@ def labels(numbers: dict[str, Any]) -> dict[str, str]:
             out[f"{rate}-{fraction:g}"] = f"{rate}, {100 * fraction:g}% of the tokens"
     for fraction in e.get("controls", []):  # results written before the control arm: none
         out[f"continued-{fraction:g}"] = f"continued at K={e['depth']}, {100 * fraction:g}%"
+    for fraction in e.get("lowrank", []):  # results written before the low-rank arm: none
+        out[f"lowrank-{fraction:g}"] = f"low-rank, constant, {100 * fraction:g}%"
     return out
 
 
@@ -74,16 +76,25 @@ def guide_table(numbers: dict[str, Any], a: dict[str, Any]) -> str:
 
 
 def control_sentence(e: dict[str, Any]) -> str:
-    """What the control arms are, where the preset has any (a finish trains more tokens than its
-    base; the control trains as many at the base's own depth)."""
+    """What the control and low-rank arms are, where the preset has any (a finish trains more
+    tokens than its base; the control trains as many at the base's own depth)."""
     controls = sorted(e.get("controls", []))
-    if not controls:
-        return ""
-    shares = ", ".join(f"{100 * f:g}%" for f in controls)
-    return (
-        f"The control (`continued`) trains the base on at its own depth K = {e['depth']}, at its "
-        f"final rate held constant, for as many tokens as the finish of {shares}. "
-    )
+    lowrank = sorted(e.get("lowrank", []))
+    said = ""
+    if controls:
+        shares = ", ".join(f"{100 * f:g}%" for f in controls)
+        said += (
+            f"The control (`continued`) trains the base on at its own depth K = {e['depth']}, at "
+            f"its final rate held constant, for as many tokens as the finish of {shares}. "
+        )
+    if lowrank:
+        shares = ", ".join(f"{100 * f:g}%" for f in lowrank)
+        said += (
+            f"The low-rank finish (`lowrank`) of {shares} trains low-rank adapters alone (the "
+            "base's weights frozen) at the constant rate, as a run of its own from the base's "
+            "final weights, whose data stream starts again at the beginning of the base's. "
+        )
+    return said
 
 
 def _difference(a: dict[str, Any], arm: str, role: str, depth: int) -> dict[str, Any] | None:
