@@ -10,13 +10,14 @@ from dataclasses import replace
 import pytest
 
 from fixedfirst.cli.main import main
-from fixedfirst.config import FinishingLR, RunConfig, load_config
+from fixedfirst.config import FinishingLR, LowRankConfig, RunConfig, load_config
 from fixedfirst.errors import UserError
 from fixedfirst.runs.directory import RunDir
 from fixedfirst.schedules import Schedule
 from fixedfirst.train.branch import branch_run
-from fixedfirst.train.finishing_stage import continued_stage, finishing_stage
+from fixedfirst.train.finishing_stage import continued_stage, finishing_stage, lowrank_stage
 from fixedfirst.train.optim import lr_at
+from tests.inkling_helpers import needs_inkling
 
 FIXED = """
 [model]
@@ -149,3 +150,31 @@ def test_the_control_goes_on_from_the_end_of_a_fixed_run(tmp_path, monkeypatch):
     after = [x for x in steps if x["step"] > 20]
     assert after and all(x["lr"] == pytest.approx(0.001) for x in after)
     assert json.loads((tmp_path / "control/summary.json").read_text())["steps"] == 30
+
+
+@needs_inkling
+def test_the_low_rank_finish_trains_adapters_alone_at_the_final_rate_for_the_finish_s_tokens():
+    """A 10% low-rank finish of a base trained 433 steps at K = 4: a run of its own of the 43
+    steps a 10% finish adds (not 476: it does not go on from the base's steps), at depths
+    uniform in 1..6, at the base's final rate (0.01 x 0.1) from its first step to its last, with
+    the adapters it is given."""
+    config = RunConfig.from_dict(
+        {
+            "model": {"kind": "transformers", "architecture": "Inkling2LoopForCausalLM"},
+            "schedule": {"kind": "fixed", "depth": 4},
+            "train": {"lr": 0.01, "final_lr_fraction": 0.1, "warmup": 0.1},
+        }
+    )
+    adapters = LowRankConfig(rank=4)
+    lowrank = lowrank_stage(config, 433, 0.1, 6, adapters)
+    assert lowrank.train.tokens == 43 * config.train.tokens_per_step
+    assert lowrank.train.flops is None and lowrank.train.finishing is None
+    assert lowrank.train.lowrank == adapters and config.train.lowrank is None
+    assert (lowrank.schedule.kind, lowrank.schedule.k_min, lowrank.schedule.k_max) == (
+        "uniform",
+        1,
+        6,
+    )
+    rates = [lr_at(step, 43, lowrank.train) for step in range(43)]
+    assert rates == pytest.approx([0.001] * 43)
+    assert lowrank.model == config.model

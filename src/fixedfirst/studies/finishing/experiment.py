@@ -27,6 +27,7 @@ a run directory of its own, and a second invocation reuses or resumes it like an
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -39,9 +40,9 @@ from fixedfirst.studies.kit.depth_arms import BAND_CLAIMS, DepthArmsSettings, ar
 from fixedfirst.studies.kit.depth_scoring import score_by_depth
 from fixedfirst.studies.kit.nll_arms import NLL_CLAIMS, nll_results, score_held_out_nll
 from fixedfirst.studies.kit.presets import Arm, Evaluated, PresetStudy
-from fixedfirst.studies.kit.results import cost, scored_bands, scoring
+from fixedfirst.studies.kit.results import cost, print_scores, scored_bands, scoring
 from fixedfirst.studies.kit.runs import PlannedRun, finished_summary, run_directory, run_one
-from fixedfirst.studies.kit.workers import Job, run_progress
+from fixedfirst.studies.kit.workers import Job, once_finished, run_progress
 from fixedfirst.train.finishing_stage import continued_stage, finishing_stage, lowrank_stage
 
 Rate = Literal["constant", "rewarm"]
@@ -344,12 +345,26 @@ class FinishingStudy(PresetStudy[FinishingSettings]):
         finish = self.experiment.finish(planned.config, steps, stage, fraction, self.adapters())
         return run_plan(finish)
 
+    def scoring(
+        self, name: str, run: Path, call: Callable[..., Any], *args: Any, label: str | None = None
+    ) -> Job:
+        """The job scoring run `name` once `run` has finished, `call(run, *args)`; as it finishes
+        it says the hard band's accuracy by depth on chains, the held-out NLL on text."""
+        if self.base.get("data", {}).get("kind") != TEXT:
+            return scoring(name, run, call, *args, bands=scored_bands, label=label)
+
+        def say(result: Any, seconds: float) -> None:
+            nll = result["scores"]["nll"]
+            print_scores(name, "held-out NLL ", nll, seconds, percent=False)
+
+        return once_finished(label or f"score {name}", run, call, *args, say=say)
+
     def evaluations(self, planned: PlannedRun, run: Path) -> list[Job]:
         root, e = run.parent.parent, self.experiment
-        jobs = [scoring(planned.name, run, score_job, e, bands=scored_bands)]
+        jobs = [self.scoring(planned.name, run, score_job, e)]
         for name, stage, fraction in self.finishes(planned):
             args = (root, name, stage, fraction, e, self.adapters())
-            job = scoring(name, run, finish_job, *args, bands=scored_bands, label=name)
+            job = self.scoring(name, run, finish_job, *args, label=name)
             budget = self.finish_plan(planned, stage, fraction).flops
             job.progress = run_progress(run_directory(root, name).path, budget)
             jobs.append(job)

@@ -75,6 +75,19 @@ def guide_table(numbers: dict[str, Any], a: dict[str, Any]) -> str:
     return "\n".join(table(head, rows, compact=True))
 
 
+def rates_sentence(e: dict[str, Any]) -> str:
+    """The finishing rates the preset trains at (both, in the presets before the stand-in's)."""
+    said = {
+        "constant": "`constant` at the base's final rate",
+        "rewarm": f"`rewarm` linear to {100 * e['rewarm_peak']:g}% of the peak over "
+        f"{100 * e['rewarm_warmup']:g}% of the finishing steps, then a cosine decay to the final "
+        "rate",
+    }
+    if len(e["rates"]) == 1:
+        return f"at the finishing rate {said[e['rates'][0]]}. "
+    return f"at each finishing rate: {', '.join(said[r] for r in e['rates'])}. "
+
+
 def control_sentence(e: dict[str, Any]) -> str:
     """What the control and low-rank arms are, where the preset has any (a finish trains more
     tokens than its base; the control trains as many at the base's own depth)."""
@@ -123,10 +136,8 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         f"{task['values']}, training chains of 0..{task['max_ops']} operations, evaluation "
         f"chains of {task['eval_ops']}), then branched at its last checkpoint into finishing "
         f"stages of {', '.join(f'{100 * f:g}%' for f in sorted(e['fractions']))} of its "
-        f"tokens, each step at a depth uniform in 1..{e['k_max']}, at each finishing rate: "
-        "`constant` at the base's final rate, `rewarm` linear to "
-        f"{100 * e['rewarm_peak']:g}% of the peak over {100 * e['rewarm_warmup']:g}% of the "
-        "finishing steps, then a cosine decay to the final rate. "
+        f"tokens, each step at a depth uniform in 1..{e['k_max']}, "
+        + rates_sentence(e)
         + control_sentence(e)
         + "Chance is "
         f"{100 * numbers['chance']:.1f}%. "
