@@ -261,10 +261,11 @@ def from_final_weights(config: RunConfig, base: Path, weights: Path, depth: int)
         model = load_any_run(base).model
         assert isinstance(model, TransformersLoop)  # checked when the preset was loaded
         model.handle.set_depth(depth)
+        network: Any = model.network  # a transformers model: its class's own save_pretrained
 
         def fill(directory: Path) -> None:
             with quiet_transformers():
-                model.network.save_pretrained(str(directory), safe_serialization=True)
+                network.save_pretrained(str(directory), safe_serialization=True)
             write_trained_on(directory, config.data)  # what a run from it may train on
 
         write_directory(weights, fill)
