@@ -21,8 +21,10 @@ from fixedfirst.studies.ablation import report as ablation_report
 from fixedfirst.studies.bios import report as bios_report
 from fixedfirst.studies.chains import report as chains_report
 from fixedfirst.studies.diagnose import report as diagnose_report
+from fixedfirst.studies.finishing import nll_report
 from fixedfirst.studies.finishing import report as finishing_report
 from fixedfirst.studies.kit.depth_arms import BAND_CLAIMS, analyse_arms
+from fixedfirst.studies.kit.nll_arms import NLL_CLAIMS, analyse_nll_arms
 from fixedfirst.studies.moe import report as moe_report
 from fixedfirst.studies.report_files import numbers_json
 from fixedfirst.studies.serving import report as serving_report
@@ -210,6 +212,18 @@ COMMITTED = (
         report(finishing_report.report_markdown),
     ),
     Committed(
+        "finishing, stand-in on chains",
+        "finishing-standin-chains/results.json",
+        ("finishing-standin-chains/report.md",),
+        report(finishing_report.report_markdown),
+    ),
+    Committed(
+        "finishing, stand-in on text",
+        "finishing-standin-text/results.json",
+        ("finishing-standin-text/report.md",),
+        report(nll_report.report_markdown),
+    ),
+    Committed(
         "exit frontier, chains",
         "frontier-chains.json",
         ("frontier-chains.md",),
@@ -261,7 +275,13 @@ def test_numbers_json_reads_back_as_written_with_plain_containers_on_one_line():
 
 
 @pytest.mark.parametrize(
-    "results", ["moe/results.json", "finishing-dense/results.json", "finishing-moe/results.json"]
+    "results",
+    [
+        "moe/results.json",
+        "finishing-dense/results.json",
+        "finishing-moe/results.json",
+        "finishing-standin-chains/results.json",
+    ],
 )
 def test_a_committed_analysis_is_what_its_runs_give_now(results):
     """A results file's stored `analysis` block is the analysis of its own runs by today's
@@ -271,6 +291,17 @@ def test_a_committed_analysis_is_what_its_runs_give_now(results):
     e = stored["experiment"]
     primary = [BAND_CLAIMS.read(raw) for raw in e["primary"]]
     analysis = analyse_arms(
+        stored["runs"], e["depths"], stored["reference"], e["compare_depths"], primary
+    )
+    assert json.loads(json.dumps(analysis)) == stored["analysis"]
+
+
+def test_the_committed_text_analysis_is_what_its_runs_give_now():
+    """The same for the finishing study on text, analysed by held-out NLL."""
+    stored = json.loads((FIGURES / "finishing-standin-text/results.json").read_text())
+    e = stored["experiment"]
+    primary = [NLL_CLAIMS.read(raw) for raw in e["nll_primary"]]
+    analysis = analyse_nll_arms(
         stored["runs"], e["depths"], stored["reference"], e["compare_depths"], primary
     )
     assert json.loads(json.dumps(analysis)) == stored["analysis"]

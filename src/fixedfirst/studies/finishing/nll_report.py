@@ -16,7 +16,12 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from fixedfirst.files.writing import save_figure
-from fixedfirst.studies.finishing.report import RUN_FIELDS, control_sentence, labels
+from fixedfirst.studies.finishing.report import (
+    RUN_FIELDS,
+    control_sentence,
+    labels,
+    rates_sentence,
+)
 from fixedfirst.studies.kit.claims import Claim
 from fixedfirst.studies.kit.nll_arms import NLL_CLAIMS, analyse_nll_arms
 from fixedfirst.studies.kit.paragraphs import corrected_over, holm_reach, produced_by, table
@@ -114,8 +119,7 @@ def versus_table(a: dict[str, Any], names: dict[str, str]) -> str:
 def report_markdown(numbers: dict[str, Any]) -> str:
     """report.md from report.json's numbers (or results.json, which holds them all)."""
     e, data = numbers["experiment"], numbers["data"]
-    depths = sorted({*e["compare_depths"], e["depth"], e["k_max"], 1, max(e["depths"])})
-    a = analysed(numbers, [d for d in e["compare_depths"] if d in e["depths"]])
+    a = analysed(numbers, e["compare_depths"])
     names = labels(numbers)
     model = numbers["model"]
     lines = [
@@ -126,8 +130,8 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         f"training FLOPs on the text of `{data['name']}` (rows of {data['seq_len']} tokens), "
         "then branched at its last checkpoint into finishing stages of "
         f"{', '.join(f'{100 * f:g}%' for f in sorted(e['fractions']))} of its tokens, each step "
-        f"at a depth uniform in 1..{e['k_max']}, at the finishing rates "
-        f"{', '.join(f'`{r}`' for r in e['rates'])} (`constant`: the base's final rate). "
+        f"at a depth uniform in 1..{e['k_max']}, "
+        + rates_sentence(e)
         + control_sentence(e)
         + f"Every run is scored by its held-out NLL per token on {e['sequences']} rows of the "
         "validation split drawn by its seed (every arm of a seed on the same rows). "
@@ -153,7 +157,7 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         "",
         f"![held-out NLL by depth]({FIGURE})",
         "",
-        depth_table(analysed(numbers, e["compare_depths"]), depths, names),
+        depth_table(a, e["depths"], names),
         "",
         "## Every finish against its base",
         "",
