@@ -14,13 +14,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fixedfirst.compute.looped_memory import LoopedShape, looped_shape, looped_training_memory
 from fixedfirst.compute.memory import Placement, TrainingMemory
 from fixedfirst.config import LowRankConfig
 from fixedfirst.errors import UserError
-from fixedfirst.machine.planning import Hardware
+
+if TYPE_CHECKING:  # planning.py plans a run's rows with this module's
+    from fixedfirst.machine.planning import Hardware
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,56 @@ def flops_per_token(
     return forward + backward + (layers if checkpoint else 0.0)
 
 
+@dataclass(frozen=True)
+class ShapeFlops:
+    """The compute model of a transformers looped architecture counted from its shape
+    (`flops_per_token`), no weights built: what plans a run of it at a size no planning machine
+    can build (compute/measured.py counts torch's FLOPs on the model itself)."""
+
+    shape: LoopedShape
+    seq_len: int
+    lowrank: bool
+
+    def train(self, depth: int, grad_depth: int | None = None) -> float:
+        return flops_per_token(self.shape, self.seq_len, depth, self.lowrank, False)
+
+    def recomputed(self, depth: int, grad_depth: int | None = None) -> float:
+        """What activation checkpointing adds per token: every layer application's forward."""
+        checkpointed = flops_per_token(self.shape, self.seq_len, depth, self.lowrank, True)
+        return checkpointed - self.train(depth)
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How each GPU runs its share of a step: `micro_steps` micro-batches of `micro_batch`
+    sequences of `seq_len` tokens, their gradients accumulated."""
+
+    seq_len: int
+    micro_batch: int
+    micro_steps: int = 1
+
+
+def finish_option(
+    shape: LoopedShape,
+    lowrank: bool,
+    where: Placement,
+    hardware: Hardware,
+    batching: Batching,
+    depth: int,
+    checkpoint: bool,
+) -> FinishOption:
+    """One row of a plan: a step's memory per GPU at `depth`, whether it fits, and the hours a
+    billion tokens take at the hardware's MFU."""
+    b = batching
+    memory = looped_training_memory(
+        shape, where, lowrank, b.micro_batch, b.seq_len, depth, checkpoint, b.micro_steps
+    )
+    flops = flops_per_token(shape, b.seq_len, depth, lowrank, checkpoint)
+    rate = hardware.gpus * hardware.peak_flops * hardware.mfu.at(depth)
+    hours = 1e9 * flops / rate / 3600
+    return FinishOption(depth, lowrank, checkpoint, memory, memory.peak <= hardware.usable, hours)
+
+
 def plan_finish(
     architecture: str,
     options: dict[str, Any],
@@ -118,20 +170,11 @@ def plan_finish(
     }
     strategy = "fsdp" if hardware.gpus > 1 else "single"
     where = Placement("cuda", True, strategy, hardware.gpus)  # type: ignore[arg-type]
-    rows = []
-    for depth in depths:
-        for adapters in (False, True):
-            for checkpoint in (False, True):
-                shape = shapes[adapters]
-                memory = looped_training_memory(
-                    shape, where, adapters, micro_batch, seq_len, depth, checkpoint
-                )
-                flops = flops_per_token(shape, seq_len, depth, adapters, checkpoint)
-                rate = hardware.gpus * hardware.peak_flops * hardware.mfu.at(depth)
-                hours = 1e9 * flops / rate / 3600
-                rows.append(
-                    FinishOption(
-                        depth, adapters, checkpoint, memory, memory.peak <= hardware.usable, hours
-                    )
-                )
+    batching = Batching(seq_len, micro_batch)
+    rows = [
+        finish_option(shapes[adapters], adapters, where, hardware, batching, depth, checkpoint)
+        for depth in depths
+        for adapters in (False, True)
+        for checkpoint in (False, True)
+    ]
     return FinishPlan(architecture, shapes, hardware, seq_len, micro_batch, rows)
