@@ -65,12 +65,8 @@ def test_a_runs_rows_are_the_model_config_plan_of_its_architecture(capsys, tmp_p
     numbers under low-rank's name, and the two differ."""
     pytest.importorskip("peft")
     run = printed(capsys, "plan", mini_run(tmp_path, lowrank), *SETTINGS)
-    reference = table_rows(
-        printed(
-            capsys, "plan", "--model-config", CONFIG, *SETTINGS, "--seq-len", 4096,
-            "--micro-batch", 1, "--depths", "1..6",
-        )  # fmt: skip
-    )
+    finish = ["--seq-len", 4096, "--micro-batch", 1, "--depths", "1..6"]
+    reference = table_rows(printed(capsys, "plan", "--model-config", CONFIG, *SETTINGS, *finish))
     rows = table_rows(run)
     training = "low-rank" if lowrank else "full"
     assert sorted(rows) == sorted(k for k in reference if k[1] == training)

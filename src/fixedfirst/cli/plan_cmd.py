@@ -324,7 +324,8 @@ SHAPE_FLOPS = (
 def looped_memory_lines(plan) -> list[str]:
     """A transformers run's memory, as `--model-config` tabulates a finish: at each depth the
     schedule draws, as the run trains, checkpointing off and on."""
-    from fixedfirst.machine.planning import looped_rows, run_shape
+    from fixedfirst.machine.finish_plan import looped_rows
+    from fixedfirst.machine.planning import run_shape
 
     t, h = plan.config.train, plan.hardware
     shape = run_shape(plan.config)

@@ -14,15 +14,20 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from fixedfirst.compute.looped_flops import flops_per_token
 from fixedfirst.compute.looped_memory import LoopedShape, looped_shape, looped_training_memory
 from fixedfirst.compute.memory import Placement, TrainingMemory
 from fixedfirst.config import LowRankConfig
 from fixedfirst.errors import UserError
-
-if TYPE_CHECKING:  # planning.py plans a run's rows with this module's
-    from fixedfirst.machine.planning import Hardware
+from fixedfirst.machine.planning import (
+    GpuPlan,
+    Hardware,
+    local_batch,
+    placement_on,
+    run_shape,
+)
 
 
 @dataclass(frozen=True)
@@ -87,43 +92,6 @@ def model_options(path: str | Path) -> tuple[str, dict[str, Any]]:
     return name, options
 
 
-def flops_per_token(
-    shape: LoopedShape, seq_len: int, depth: int, lowrank: bool, checkpoint: bool
-) -> float:
-    """Training FLOPs per token at `depth`: 2 per active weight per application forward (a
-    token's experts only), eager attention's two T x T products, the head; the backward twice
-    the forward for full fine-tuning, once for low-rank (no gradients of frozen weights; the
-    adapters' own work left out); checkpointing one more forward of the layers."""
-    forward = 2.0 * shape.vocab * shape.hidden  # the head
-    layers = 0.0
-    for layer in shape.layers:
-        active = layer.parameters - layer.expert_parameters * (1 - shape.top_k / shape.experts)
-        per = 2 * active + 4 * layer.heads * layer.head_dim * seq_len
-        layers += per * (depth if layer.looped else 1)
-    forward += layers
-    backward = (1 if lowrank else 2) * forward
-    return forward + backward + (layers if checkpoint else 0.0)
-
-
-@dataclass(frozen=True)
-class ShapeFlops:
-    """The compute model of a transformers looped architecture counted from its shape
-    (`flops_per_token`), no weights built: what plans a run of it at a size no planning machine
-    can build (compute/measured.py counts torch's FLOPs on the model itself)."""
-
-    shape: LoopedShape
-    seq_len: int
-    lowrank: bool
-
-    def train(self, depth: int, grad_depth: int | None = None) -> float:
-        return flops_per_token(self.shape, self.seq_len, depth, self.lowrank, False)
-
-    def recomputed(self, depth: int, grad_depth: int | None = None) -> float:
-        """What activation checkpointing adds per token: every layer application's forward."""
-        checkpointed = flops_per_token(self.shape, self.seq_len, depth, self.lowrank, True)
-        return checkpointed - self.train(depth)
-
-
 @dataclass(frozen=True)
 class Batching:
     """How each GPU runs its share of a step: `micro_steps` micro-batches of `micro_batch`
@@ -178,3 +146,20 @@ def plan_finish(
         for checkpoint in (False, True)
     ]
     return FinishPlan(architecture, shapes, hardware, seq_len, micro_batch, rows)
+
+
+def looped_rows(plan: GpuPlan) -> list[FinishOption]:
+    """A transformers run's table: a step's memory per GPU and hours per billion tokens at each
+    depth the schedule draws, as the run trains (its adapters or every weight, its strategy and
+    micro-batches), checkpointing off and on."""
+    config, h = plan.config, plan.hardware
+    lowrank = config.train.lowrank is not None
+    where = placement_on(config, plan.configured.strategy, h.gpus)
+    local = local_batch(config, h.gpus)
+    batching = Batching(config.train.seq_len, plan.micro_batch, local // plan.micro_batch)
+    shape = run_shape(config)
+    return [
+        finish_option(shape, lowrank, where, h, batching, depth, checkpoint)
+        for depth in sorted(plan.depth_steps)
+        for checkpoint in (False, True)
+    ]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fixedfirst.compute.flops import CostModel
+from fixedfirst.compute.looped_flops import ShapeFlops
 from fixedfirst.compute.looped_memory import LoopedShape, looped_shape, looped_training_memory
 from fixedfirst.compute.memory import (
     MARGIN,
@@ -32,7 +33,6 @@ from fixedfirst.compute.memory import (
 from fixedfirst.compute.plan import RunPlan, plan_costed_run, plan_run
 from fixedfirst.config import RunConfig, TransformersModelConfig
 from fixedfirst.errors import UserError
-from fixedfirst.machine.finish_plan import Batching, FinishOption, ShapeFlops, finish_option
 
 REFERENCE_MFU = 0.509
 """The MFU a plan assumes at every depth until a first run has measured ours: nanochat's
@@ -317,20 +317,3 @@ def plan_on_gpus(config: RunConfig, hardware: Hardware) -> GpuPlan:
         gpus_needed=fewest_gpus(config, hardware, depth) if nothing_fits else None,
         depth_steps={k: n for k, n in run.histogram().steps().items() if n},
     )
-
-
-def looped_rows(plan: GpuPlan) -> list[FinishOption]:
-    """A transformers run's table: a step's memory per GPU and hours per billion tokens at each
-    depth the schedule draws, as the run trains (its adapters or every weight, its strategy and
-    micro-batches), checkpointing off and on."""
-    config, h = plan.config, plan.hardware
-    lowrank = config.train.lowrank is not None
-    where = placement_on(config, plan.configured.strategy, h.gpus)
-    local = local_batch(config, h.gpus)
-    batching = Batching(config.train.seq_len, plan.micro_batch, local // plan.micro_batch)
-    shape = run_shape(config)
-    return [
-        finish_option(shape, lowrank, where, h, batching, depth, checkpoint)
-        for depth in sorted(plan.depth_steps)
-        for checkpoint in (False, True)
-    ]
