@@ -392,7 +392,14 @@ def compute_lines(plan) -> list[str]:
         f"{duration(s.seconds)} |"
         for s in shares
     ]
-    return [*lines, "", h.mfu.describe() + assumed]
+    lines += ["", h.mfu.describe() + assumed]
+    if looped(plan.config) and plan.config.train.flops is not None:
+        lines.append(
+            "train.flops: the steps above spend the budget as counted from the shape; `train` "
+            "spends it as torch counts the model (`fixedfirst compute`), which counts more, so "
+            "the run takes fewer steps"
+        )
+    return lines
 
 
 def format_sweep(plans: dict, path: str) -> str:
