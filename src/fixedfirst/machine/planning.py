@@ -18,9 +18,9 @@ import json
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from fixedfirst.compute.flops import CostModel
+from fixedfirst.compute.flops import CostModel, flop_model
 from fixedfirst.compute.looped_flops import ShapeFlops
 from fixedfirst.compute.looped_memory import LoopedShape, looped_shape, looped_training_memory
 from fixedfirst.compute.memory import (
@@ -30,7 +30,7 @@ from fixedfirst.compute.memory import (
     deepest_depth,
     training_memory,
 )
-from fixedfirst.compute.plan import RunPlan, plan_costed_run, plan_run
+from fixedfirst.compute.plan import RunPlan, plan_costed_run
 from fixedfirst.config import RunConfig, TransformersModelConfig
 from fixedfirst.errors import UserError
 
@@ -161,8 +161,7 @@ class DepthShare:
 class GpuPlan:
     config: RunConfig
     hardware: Hardware
-    run: RunPlan[Any]
-    """Costed by `planned_run`: a CheckpointedCost."""
+    run: RunPlan[CheckpointedCost]
     depth: int
     """The deepest training depth of the schedule."""
     micro_batch: int
@@ -219,14 +218,17 @@ def run_shape(config: RunConfig) -> LoopedShape:
     return looped_shape(model.architecture, model.options, config.train.lowrank)
 
 
-def planned_run(config: RunConfig) -> RunPlan[Any]:
+def planned_run(config: RunConfig) -> RunPlan[CheckpointedCost]:
     """The run's plan under a compute model that counts checkpointing's recomputation: ours from
     its shape, a transformers architecture's from its shape too (no weights built; `train`
     measures torch's count instead, compute/run_cost.py)."""
+    t = config.train
+    cost: CheckpointedCost
     if isinstance(config.model, TransformersModelConfig):
-        t = config.train
-        return plan_costed_run(config, ShapeFlops(run_shape(config), t.seq_len, bool(t.lowrank)))
-    return plan_run(config)
+        cost = ShapeFlops(run_shape(config), t.seq_len, t.lowrank is not None)
+    else:
+        cost = flop_model(config.own_model("the compute model of a model's shape"), t.seq_len)
+    return plan_costed_run(config, cost)
 
 
 def step_memory(
