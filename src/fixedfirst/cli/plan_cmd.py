@@ -315,7 +315,7 @@ LOOPED_MEMORY_SOURCE = (
 )
 
 SHAPE_FLOPS = (
-    "machine/finish_plan.py: the weights' matmuls, a token's experts, eager attention, the "
+    "compute/looped_flops.py: the weights' matmuls, a token's experts, eager attention, the "
     "head; at two small sizes 14-18% below torch's count with eager experts, 27-36% for "
     "low-rank, whose adapters' own work it leaves out"
 )
