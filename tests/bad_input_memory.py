@@ -102,6 +102,15 @@ MEMORY_CASES: list[Case] = [
         "give a run configuration CONFIG.toml or --model-config CONFIG.json, one",
     ),
     Case(
+        "plan-run-with-model-config-flag",
+        "plan",
+        "`plan RUN.toml --seq-len 512` (a flag of `--model-config` given with a run "
+        "configuration, which plans with its own sequence length, micro-batch and depths)",
+        ["plan", "tiny.toml", "--seq-len", "512"],
+        "--seq-len is for --model-config; a run configuration plans with its own train.seq_len",
+        needs=("tiny.toml",),
+    ),
+    Case(
         "train-step-does-not-fit",
         "bounds",
         "a step whose activations cannot fit: a million sequences in one micro-batch at depths "

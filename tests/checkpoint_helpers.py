@@ -72,3 +72,20 @@ def save_checkpoint(
 
 def shards(directory: Path) -> list[Path]:
     return sorted(directory.glob("model-*-of-*.safetensors"))
+
+
+def transformers_tokens(
+    directory: Path, prompt: list[int], passes: int, stop: int, new: int
+) -> list[int]:
+    """Greedy tokens of transformers' own model and generate, loaded from the checkpoint
+    directory with its loop passes set to `passes`, up to `new` of them before `stop`: an
+    independent reference (nothing of fixedfirst)."""
+    from transformers import AutoConfig, GenerationConfig, Inkling2LoopForCausalLM
+
+    config = AutoConfig.from_pretrained(directory, loop_num_passes=passes)
+    network = Inkling2LoopForCausalLM.from_pretrained(directory, config=config).eval()
+    generation = GenerationConfig(max_new_tokens=new, do_sample=False, eos_token_id=stop)
+    with torch.no_grad():
+        out = network.generate(input_ids=torch.tensor([prompt]), generation_config=generation)
+    tokens = out[0, len(prompt) :].tolist()
+    return tokens[: tokens.index(stop)] if stop in tokens else tokens

@@ -20,12 +20,14 @@ from safetensors.torch import load_file
 
 from fixedfirst.cli.main import main
 from fixedfirst.runs.opening import load_any_run
-from tests.checkpoint_helpers import NATIVE_DEPTH, corpus, save_checkpoint
+from tests.checkpoint_helpers import NATIVE_DEPTH, corpus, save_checkpoint, transformers_tokens
 from tests.inkling_helpers import VOCAB, needs_inkling
 
 pytestmark = needs_inkling
 
 DEPTHS = range(1, 7)
+SERVED_PROMPT = "the river stone"
+SERVED_TOKENS = 10
 TOLERANCE = 1e-5
 TINY_RUN = [
     "--set",
@@ -42,6 +44,8 @@ TINY_RUN = [
     "eval.batches=2",
 ]
 """Steps of 4 rows of 16 tokens, evaluated on 2 batches of 4 blocks."""
+LOWRANK_RUN = ["--set", "train.lowrank.rank=4", "--set", "train.lr=3e-3"]
+"""Rank-4 adapters on the default targets."""
 needs_peft = pytest.mark.skipif(
     importlib.util.find_spec("peft") is None,
     reason="low-rank finishing needs peft (the lowrank extra: pip install 'fixedfirst[lowrank]')",
@@ -61,6 +65,15 @@ with torch.no_grad():
 torch.save(logits, sys.argv[4])
 assert not any(name.startswith("fixedfirst") for name in sys.modules), "fixedfirst imported"
 """
+
+
+def printed(capsys, *args: object) -> str:
+    """What a command prints on stdout (it must succeed)."""
+    with pytest.raises(SystemExit) as info:
+        main([str(a) for a in args])
+    captured = capsys.readouterr()
+    assert info.value.code == 0, captured.err
+    return captured.out
 
 
 def cli(*args: object) -> None:
@@ -170,12 +183,19 @@ def test_full_finish_profile_and_hand_back(made, tmp_path):
     assert (handed_back / "tokenizer.json").is_file()
 
 
+@pytest.fixture(scope="module")
+def lowrank(made, tmp_path_factory) -> Path:
+    """A low-rank finish of the checkpoint (rank-4 adapters, 4 steps; FINISH/finished) and its
+    hand-back with the adapters merged (merged/)."""
+    root = tmp_path_factory.mktemp("lowrank")
+    finish(made, root / "finish", "--tokens", 256, *LOWRANK_RUN)
+    cli("export", root / "finish" / "finished", "--format", "checkpoint", "--out", root / "merged")
+    return root
+
+
 @needs_peft
-def test_low_rank_finish_merged_and_alone(made, tmp_path):
-    out = tmp_path / "finish"
-    finish(made, out, "--tokens", 256, "--set", "train.lowrank.rank=4")
-    merged = tmp_path / "merged"
-    cli("export", out / "finished", "--format", "checkpoint", "--out", merged)
+def test_low_rank_finish_merged_and_alone(made, lowrank, tmp_path):
+    out, merged = lowrank / "finish", lowrank / "merged"
     assert_same_logits(out / "finished", merged, tmp_path)
     # The frozen base is the checkpoint's: what the adapters leave alone is its weights.
     from transformers import AutoModelForCausalLM
@@ -200,6 +220,37 @@ def test_low_rank_finish_merged_and_alone(made, tmp_path):
                 model.config.loop_num_passes = depth
             a, b = adapted(input_ids=tokens).logits, finished(input_ids=tokens).logits
             assert (a - b).abs().max().item() <= TOLERANCE, depth
+
+
+@needs_peft
+def test_a_low_rank_run_serves_what_its_merged_hand_back_decodes(made, lowrank, capsys):
+    """`generate` of the low-rank run itself (its adapters on the frozen base) decodes, at two
+    depths, the tokens transformers' own generate decodes from the merged hand-back at those
+    passes, and depth-speculated the verify depth's; the adapters change those tokens (the
+    base checkpoint decodes others), so a server that dropped them would fail."""
+    from fixedfirst.runs.served import load_served
+    from fixedfirst.serve.generation import generate_text, prompt_ids
+    from fixedfirst.serve.modes import FixedDepth, Sampling
+
+    run, merged = lowrank / "finish" / "finished", lowrank / "merged"
+    served = load_served(run)
+    assert served.tokenizer is not None
+    prompt, stop = prompt_ids(served, SERVED_PROMPT), served.tokenizer.stop_id
+    adapted = []
+    for depth in (1, 4):
+        reference = transformers_tokens(merged, prompt, depth, stop, SERVED_TOKENS)
+        assert len(reference) >= 3
+        mode = FixedDepth(depth, Sampling(0.0, 0))
+        steps = list(generate_text(served, SERVED_PROMPT, SERVED_TOKENS, mode))
+        assert [s.token for s in steps] == reference, depth
+        args = ["--prompt", SERVED_PROMPT, "--depth", depth, "--max-new-tokens", SERVED_TOKENS]
+        text = printed(capsys, "generate", run, *args)
+        assert text == "".join(s.text for s in steps) + "\n"
+        base = transformers_tokens(made / "ckpt", prompt, depth, stop, SERVED_TOKENS)
+        adapted.append(base != reference)
+    assert any(adapted)
+    speculated = printed(capsys, "generate", run, *args, "--speculate", "1:3")
+    assert speculated == text
 
 
 def test_paused_finish_resumes_bit_identically(made, tmp_path):

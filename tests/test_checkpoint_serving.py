@@ -17,7 +17,7 @@ from fixedfirst.cli.main import main
 from fixedfirst.runs.served import load_served
 from fixedfirst.serve.generation import generate_text, prompt_ids
 from fixedfirst.serve.modes import FixedDepth, Sampling
-from tests.checkpoint_helpers import NATIVE_DEPTH, save_checkpoint
+from tests.checkpoint_helpers import NATIVE_DEPTH, save_checkpoint, transformers_tokens
 from tests.inkling_helpers import needs_inkling
 
 pytestmark = needs_inkling
@@ -39,20 +39,6 @@ def checkpoint(tmp_path_factory) -> Path:
     return save_checkpoint(tmp_path_factory.mktemp("ckpt") / "ckpt")
 
 
-def transformers_tokens(directory: Path, prompt: list[int], passes: int, stop: int) -> list[int]:
-    """Greedy tokens of transformers' own model and generate, loaded from the directory with
-    its loop passes set to `passes`: the independent reference (nothing of fixedfirst)."""
-    from transformers import AutoConfig, GenerationConfig, Inkling2LoopForCausalLM
-
-    config = AutoConfig.from_pretrained(directory, loop_num_passes=passes)
-    network = Inkling2LoopForCausalLM.from_pretrained(directory, config=config).eval()
-    generation = GenerationConfig(max_new_tokens=NEW, do_sample=False, eos_token_id=stop)
-    with torch.no_grad():
-        out = network.generate(input_ids=torch.tensor([prompt]), generation_config=generation)
-    tokens = out[0, len(prompt) :].tolist()
-    return tokens[: tokens.index(stop)] if stop in tokens else tokens
-
-
 def test_generate_at_a_fixed_depth_is_transformers_generate_at_those_passes(checkpoint, capsys):
     served = load_served(checkpoint)
     assert served.default_depth == NATIVE_DEPTH
@@ -62,7 +48,7 @@ def test_generate_at_a_fixed_depth_is_transformers_generate_at_those_passes(chec
     for depth in (1, NATIVE_DEPTH, 5):
         mode = FixedDepth(depth, Sampling(0.0, 0))
         steps = list(generate_text(served, PROMPT, NEW, mode))
-        reference = transformers_tokens(checkpoint, prompt, depth, served.tokenizer.stop_id)
+        reference = transformers_tokens(checkpoint, prompt, depth, served.tokenizer.stop_id, NEW)
         assert [s.token for s in steps] == reference
         assert len(reference) >= 3  # enough tokens to tell the depths apart
         seen.add(tuple(reference))

@@ -125,10 +125,10 @@ def test_the_plans_flops_are_within_what_it_says_of_torchs_count():
     torch._grouped_mm, the default); the plan's own line says 14-18% below, full fine-tuning."""
     import torch
 
+    from fixedfirst.compute.looped_flops import flops_per_token
     from fixedfirst.compute.looped_memory import looped_shape
     from fixedfirst.compute.measured import measure_flops
     from fixedfirst.config import TransformersModelConfig
-    from fixedfirst.machine.finish_plan import flops_per_token
     from fixedfirst.model.loss import next_token_loss
     from fixedfirst.model.transformers_loop import build
 

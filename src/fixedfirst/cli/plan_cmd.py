@@ -1,6 +1,8 @@
 """`fixedfirst plan`: will a run fit on these GPUs, with which settings, and how long will it
-take? With `--model-config CONFIG.json`: what a finish of a transformers looped model would need
-at each depth, from its configuration alone (machine/finish_plan.py)."""
+take? A run of a transformers looped architecture (`[model] kind = "transformers"`) is planned
+with that architecture's memory model (compute/looped_memory.py), a row per depth its schedule
+draws. With `--model-config CONFIG.json`: what a finish of such a model would need at each
+depth, from its configuration alone (machine/finish_plan.py)."""
 
 from __future__ import annotations
 
@@ -14,10 +16,18 @@ The GPU is a kind from the table below (memory and bf16 peak from vendors' datas
 --gpu-memory and --peak-flops for another; on a machine with a GPU the default is that GPU,
 with its peak measured. Memory is per GPU at the deepest depth the schedule draws; "fits" means
 at most 90% of the GPU's memory (the rest is for the CUDA context and fragmentation). A sweep
-file (configs/sweeps/*.toml) is planned run by run. --model-config CONFIG.json plans a finish of
-a transformers looped model from its config.json alone (no weights): memory per GPU by depth,
+file (configs/sweeps/*.toml) is planned run by run. A run of a transformers looped architecture
+([model] kind = "transformers") is planned with its own memory model: a row per depth the
+schedule draws, as the run trains (its [train.lowrank] adapters or every weight, its strategy
+and micro-batches), checkpointing off and on, with hours per billion tokens; its FLOPs are
+counted from the shape, no weights built. --model-config CONFIG.json plans a finish of a
+transformers looped model from its config.json alone (no weights): memory per GPU by depth,
 full and low-rank, with and without checkpointing, under FSDP2, and hours per billion tokens.
 """
+
+
+FINISH_DEFAULTS: tuple[str, int, int] = ("1..6", 4096, 1)
+"""--depths, --seq-len and --micro-batch of a plan from --model-config (a run has its own)."""
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -33,17 +43,19 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="plan a finish of a transformers looped model from its config.json alone (no weights)",
     )
     parser.add_argument(
-        "--depths", default="1..6", help="finishing depths to plan (--model-config; default 1..6)"
+        "--depths", help=f"finishing depths to plan (--model-config; default {FINISH_DEFAULTS[0]})"
     )
     parser.add_argument(
         "--seq-len",
         type=int,
-        default=4096,
         metavar="T",
-        help="tokens per sequence (--model-config)",
+        help=f"tokens per sequence (--model-config; default {FINISH_DEFAULTS[1]})",
     )
     parser.add_argument(
-        "--micro-batch", type=int, default=1, metavar="B", help="sequences per GPU (--model-config)"
+        "--micro-batch",
+        type=int,
+        metavar="B",
+        help=f"sequences per GPU (--model-config; default {FINISH_DEFAULTS[2]})",
     )
     parser.add_argument("--gpus", type=int, metavar="N", help="GPUs (default: 1, or all here)")
     parser.add_argument(
@@ -73,10 +85,22 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("give a run configuration CONFIG.toml or --model-config CONFIG.json, one")
     if args.model_config is not None:
         return run_finish_plan(args)
+    finish_flags = (
+        ("--depths", args.depths, "the depths its schedule draws ([schedule])"),
+        ("--seq-len", args.seq_len, "train.seq_len"),
+        ("--micro-batch", args.micro_batch, "train.micro_batch_size"),
+    )
+    for flag, value, own in finish_flags:
+        if value is not None:
+            raise UserError(
+                f"{flag} is for --model-config; a run configuration plans with its own {own}: "
+                "change it with --set, or leave the flag out"
+            )
     configs = run_configs(args, is_sweep="runs" in read_toml(args.config))
-    for config in configs.values():  # its memory model is of fixedfirst's own model
-        config.own_model("fixedfirst plan")
-    hardware = hardware_from_args(args, next(iter(configs.values())).train.precision != "fp32")
+    first = next(iter(configs.values()))
+    # A first run's compiled MFU is our compiled model's; a transformers model trains eagerly.
+    compiled = not any(looped(config) for config in configs.values())
+    hardware = hardware_from_args(args, first.train.precision != "fp32", compiled)
     plans = {name: plan_on_gpus(config, hardware) for name, config in configs.items()}
     if len(plans) == 1 and None in plans:
         print(format_plan(plans[None], args.config))
@@ -234,19 +258,39 @@ def verdict(plan) -> list[str]:
     return lines
 
 
+def looped(config) -> bool:
+    """Whether the run's model is a transformers looped architecture (the looped memory model's)."""
+    from fixedfirst.config import TransformersModelConfig
+
+    return isinstance(config.model, TransformersModelConfig)
+
+
 def format_plan(plan, path: str) -> str:
     """The plan of one run: hardware, memory options, the verdict, FLOPs and wall-clock."""
     from fixedfirst.schedules import describe
 
-    t, h, b = plan.config.train, plan.hardware, plan.run
+    t, h = plan.config.train, plan.hardware
     local = t.batch_size // h.gpus
     precision = "fp32" if t.precision == "fp32" else "bf16"
+    model = f" (transformers' {plan.config.model.architecture})" if looped(plan.config) else ""
     lines = [
-        f"plan for {path} on {hardware_line(h)}",
+        f"plan for {path}{model} on {hardware_line(h)}",
         f"schedule: {describe(plan.config.schedule)}; deepest training depth {plan.depth}",
         f"batch: {t.batch_size} x {t.seq_len} tokens per step, {local} per GPU in micro-batches "
         f"of {plan.micro_batch}; {precision}",
         "",
+        *(looped_memory_lines(plan) if looped(plan.config) else memory_lines(plan)),
+        "",
+        *verdict(plan),
+        "",
+        *compute_lines(plan),
+    ]
+    return "\n".join(lines)
+
+
+def memory_lines(plan) -> list[str]:
+    """Our model's memory at the deepest depth under each strategy, checkpointing off and on."""
+    lines = [
         f"memory per GPU at depth {plan.depth} (GiB; eager PyTorch, torch.compile not modeled):",
         "",
         "| strategy | checkpointing | parameters | gradients | AdamW | activations | peak "
@@ -261,13 +305,81 @@ def format_plan(plan, path: str) -> str:
             f"{gib(m.parameters)} | {gib(m.gradients)} | {gib(m.optimizer)} | "
             f"{gib(m.activations)} | {gib(m.peak)} | {'yes' if o.fits else 'no'} | {largest} |"
         )
-    lines += ["", *verdict(plan), ""]
+    return lines
+
+
+LOOPED_MEMORY_SOURCE = (
+    "compute/looped_memory.py: fitted on the CPU and checked there against measured peaks at "
+    "two sizes the fit never saw, docs/figures/bench-looped-memory.md; no GPU has run this "
+    "architecture"
+)
+
+SHAPE_FLOPS = (
+    "compute/looped_flops.py: the weights' matmuls, a token's experts, eager attention, the "
+    "head; at two small sizes 14-18% below torch's count with eager experts, 27-36% for "
+    "low-rank, whose adapters' own work it leaves out"
+)
+
+
+def looped_memory_lines(plan) -> list[str]:
+    """A transformers run's memory, as `--model-config` tabulates a finish: at each depth the
+    schedule draws, as the run trains, checkpointing off and on."""
+    from fixedfirst.machine.finish_plan import looped_rows
+    from fixedfirst.machine.planning import run_shape
+
+    t, h = plan.config.train, plan.hardware
+    shape = run_shape(plan.config)
+    if t.lowrank is None:
+        training = f"full fine-tuning: all {shape.trained / 1e6:,.2f}M parameters trained"
+    else:
+        training = (
+            f"low-rank adapters ([train.lowrank] rank {t.lowrank.rank}): "
+            f"{shape.trained / 1e6:,.2f}M trained, the model's own weights frozen"
+        )
+    strategy = STRATEGY[plan.configured.strategy]
+    where = strategy if h.gpus == 1 else f"{strategy} over {h.gpus} GPUs"
+    return [
+        f"{training}; {where}; memory per GPU (GiB) of one step at each depth the schedule "
+        f"draws ({LOOPED_MEMORY_SOURCE})",
+        "",
+        *finish_table(looped_rows(plan)),
+    ]
+
+
+def finish_table(options) -> list[str]:
+    """Memory per GPU and hours per billion tokens, a row per depth, training and checkpointing."""
+    from fixedfirst.compute.memory import MARGIN
+
+    lines = [
+        "| depth | training | checkpointing | weights | gradients | AdamW | activations | peak "
+        f"| fits in {1 - MARGIN:.0%} | hours per 1e9 tokens |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for o in options:
+        m = o.memory
+        lines.append(
+            f"| {o.depth} | {'low-rank' if o.lowrank else 'full'} | "
+            f"{'on' if o.checkpoint else 'off'} | {gib(m.parameters)} | {gib(m.gradients)} | "
+            f"{gib(m.optimizer)} | {gib(m.activations)} | {gib(m.peak)} | "
+            f"{'yes' if o.fits else 'no'} | {o.hours_per_billion:,.1f} |"
+        )
+    return lines
+
+
+def compute_lines(plan) -> list[str]:
+    """The run's FLOPs and its wall-clock, depth by depth at each depth's MFU."""
+    h, b = plan.hardware, plan.run
     recompute = plan.recompute_flops / b.flops
-    lines += [
-        f"compute: {b.tokens:.4g} tokens in {b.total_steps:,} steps, {b.flops:.4g} modeled "
-        "training FLOPs (`fixedfirst compute`)",
+    if looped(plan.config):
+        counted = f"training FLOPs counted from the shape ({SHAPE_FLOPS})"
+        again, assumed = "every layer's forward again", "; assumed for this architecture"
+    else:
+        counted = "modeled training FLOPs (`fixedfirst compute`)"
+        again, assumed = "the core's forward again", ""
+    lines = [
+        f"compute: {b.tokens:.4g} tokens in {b.total_steps:,} steps, {b.flops:.4g} {counted}",
         f"wall-clock on {h.gpus} GPU(s), each depth at its MFU: {duration(plan.seconds(False))}; "
-        f"with checkpointing (+{recompute:.0%} FLOPs, the core's forward again): "
+        f"with checkpointing (+{recompute:.0%} FLOPs, {again}): "
         f"{duration(plan.seconds(True))}",
         "",
         "| depth | steps | share of the FLOPs | MFU | wall-clock |",
@@ -280,8 +392,14 @@ def format_plan(plan, path: str) -> str:
         f"{duration(s.seconds)} |"
         for s in shares
     ]
-    lines += ["", h.mfu.describe()]
-    return "\n".join(lines)
+    lines += ["", h.mfu.describe() + assumed]
+    if looped(plan.config) and plan.config.train.flops is not None:
+        lines.append(
+            "train.flops: the steps above spend the budget as counted from the shape; `train` "
+            "spends it as torch counts the model (`fixedfirst compute`), which counts more, so "
+            "the run takes fewer steps"
+        )
+    return lines
 
 
 def format_sweep(plans: dict, path: str) -> str:
@@ -328,14 +446,17 @@ def run_finish_plan(args: argparse.Namespace) -> int:
         raise UserError(
             "--set changes a run configuration; --model-config plans from config.json alone"
         )
-    for flag, value in (("--seq-len", args.seq_len), ("--micro-batch", args.micro_batch)):
+    depths_text = FINISH_DEFAULTS[0] if args.depths is None else args.depths
+    seq_len = FINISH_DEFAULTS[1] if args.seq_len is None else args.seq_len
+    micro_batch = FINISH_DEFAULTS[2] if args.micro_batch is None else args.micro_batch
+    for flag, value in (("--seq-len", seq_len), ("--micro-batch", micro_batch)):
         if value < 1:
             raise UserError(f"{flag} must be a positive whole number, got {value}")
     architecture, options = model_options(args.model_config)
-    depths = parse_depths(args.depths)
+    depths = parse_depths(depths_text)
     hardware = hardware_from_args(args, bf16=True, compiled=False)
     plan = plan_finish(
-        architecture, options, hardware, args.seq_len, args.micro_batch, depths, LowRankConfig()
+        architecture, options, hardware, seq_len, micro_batch, depths, LowRankConfig()
     )
     print(format_finish_plan(plan, args.model_config))
     return 0
@@ -343,8 +464,6 @@ def run_finish_plan(args: argparse.Namespace) -> int:
 
 def format_finish_plan(plan, path: str) -> str:
     """The plan's table, what it assumes, and what does not fit."""
-    from fixedfirst.compute.memory import MARGIN
-
     full, adapted = plan.shapes[False], plan.shapes[True]
     h = plan.hardware
     strategy = "FSDP2 over the GPUs" if h.gpus > 1 else "one GPU"
@@ -354,28 +473,14 @@ def format_finish_plan(plan, path: str) -> str:
         f"[train.lowrank] targets) {adapted.trained / 1e6:,.1f}M trained",
         f"{strategy}, bf16 autocast over fp32 weights, micro-batches of {plan.micro_batch} x "
         f"{plan.seq_len} tokens per GPU; memory per GPU (GiB) of one finishing step at each "
-        "depth (compute/looped_memory.py: fitted on the CPU and checked there against measured "
-        "peaks at two sizes the fit never saw, docs/figures/bench-looped-memory.md; no GPU has "
-        "run this architecture)",
+        f"depth ({LOOPED_MEMORY_SOURCE})",
         "",
-        "| depth | training | checkpointing | weights | gradients | AdamW | activations | peak "
-        f"| fits in {1 - MARGIN:.0%} | hours per 1e9 tokens |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        *finish_table(plan.options),
     ]
-    for o in plan.options:
-        m = o.memory
-        lines.append(
-            f"| {o.depth} | {'low-rank' if o.lowrank else 'full'} | "
-            f"{'on' if o.checkpoint else 'off'} | {gib(m.parameters)} | {gib(m.gradients)} | "
-            f"{gib(m.optimizer)} | {gib(m.activations)} | {gib(m.peak)} | "
-            f"{'yes' if o.fits else 'no'} | {o.hours_per_billion:,.1f} |"
-        )
     lines += [
         "",
         h.mfu.describe() + "; assumed for this architecture, which no GPU has run",
-        "hours: FLOPs counted from the shape (machine/finish_plan.py: the weights' matmuls, a "
-        "token's experts, eager attention, the head; at two small sizes 14-18% below torch's "
-        "count with eager experts, 27-36% for low-rank, whose adapters' own work it leaves out)",
+        f"hours: FLOPs counted from the shape ({SHAPE_FLOPS})",
     ]
     if h.gpus > 1:
         lines.append(

@@ -59,6 +59,12 @@ class FlopModel:
         free = 0 if grad_depth is None else max(0, depth - grad_depth)
         return 3 * self.forward(depth) - 2 * free * self.iteration - self.first_state_grad
 
+    def recomputed(self, depth: int, grad_depth: int | None = None) -> float:
+        """What activation checkpointing adds per token: one more forward of every iteration
+        with gradients."""
+        graded = depth if grad_depth is None else min(depth, grad_depth)
+        return graded * self.iteration
+
     def eval_all_depths(self, depths: list[int]) -> float:
         """One pass of the recurrence to max(depths) with a readout at every requested depth."""
         return self.prelude + max(depths) * self.iteration + len(set(depths)) * self.readout

@@ -349,19 +349,26 @@ def looped_training_memory(
     seq_len: int,
     depth: int,
     checkpoint: bool,
+    micro_steps: int = 1,
 ) -> TrainingMemory:
-    """Per-process memory of a finishing step at `depth`, one micro-batch of `micro_batch`
-    sequences of `seq_len` tokens (fp32 weights; bf16 autocast when `placement.bf16`)."""
+    """Per-process memory of a training step at `depth`: `micro_steps` micro-batches of
+    `micro_batch` sequences of `seq_len` tokens, their gradients accumulated (fp32 weights;
+    bf16 autocast when `placement.bf16`)."""
     shards = placement.shards
     acts = activations(shape, placement.bf16, lowrank, micro_batch, seq_len, depth, checkpoint)
     weights = FP32 * ceil_div(shape.parameters, shards)
     optimizer = 2 * FP32 * ceil_div(shape.trained, shards)
     gradients = FP32 * ceil_div(shape.trained, shards)
     n = micro_batch * seq_len
-    batch = 2 * INDEX * n
+    batch = 2 * INDEX * n * micro_steps
     # The loss's backward: the gradients of the log-softmax and of the fp32 logits.
     loss = 2 * FP32 * n * shape.vocab
-    held = weights + optimizer + batch
+    # DDP's buckets: a second copy of the trained gradients, allocated when it wraps the model.
+    buckets = FP32 * shape.trained if placement.strategy == "ddp" else 0
+    # Accumulating: from the second micro-batch on every trained gradient exists, unsharded
+    # (FSDP2 reduce-scatters only after the last one, train/parallel.py's gradient_sync).
+    accumulated = FP32 * shape.trained if micro_steps > 1 else 0
+    held = weights + optimizer + batch + buckets
     if placement.strategy == "fsdp":
         # The root unit (the looped layers with the embedding and head) is gathered in fp32 for
         # the whole step; one outer layer at a time with the next prefetched.
@@ -375,13 +382,13 @@ def looped_training_memory(
     head = shape.readout - sum(x.parameters for x in shape.layers if x.after_loop)
     # The trained share of a weight's gradient (a low-rank run's adapters in proportion).
     trained = FP32 * shape.trained / shape.parameters
-    at_loss = held + acts.total + loss
+    at_loss = held + accumulated + acts.total + loss
     if acts.recomputed:
         # Checkpointed: the backward recomputes one layer application at a time, the gradients
         # of the head and of the layers it has passed already written.
         written, moments = float(head), []
         for layer, kept in acts.recomputed:
-            moments.append(kept + trained * written)
+            moments.append(kept + max(accumulated, trained * written))
             written += layer.parameters * (after_share if layer.after_loop else 1.0)
         at_core = held + acts.total - acts.model + max(moments)
     else:
@@ -389,12 +396,14 @@ def looped_training_memory(
         # the readout's activations freed.
         written = head + sum(x.parameters for x in shape.layers if x.after_loop) * after_share
         written += shape.core
-        at_core = held + acts.total - acts.model - acts.after_loop + trained * written
+        at_core = held + acts.total - acts.model - acts.after_loop
+        at_core += max(accumulated, trained * written)
     # AdamW on each process's shards: on CUDA one fp32 temporary of every moment, on the CPU
     # two of the largest tensor; FSDP2 has resharded the root by then.
     temporary = FP32 * (
         ceil_div(shape.trained, shards) if placement.device == "cuda" else 2 * shape.largest_trained
     )
-    at_step = weights + optimizer + batch + gradients + temporary
+    at_step = weights + optimizer + batch + buckets + gradients + temporary
     peak = max(at_loss, at_core, at_step)
-    return TrainingMemory(weights, gradients, optimizer, round(acts.total), round(peak))
+    held_gradients = max(gradients, accumulated) + buckets
+    return TrainingMemory(weights, held_gradients, optimizer, round(acts.total), round(peak))

@@ -126,7 +126,9 @@ OWN_FEATURES: tuple[tuple[str, str], ...] = (
         "the memory model: `train.check_memory`, `fixedfirst plan`",
         "`fixedfirst plan --model-config config.json` plans a finish from the configuration "
         "alone (compute/looped_memory.py, fitted at small sizes); a run's own memory check "
-        "is not applied (its log says so) and `plan CONFIG.toml` refuses it",
+        "is not applied (its log says so); `plan CONFIG.toml` plans the run with it, at the "
+        "run's batch, sequence length, schedule depths, `[train.lowrank]`, checkpointing and "
+        "strategy",
     ),
     (
         "`[model] checkpoint` (start from a checkpoint directory's weights), `fixedfirst "

@@ -16,11 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fixedfirst.compute.looped_flops import flops_per_token
 from fixedfirst.compute.looped_memory import LoopedShape, looped_shape, looped_training_memory
 from fixedfirst.compute.memory import Placement, TrainingMemory
 from fixedfirst.config import LowRankConfig
 from fixedfirst.errors import UserError
-from fixedfirst.machine.planning import Hardware
+from fixedfirst.machine.planning import (
+    GpuPlan,
+    Hardware,
+    local_batch,
+    placement_on,
+    run_shape,
+)
 
 
 @dataclass(frozen=True)
@@ -85,22 +92,35 @@ def model_options(path: str | Path) -> tuple[str, dict[str, Any]]:
     return name, options
 
 
-def flops_per_token(
-    shape: LoopedShape, seq_len: int, depth: int, lowrank: bool, checkpoint: bool
-) -> float:
-    """Training FLOPs per token at `depth`: 2 per active weight per application forward (a
-    token's experts only), eager attention's two T x T products, the head; the backward twice
-    the forward for full fine-tuning, once for low-rank (no gradients of frozen weights; the
-    adapters' own work left out); checkpointing one more forward of the layers."""
-    forward = 2.0 * shape.vocab * shape.hidden  # the head
-    layers = 0.0
-    for layer in shape.layers:
-        active = layer.parameters - layer.expert_parameters * (1 - shape.top_k / shape.experts)
-        per = 2 * active + 4 * layer.heads * layer.head_dim * seq_len
-        layers += per * (depth if layer.looped else 1)
-    forward += layers
-    backward = (1 if lowrank else 2) * forward
-    return forward + backward + (layers if checkpoint else 0.0)
+@dataclass(frozen=True)
+class Batching:
+    """How each GPU runs its share of a step: `micro_steps` micro-batches of `micro_batch`
+    sequences of `seq_len` tokens, their gradients accumulated."""
+
+    seq_len: int
+    micro_batch: int
+    micro_steps: int = 1
+
+
+def finish_option(
+    shape: LoopedShape,
+    lowrank: bool,
+    where: Placement,
+    hardware: Hardware,
+    batching: Batching,
+    depth: int,
+    checkpoint: bool,
+) -> FinishOption:
+    """One row of a plan: a step's memory per GPU at `depth`, whether it fits, and the hours a
+    billion tokens take at the hardware's MFU."""
+    b = batching
+    memory = looped_training_memory(
+        shape, where, lowrank, b.micro_batch, b.seq_len, depth, checkpoint, b.micro_steps
+    )
+    flops = flops_per_token(shape, b.seq_len, depth, lowrank, checkpoint)
+    rate = hardware.gpus * hardware.peak_flops * hardware.mfu.at(depth)
+    hours = 1e9 * flops / rate / 3600
+    return FinishOption(depth, lowrank, checkpoint, memory, memory.peak <= hardware.usable, hours)
 
 
 def plan_finish(
@@ -118,20 +138,28 @@ def plan_finish(
     }
     strategy = "fsdp" if hardware.gpus > 1 else "single"
     where = Placement("cuda", True, strategy, hardware.gpus)  # type: ignore[arg-type]
-    rows = []
-    for depth in depths:
-        for adapters in (False, True):
-            for checkpoint in (False, True):
-                shape = shapes[adapters]
-                memory = looped_training_memory(
-                    shape, where, adapters, micro_batch, seq_len, depth, checkpoint
-                )
-                flops = flops_per_token(shape, seq_len, depth, adapters, checkpoint)
-                rate = hardware.gpus * hardware.peak_flops * hardware.mfu.at(depth)
-                hours = 1e9 * flops / rate / 3600
-                rows.append(
-                    FinishOption(
-                        depth, adapters, checkpoint, memory, memory.peak <= hardware.usable, hours
-                    )
-                )
+    batching = Batching(seq_len, micro_batch)
+    rows = [
+        finish_option(shapes[adapters], adapters, where, hardware, batching, depth, checkpoint)
+        for depth in depths
+        for adapters in (False, True)
+        for checkpoint in (False, True)
+    ]
     return FinishPlan(architecture, shapes, hardware, seq_len, micro_batch, rows)
+
+
+def looped_rows(plan: GpuPlan) -> list[FinishOption]:
+    """A transformers run's table: a step's memory per GPU and hours per billion tokens at each
+    depth the schedule draws, as the run trains (its adapters or every weight, its strategy and
+    micro-batches), checkpointing off and on."""
+    config, h = plan.config, plan.hardware
+    lowrank = config.train.lowrank is not None
+    where = placement_on(config, plan.configured.strategy, h.gpus)
+    local = local_batch(config, h.gpus)
+    batching = Batching(config.train.seq_len, plan.micro_batch, local // plan.micro_batch)
+    shape = run_shape(config)
+    return [
+        finish_option(shape, lowrank, where, h, batching, depth, checkpoint)
+        for depth in sorted(plan.depth_steps)
+        for checkpoint in (False, True)
+    ]

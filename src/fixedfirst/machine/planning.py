@@ -18,7 +18,11 @@ import json
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
+from typing import Protocol
 
+from fixedfirst.compute.flops import CostModel, flop_model
+from fixedfirst.compute.looped_flops import ShapeFlops
+from fixedfirst.compute.looped_memory import LoopedShape, looped_shape, looped_training_memory
 from fixedfirst.compute.memory import (
     MARGIN,
     Placement,
@@ -26,8 +30,8 @@ from fixedfirst.compute.memory import (
     deepest_depth,
     training_memory,
 )
-from fixedfirst.compute.plan import RunPlan, plan_run
-from fixedfirst.config import RunConfig
+from fixedfirst.compute.plan import RunPlan, plan_costed_run
+from fixedfirst.config import RunConfig, TransformersModelConfig
 from fixedfirst.errors import UserError
 
 REFERENCE_MFU = 0.509
@@ -45,6 +49,13 @@ FIRST_RUN_FILE = "first-run.json"
 
 MAX_GPUS = 4096
 """The most GPUs the plan looks at when it searches for a number of them that fits."""
+
+
+class CheckpointedCost(CostModel, Protocol):
+    """A compute model that also says what activation checkpointing adds per token: ours
+    (compute/flops.py) or a transformers architecture's counted from its shape (ShapeFlops)."""
+
+    def recomputed(self, depth: int, grad_depth: int | None = None) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -150,7 +161,7 @@ class DepthShare:
 class GpuPlan:
     config: RunConfig
     hardware: Hardware
-    run: RunPlan
+    run: RunPlan[CheckpointedCost]
     depth: int
     """The deepest training depth of the schedule."""
     micro_batch: int
@@ -168,13 +179,11 @@ class GpuPlan:
     def by_depth(self, checkpoint: bool) -> list[DepthShare]:
         """Each depth's steps, FLOPs, MFU and seconds on `hardware.gpus` GPUs."""
         h, run, t = self.hardware, self.run, self.config.train
-        iteration = run.flop_model.iteration
         shares = []
         for depth, steps in sorted(self.depth_steps.items()):
             flops = steps * run.step_flops(depth)
-            if checkpoint:  # one more forward of each iteration with gradients
-                graded = depth if t.grad_depth is None else min(depth, t.grad_depth)
-                flops += steps * t.tokens_per_step * graded * iteration
+            if checkpoint:
+                flops += steps * t.tokens_per_step * run.flop_model.recomputed(depth, t.grad_depth)
             mfu = h.mfu.at(depth)
             shares.append(
                 DepthShare(depth, steps, flops, mfu, flops / (h.gpus * h.peak_flops * mfu))
@@ -202,10 +211,38 @@ def local_batch(config: RunConfig, gpus: int) -> int:
     return t.batch_size // gpus
 
 
+def run_shape(config: RunConfig) -> LoopedShape:
+    """A transformers run's model as the looped memory model sees it, with the run's adapters."""
+    model = config.model
+    assert isinstance(model, TransformersModelConfig)
+    return looped_shape(model.architecture, model.options, config.train.lowrank)
+
+
+def planned_run(config: RunConfig) -> RunPlan[CheckpointedCost]:
+    """The run's plan under a compute model that counts checkpointing's recomputation: ours from
+    its shape, a transformers architecture's from its shape too (no weights built; `train`
+    measures torch's count instead, compute/run_cost.py)."""
+    t = config.train
+    cost: CheckpointedCost
+    if isinstance(config.model, TransformersModelConfig):
+        cost = ShapeFlops(run_shape(config), t.seq_len, t.lowrank is not None)
+    else:
+        cost = flop_model(config.own_model("the compute model of a model's shape"), t.seq_len)
+    return plan_costed_run(config, cost)
+
+
 def step_memory(
     config: RunConfig, where: Placement, micro: int, local: int, depth: int, checkpoint: bool
 ) -> TrainingMemory:
+    """One GPU's memory of a step: the looped memory model for a transformers run
+    (compute/looped_memory.py), our model's otherwise (compute/memory.py)."""
     t = config.train
+    if isinstance(config.model, TransformersModelConfig):
+        lowrank = t.lowrank is not None
+        shape = run_shape(config)
+        return looped_training_memory(
+            shape, where, lowrank, micro, t.seq_len, depth, checkpoint, local // micro
+        )
     return training_memory(
         config.own_model("the memory model (fixedfirst plan)"),
         where,
@@ -257,7 +294,7 @@ def fewest_gpus(config: RunConfig, hardware: Hardware, depth: int) -> int | None
 
 def plan_on_gpus(config: RunConfig, hardware: Hardware) -> GpuPlan:
     t = config.train
-    run = plan_run(config)
+    run = planned_run(config)
     depth = deepest_depth(run)
     options = [
         memory_option(config, hardware, placement_on(config, s, hardware.gpus), depth, ckpt)
@@ -268,9 +305,7 @@ def plan_on_gpus(config: RunConfig, hardware: Hardware) -> GpuPlan:
     configured = next(
         o for o in options if o.strategy == strategy and o.checkpoint == t.checkpoint_activations
     )
-    fm = run.flop_model
-    graded = (lambda k: k) if t.grad_depth is None else (lambda k: min(k, t.grad_depth))
-    per_token = run.histogram().total(lambda k: graded(k) * fm.iteration)
+    per_token = run.histogram().total(lambda k: run.flop_model.recomputed(k, t.grad_depth))
     nothing_fits = all(o.largest_micro_batch is None for o in options)
     return GpuPlan(
         config=config,
