@@ -16,7 +16,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from fixedfirst.compute.flops import FlopModel, flop_model
-from fixedfirst.compute.measured import measure_flops
+from fixedfirst.compute.measured import COUNTED_TOO, measure_flops
 from fixedfirst.compute.plan import plan_schedule
 from fixedfirst.config import ScheduleConfig, SwitchConfig
 from fixedfirst.errors import UserError
@@ -434,3 +434,44 @@ def test_measured_flops_count_the_experts_as_one_by_one_matmuls_would():
         cost = measure_flops(model, lambda m=model: m(input_ids=x, labels=x).loss, x.numel())
         counts[experts] = [(cost.train(k), cost.forward(k)) for k in (1, 2, 3)]
     assert counts["grouped_mm"] == counts["eager"]
+
+
+def _counted(run) -> tuple[torch.Tensor, int]:
+    with FlopCounterMode(display=False, custom_mapping=COUNTED_TOO) as counter:
+        out = run()
+    return out, counter.get_total_flops()
+
+
+def _mm_by_group(a, b, ends, along):
+    """torch._grouped_mm's result computed group by group with torch.mm (`ends`: each group's
+    end along `along`, "rows" of a, the contraction "inner", "cols" of b, or None: batched)."""
+    spans = [] if ends is None else list(enumerate(zip([0, *ends[:-1]], ends, strict=True)))
+    if along == "rows":  # a (M, K), b (G, K, N): rows of a in group g meet b[g]
+        return torch.cat([a[s:e] @ b[g] for g, (s, e) in spans])
+    if along == "inner":  # a (K, M), b (M, N): the contraction split, one (K, N) per group
+        return torch.stack([a[:, s:e] @ b[s:e] for _, (s, e) in spans])
+    if along == "cols":  # a (G, M, K), b (K, N): columns of b in group g meet a[g]
+        return torch.cat([a[g] @ b[:, s:e] for g, (s, e) in spans], 1)
+    return torch.stack([a[g] @ b[g] for g in range(a.shape[0])])
+
+
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape", "ends", "along"),
+    [
+        ((24, 16), (3, 16, 16), [8, 16, 24], "rows"),
+        ((16, 24), (24, 16), [8, 16, 24], "inner"),
+        ((3, 24, 16), (16, 16), [8, 8, 16], "cols"),
+        ((3, 24, 16), (3, 16, 16), None, None),
+    ],
+)
+def test_grouped_matmul_flops_equal_its_matmuls_group_by_group(a_shape, b_shape, ends, along):
+    """Each 2-D/3-D case of torch._grouped_mm counts what the same product computed group by
+    group with torch.mm counts under torch's own formula (the outputs agree, so the groups are
+    read as torch reads them; an empty group, [8, 8, 16], counts nothing)."""
+    torch.manual_seed(0)
+    a, b = torch.randn(a_shape), torch.randn(b_shape)
+    offs = None if ends is None else torch.tensor(ends, dtype=torch.int32)
+    grouped, counted = _counted(lambda: torch._grouped_mm(a, b, offs=offs))
+    reference, expected = _counted(lambda: _mm_by_group(a, b, ends, along))
+    torch.testing.assert_close(grouped, reference)
+    assert counted == expected > 0

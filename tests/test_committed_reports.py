@@ -22,6 +22,7 @@ from fixedfirst.studies.bios import report as bios_report
 from fixedfirst.studies.chains import report as chains_report
 from fixedfirst.studies.diagnose import report as diagnose_report
 from fixedfirst.studies.finishing import report as finishing_report
+from fixedfirst.studies.kit.depth_arms import BAND_CLAIMS, analyse_arms
 from fixedfirst.studies.moe import report as moe_report
 from fixedfirst.studies.report_files import numbers_json
 from fixedfirst.studies.serving import report as serving_report
@@ -257,3 +258,19 @@ def test_numbers_json_reads_back_as_written_with_plain_containers_on_one_line():
     ]
     with pytest.raises(TypeError, match="keys must be strings"):
         numbers_json({"by_depth": {4: 1.0}})
+
+
+@pytest.mark.parametrize(
+    "results", ["moe/results.json", "finishing-dense/results.json", "finishing-moe/results.json"]
+)
+def test_a_committed_analysis_is_what_its_runs_give_now(results):
+    """A results file's stored `analysis` block is the analysis of its own runs by today's
+    rules (the reports recompute it, but a reader of the JSON reads the block): a change to the
+    rules (e.g. which exploratory differences count) is written back, not left stale."""
+    stored = json.loads((FIGURES / results).read_text())
+    e = stored["experiment"]
+    primary = [BAND_CLAIMS.read(raw) for raw in e["primary"]]
+    analysis = analyse_arms(
+        stored["runs"], e["depths"], stored["reference"], e["compare_depths"], primary
+    )
+    assert json.loads(json.dumps(analysis)) == stored["analysis"]
