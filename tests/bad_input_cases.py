@@ -788,8 +788,8 @@ COMMAND_CASES: list[Case] = [
         "bios-budget-below-uniform-step",
         "bios",
         "a FLOP budget that pays for one step of fixed K=4 but not of uniform 1..16",
-        ["bios", "--preset", "smoke", "--out", "fig1", "--set", "experiment.flops=5e9"],
-        'run "uniform-1-16-seed0": train.flops = 5e+09 is below the cost of a single step',
+        ["bios", "--preset", "smoke", "--out", "fig1", "--set", "experiment.flops=3e9"],
+        'run "uniform-1-16-seed0": train.flops = 3e+09 is below the cost of a single step',
     ),
     Case(
         "bios-jobs-zero",
