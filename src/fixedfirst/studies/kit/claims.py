@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal
 
@@ -255,3 +255,50 @@ def family_counts(family: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "t_needed": first_holm_t(len(members), n) if members and n >= 2 else None,
         "least_declarable": least_declarable(members, len(members)),
     }
+
+
+Values = Callable[[str, str, int], Mapping[int, float]]
+"""(arm, quantity, depth) -> the arm's quantity at that serving depth, seed by seed."""
+
+
+@dataclass(frozen=True)
+class ArmComparisons:
+    """Every arm against the reference (`versus`: arm -> "QUANTITY@DEPTH" -> difference), the
+    primary comparisons with their verdicts, and the exploratory family's counts."""
+
+    versus: dict[str, dict[str, Any]]
+    primary: list[dict[str, Any]]
+    exploratory: dict[str, Any]
+
+
+def compare_arms(
+    arms: Sequence[str],
+    reference: str,
+    cells: Sequence[tuple[str, int]],
+    values: Values,
+    primary: Sequence[Claim],
+    table: ClaimTable,
+) -> ArmComparisons:
+    """Each arm minus `reference` at every (quantity, depth) of `cells`, same seed by same seed:
+    the exploratory family, Holm-corrected, leaving out the cells a primary claim names; and
+    each primary claim decided by its own interval (written by `table`)."""
+    versus: dict[str, dict[str, Any]] = {}
+    family: list[dict[str, Any]] = []
+    named = {(p.a, p.a_depth, p.b, p.b_depth, p.of) for p in primary}
+    for arm in arms:
+        if arm == reference or reference not in arms:
+            continue
+        versus[arm] = {}
+        for of, depth in cells:
+            d = same_seed_difference(values(arm, of, depth), values(reference, of, depth))
+            versus[arm][f"{of}@{depth}"] = d
+            if d is not None and (arm, depth, reference, depth, of) not in named:
+                family.append(d)
+    correct_family(family)
+    primaries = []
+    for p in primary:
+        assert p.b is not None and p.a_depth is not None and p.b_depth is not None
+        d = same_seed_difference(values(p.a, p.of, p.a_depth), values(p.b, p.of, p.b_depth))
+        verdict = None if d is None else primary_verdict(d["low"], d["high"], p.bar)
+        primaries.append({**table.write(p), "difference": d, "verdict": verdict})
+    return ArmComparisons(versus, primaries, family_counts(family))

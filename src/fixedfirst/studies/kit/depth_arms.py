@@ -20,14 +20,7 @@ import numpy as np
 
 from fixedfirst.config import RunConfig
 from fixedfirst.stats.evidence import over_seeds
-from fixedfirst.studies.kit.claims import (
-    Claim,
-    ClaimTable,
-    correct_family,
-    family_counts,
-    primary_verdict,
-    same_seed_difference,
-)
+from fixedfirst.studies.kit.claims import Claim, ClaimTable, compare_arms
 from fixedfirst.studies.kit.settings import StudySettings
 from fixedfirst.tasks.chains.bands import ROLES, band_roles
 
@@ -99,26 +92,8 @@ def analyse_arms(
     def values(arm: str, role: str, depth: int) -> dict[int, float]:
         return {s: _accuracy(r, role, depth) for s, r in by_arm[arm].items()}
 
-    versus: dict[str, dict[str, Any]] = {}
-    family: list[dict[str, Any]] = []
-    primary_cells = {(p.a, p.a_depth, p.b, p.b_depth, p.of) for p in primary}
-    for arm in arms:
-        if arm == reference or reference not in by_arm:
-            continue
-        versus[arm] = {}
-        for role in roles:
-            for depth in compare_depths:
-                d = same_seed_difference(values(arm, role, depth), values(reference, role, depth))
-                versus[arm][f"{role}@{depth}"] = d
-                if d is not None and (arm, depth, reference, depth, role) not in primary_cells:
-                    family.append(d)
-    correct_family(family)
-    primaries = []
-    for p in primary:
-        assert p.b is not None and p.a_depth is not None and p.b_depth is not None
-        d = same_seed_difference(values(p.a, p.of, p.a_depth), values(p.b, p.of, p.b_depth))
-        verdict = None if d is None else primary_verdict(d["low"], d["high"], p.bar)
-        primaries.append({**BAND_CLAIMS.write(p), "difference": d, "verdict": verdict})
+    cells = [(role, depth) for role in roles for depth in compare_depths]
+    compared = compare_arms(arms, reference, cells, values, primary, BAND_CLAIMS)
     return {
         "arms": arms,
         "seeds": sorted({r["seed"] for r in runs.values()}),
@@ -146,9 +121,9 @@ def analyse_arms(
             }
             for arm in arms
         },
-        "versus_reference": versus,
-        "primary": primaries,
-        "exploratory": family_counts(family),
+        "versus_reference": compared.versus,
+        "primary": compared.primary,
+        "exploratory": compared.exploratory,
     }
 
 

@@ -19,14 +19,7 @@ from typing import Any
 
 from fixedfirst.config import RunConfig
 from fixedfirst.stats.evidence import over_seeds
-from fixedfirst.studies.kit.claims import (
-    Claim,
-    ClaimTable,
-    correct_family,
-    family_counts,
-    primary_verdict,
-    same_seed_difference,
-)
+from fixedfirst.studies.kit.claims import Claim, ClaimTable, compare_arms
 
 NLL = "nll"
 """The quantity every claim of `NLL_CLAIMS` compares (its `of`)."""
@@ -93,38 +86,21 @@ def analyse_nll_arms(
     arms = list(dict.fromkeys(r["arm"] for r in runs.values()))
     by_arm = {a: {r["seed"]: r for r in runs.values() if r["arm"] == a} for a in arms}
 
-    def values(arm: str, depth: int) -> dict[int, float]:
+    def values(arm: str, of: str, depth: int) -> dict[int, float]:
         return {s: _nll(r, depth) for s, r in by_arm[arm].items()}
 
-    versus: dict[str, dict[str, Any]] = {}
-    family: list[dict[str, Any]] = []
-    primary_cells = {(p.a, p.a_depth, p.b, p.b_depth) for p in primary}
-    for arm in arms:
-        if arm == reference or reference not in by_arm:
-            continue
-        versus[arm] = {}
-        for depth in compare_depths:
-            d = same_seed_difference(values(arm, depth), values(reference, depth))
-            versus[arm][f"{NLL}@{depth}"] = d
-            if d is not None and (arm, depth, reference, depth) not in primary_cells:
-                family.append(d)
-    correct_family(family)
-    primaries = []
-    for p in primary:
-        assert p.b is not None and p.a_depth is not None and p.b_depth is not None
-        d = same_seed_difference(values(p.a, p.a_depth), values(p.b, p.b_depth))
-        verdict = None if d is None else primary_verdict(d["low"], d["high"], p.bar)
-        primaries.append({**NLL_CLAIMS.write(p), "difference": d, "verdict": verdict})
+    cells = [(NLL, depth) for depth in compare_depths]
+    compared = compare_arms(arms, reference, cells, values, primary, NLL_CLAIMS)
     return {
         "arms": arms,
         "seeds": sorted({r["seed"] for r in runs.values()}),
         "reference": reference,
         "nll": {
-            arm: {str(d): over_seeds(values(arm, d)).to_dict() for d in depths} for arm in arms
+            arm: {str(d): over_seeds(values(arm, NLL, d)).to_dict() for d in depths} for arm in arms
         },
-        "versus_reference": versus,
-        "primary": primaries,
-        "exploratory": family_counts(family),
+        "versus_reference": compared.versus,
+        "primary": compared.primary,
+        "exploratory": compared.exploratory,
     }
 
 
