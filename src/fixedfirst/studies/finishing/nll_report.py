@@ -23,6 +23,7 @@ from fixedfirst.studies.finishing.report import (
     rates_sentence,
 )
 from fixedfirst.studies.kit.claims import Claim
+from fixedfirst.studies.kit.depth_tables import versus_table
 from fixedfirst.studies.kit.nll_arms import NLL_CLAIMS, analyse_nll_arms
 from fixedfirst.studies.kit.paragraphs import corrected_over, holm_reach, produced_by, table
 from fixedfirst.studies.kit.report_files import write_numbers_and_report
@@ -105,17 +106,6 @@ def depth_table(a: dict[str, Any], depths: list[int], names: dict[str, str]) -> 
     return "\n".join(table(["held-out NLL", *(f"K={d}" for d in depths)], rows, compact=True))
 
 
-def versus_table(a: dict[str, Any], names: dict[str, str]) -> str:
-    """Every arm minus the reference at each compared depth, Holm's verdict beside."""
-    cells = list(next(iter(a["versus_reference"].values()), {}))
-    rows = [
-        [names.get(arm, arm), *(nats(row[c]) for c in cells)]
-        for arm, row in a["versus_reference"].items()
-    ]
-    reference = names.get(a["reference"], a["reference"])
-    return "\n".join(table([f"arm - {reference}", *cells], rows, compact=True))
-
-
 def report_markdown(numbers: dict[str, Any]) -> str:
     """report.md from report.json's numbers (or results.json, which holds them all)."""
     e, data = numbers["experiment"], numbers["data"]
@@ -161,7 +151,7 @@ def report_markdown(numbers: dict[str, Any]) -> str:
         "",
         "## Every finish against its base",
         "",
-        versus_table(a, names),
+        versus_table(a, names, nats),
         "",
     ]
     return "\n".join(lines)

@@ -119,11 +119,16 @@ def primary_table(a: dict[str, Any]) -> str:
     return "\n".join(table(head, rows, compact=True))
 
 
-def versus_table(a: dict[str, Any], labels: dict[str, str]) -> str:
-    """Every arm minus the reference at each compared (band, depth), Holm's verdict beside."""
+def versus_table(
+    a: dict[str, Any],
+    labels: dict[str, str],
+    cell: Callable[[dict[str, Any] | None], str] = points,
+) -> str:
+    """Every arm minus the reference at each compared (quantity, depth), Holm's verdict beside;
+    a difference written by `cell` (in points by default)."""
     cells = list(next(iter(a["versus_reference"].values()), {}))
     rows = [
-        [labels.get(arm, arm), *(points(row[c]) for c in cells)]
+        [labels.get(arm, arm), *(cell(row[c]) for c in cells)]
         for arm, row in a["versus_reference"].items()
     ]
     reference = labels.get(a["reference"], a["reference"])
